@@ -1,0 +1,70 @@
+"""Exceptions raised by the binding table and the packages built on it.
+
+Each carries the HTTP status it maps to (like h11's `error_status_hint`), so the
+router renders every one of them with a single handler::
+
+    RolegateError                 500  base; never raised directly
+    ├── InvalidInput              422  a value broke a model invariant
+    ├── NotFound                  404  no such role, version or run
+    ├── Conflict                  409  the version you read is no longer current
+    │   └── IllegalTransition     409  the stage machine refuses this move
+    ├── PreconditionRequired      428  replacing a binding without If-Match
+    └── StoreUnavailable          503  Redis did not answer
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RolegateError(Exception):
+    """Base of every rolegate error; `status`, `code` and `details` feed the API."""
+
+    status = 500
+    code = "internal"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class InvalidInput(RolegateError):
+    """A value broke a model invariant or the request's shape."""
+
+    status = 422
+    code = "invalid"
+
+
+class NotFound(RolegateError):
+    """The named role, version or record does not exist."""
+
+    status = 404
+    code = "not_found"
+
+
+class Conflict(RolegateError):
+    """A compare-and-set lost: `details["current_version"]` says what is current."""
+
+    status = 409
+    code = "conflict"
+
+
+class IllegalTransition(Conflict):
+    """The stage machine refuses the requested move; nothing was changed."""
+
+    code = "illegal_transition"
+
+
+class PreconditionRequired(RolegateError):
+    """Replacing an existing binding needs the version the writer read."""
+
+    status = 428
+    code = "precondition_required"
+
+
+class StoreUnavailable(RolegateError):
+    """The Redis server did not answer."""
+
+    status = 503
+    code = "store_unavailable"

@@ -1,0 +1,199 @@
+"""The binding table's data model: which config serves a role, and how it rolls out.
+
+Pure data: no Flask, no Redis. Every invariant of a binding is checked here, so
+the store, the API, the CLI and the example file all refuse the same things with
+the same messages.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+#: Role names become part of Redis keys and URL paths; keep them boring.
+ROLE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+DEFAULT_STEPS: tuple[float, ...] = (0.1, 0.5, 1.0)
+
+
+class Stage(str, enum.Enum):
+    """Where a role's candidate stands in its rollout."""
+
+    STABLE = "stable"
+    SHADOW = "shadow"
+    CANARY = "canary"
+    FULL = "full"
+    ROLLED_BACK = "rolled_back"
+
+
+class Frozen(BaseModel):
+    """Base for every model here: immutable, and unknown keys are an error."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Thresholds(Frozen):
+    """The numbers the regression gate compares a window of traces against."""
+
+    min_pass_rate: float = Field(0.9, ge=0.0, le=1.0)
+    max_forbidden_rate: float = Field(0.0, ge=0.0, le=1.0)
+    p95_step_ceiling: int | None = Field(None, ge=1)
+    max_mean_cost_usd: float | None = Field(None, ge=0.0)
+    min_samples: int = Field(50, ge=1)
+    #: One-sided McNemar alpha for the paired shadow comparison.
+    alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    #: A stage must last at least this long before the gatekeeper advances it.
+    min_stage_seconds: float = Field(0.0, ge=0.0)
+    #: How long the full stage bakes before the candidate becomes stable.
+    bake_seconds: float = Field(0.0, ge=0.0)
+
+
+class Invariants(Frozen):
+    """Properties every run must hold. Never exact outputs."""
+
+    artifact_exists: tuple[str, ...] = ()
+    must_contain_table: bool = False
+    forbidden_tools: tuple[str, ...] = ()
+    #: None means "no allowlist"; an empty tuple means "no tool may be called".
+    allowed_tools: tuple[str, ...] | None = None
+    required_tools: tuple[str, ...] = ()
+    max_steps: int | None = Field(None, ge=0)
+    max_cost_usd: float | None = Field(None, ge=0.0)
+
+    @model_validator(mode="after")
+    def _no_tool_both_required_and_forbidden(self) -> Invariants:
+        clash = set(self.required_tools) & set(self.forbidden_tools)
+        if clash:
+            raise ValueError(
+                f"required_tools and forbidden_tools both name {sorted(clash)}"
+            )
+        if self.allowed_tools is not None:
+            missing = set(self.required_tools) - set(self.allowed_tools)
+            if missing:
+                raise ValueError(f"required_tools {sorted(missing)} are not in allowed_tools")
+        return self
+
+
+class DriftPolicy(Frozen):
+    """Bernoulli CUSUM settings: alarm when a rate rises by `shift` above p0."""
+
+    enabled: bool = True
+    shift: float = Field(0.05, gt=0.0, lt=1.0)
+    h: float = Field(5.0, gt=0.0)
+    #: Fixed baseline rates per metric; otherwise p0 comes from the current arm.
+    baseline: dict[str, float] = Field(default_factory=dict)
+
+
+class GatePolicy(Frozen):
+    """How a role's candidate is judged: thresholds plus per-run invariants."""
+
+    thresholds: Thresholds = Field(default_factory=Thresholds)
+    invariants: Invariants = Field(default_factory=Invariants)
+    drift: DriftPolicy = Field(default_factory=DriftPolicy)
+    #: When true, a candidate may enter shadow only after an offline suite pass.
+    require_offline_pass: bool = False
+
+
+class Binding(Frozen):
+    """One role's routing: the current config, the candidate and its stage."""
+
+    current: str = Field(min_length=1, max_length=200)
+    candidate: str | None = Field(None, min_length=1, max_length=200)
+    stage: Stage = Stage.STABLE
+    share: float = 0.0
+    steps: tuple[float, ...] = DEFAULT_STEPS
+    paused: bool = False
+    gate: GatePolicy = Field(default_factory=GatePolicy)
+    #: When the current stage (or canary step) began, in epoch seconds.
+    stage_since: float | None = None
+    description: str = Field("", max_length=2000)
+
+    @field_validator("share")
+    @classmethod
+    def _share_in_unit_interval(cls, value: float) -> float:
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"share must be within 0..1, got {value}")
+        return value
+
+    @field_validator("steps")
+    @classmethod
+    def _steps_ascending(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if not value:
+            raise ValueError("steps must name at least one canary share")
+        for step in value:
+            if not 0.0 < step <= 1.0:
+                raise ValueError(f"each step must be within (0, 1], got {step}")
+        if any(b <= a for a, b in zip(value, value[1:])):
+            raise ValueError(f"steps must be strictly ascending, got {list(value)}")
+        return value
+
+    @model_validator(mode="after")
+    def _stage_matches_share_and_candidate(self) -> Binding:
+        stage = self.stage
+        if stage in (Stage.SHADOW, Stage.CANARY, Stage.FULL) and self.candidate is None:
+            raise ValueError(f"candidate: stage {stage.value!r} needs a candidate config")
+        if stage in (Stage.STABLE, Stage.SHADOW, Stage.ROLLED_BACK) and self.share != 0.0:
+            raise ValueError(f"share: stage {stage.value!r} routes no traffic to the candidate, "
+                             f"so share must be 0, got {self.share}")
+        if stage is Stage.CANARY and not 0.0 < self.share < 1.0:
+            raise ValueError(f"share: stage 'canary' needs 0 < share < 1, got {self.share}")
+        if stage is Stage.FULL and self.share != 1.0:
+            raise ValueError(f"share: stage 'full' needs share 1, got {self.share}")
+        if self.candidate is not None and self.candidate == self.current:
+            raise ValueError("candidate: must differ from current")
+        return self
+
+    def with_changes(self, **changes: Any) -> Binding:
+        """Return a copy with `changes` applied and every invariant checked again."""
+        data = self.model_dump()
+        data.update(changes)
+        return Binding.model_validate(data)
+
+
+class BindingFile(Frozen):
+    """The import/export format: `{"roles": {name: binding}}`."""
+
+    roles: dict[str, Binding]
+
+    @field_validator("roles")
+    @classmethod
+    def _role_names_valid(cls, value: dict[str, Binding]) -> dict[str, Binding]:
+        for name in value:
+            validate_role_name(name)
+        return value
+
+
+class VersionedBinding(Frozen):
+    """A binding as stored: with the version its compare-and-set works against."""
+
+    role: str
+    version: int = Field(ge=1)
+    binding: Binding
+    updated_at: float
+    updated_by: str
+
+
+class HistoryEntry(Frozen):
+    """One append-only record of a change: who, when, why, and the whole result."""
+
+    role: str
+    version: int = Field(ge=1)
+    time: float
+    actor: str
+    action: str
+    reason: str
+    binding: Binding
+    #: Numbers behind the decision (gate reasons, the run id of a tripwire, ...).
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+def validate_role_name(name: str) -> str:
+    """Return `name` if it is a usable role name, else raise ValueError."""
+    if not ROLE_NAME_PATTERN.match(name):
+        raise ValueError(
+            f"role name {name!r} must be 1-128 characters of letters, digits, '_', '.', '-' "
+            "and start with a letter or digit"
+        )
+    return name

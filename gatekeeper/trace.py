@@ -1,0 +1,111 @@
+"""The run trace: one record of what one agent run did, shared by both lanes.
+
+The online path (traces reported by callers) and the offline suite (scenario
+runs) both build this model, so the gate computes the same thing in each
+(seed 002: "if the two lanes compute metrics differently, an offline result tells
+you nothing about production"). What can be derived is derived here; what
+contradicts itself is refused here.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TraceArm = Literal["current", "candidate", "shadow"]
+
+
+class Step(BaseModel):
+    """One tool call: its name, its arguments, and the error it returned if any."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str = Field(min_length=1, max_length=200)
+    args: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    #: The tool's answer, kept when a fixture is recorded for replay.
+    result: Any = None
+
+
+class Stamps(BaseModel):
+    """What produced the run, so any later difference can be attributed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    agent_version: str = Field(min_length=1, max_length=200)
+    instruction_hash: str = Field(min_length=1, max_length=200)
+    model_id: str = Field(min_length=1, max_length=200)
+    tool_schema_hash: str = Field(min_length=1, max_length=200)
+
+
+class Trace(BaseModel):
+    """One agent run's trace, as reported to rolegate."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str = Field(min_length=1, max_length=200)
+    role: str = Field(min_length=1, max_length=128)
+    config: str = Field(min_length=1, max_length=200)
+    arm: TraceArm
+    key: str = Field("", max_length=500)
+    tools: tuple[str, ...] = ()
+    steps: tuple[Step, ...] | None = None
+    step_count: int = Field(0, ge=0)
+    tool_errors: int = Field(0, ge=0)
+    answered: bool = True
+    cost_usd: float = Field(0.0, ge=0.0)
+    tokens: int = Field(0, ge=0)
+    latency_s: float = Field(0.0, ge=0.0)
+    artifacts: tuple[str, ...] = ()
+    output_text: str = ""
+    stamps: Stamps
+    scenario: str | None = None
+    feedback: dict[str, Any] | None = None
+    #: The job's input, so a case can be rebuilt as an offline scenario.
+    input: dict[str, Any] | None = None
+    #: When the run ended (epoch seconds); the server fills it in on ingest if absent.
+    time: float | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _derive(cls, data: Any) -> Any:
+        """Fill tools, step_count and tool_errors from steps (or tools) when left out."""
+        if not isinstance(data, dict):
+            return data
+        steps = data.get("steps")
+        if isinstance(steps, list | tuple) and all(isinstance(s, dict) for s in steps):
+            data = dict(data)
+            data.setdefault("tools", [s.get("tool") for s in steps])
+            data.setdefault("step_count", len(steps))
+            data.setdefault("tool_errors", sum(1 for s in steps if s.get("error")))
+        elif steps is None and isinstance(data.get("tools"), list | tuple):
+            # Only tool names were given: each call is a step.
+            data = dict(data)
+            data.setdefault("step_count", len(data["tools"]))
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Trace:
+        if self.steps is not None:
+            names = tuple(step.tool for step in self.steps)
+            if self.tools != names:
+                raise ValueError(f"tools: {list(self.tools)} contradicts the steps {list(names)}")
+            if self.step_count != len(self.steps):
+                raise ValueError(
+                    f"step_count: {self.step_count} contradicts {len(self.steps)} steps"
+                )
+            errors = sum(1 for step in self.steps if step.error)
+            if self.tool_errors != errors:
+                raise ValueError(
+                    f"tool_errors: {self.tool_errors} contradicts {errors} failed steps"
+                )
+        if self.step_count < len(self.tools):
+            raise ValueError(
+                f"step_count: {self.step_count} is fewer than the {len(self.tools)} tools called"
+            )
+        if self.tool_errors > self.step_count and self.step_count > 0:
+            raise ValueError(
+                f"tool_errors: {self.tool_errors} exceeds step_count {self.step_count}"
+            )
+        return self

@@ -1,0 +1,76 @@
+"""The router app: settings, long-lived clients and blueprints, assembled by create_app()."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from flask import Flask
+
+from bindings.store import BindingStore
+from router import errors
+from router.auth import TokenTable
+from router.cache import BindingCache
+from router.settings import Settings, load_settings
+
+log = logging.getLogger("rolegate")
+
+#: Each module exposes `bp` (a Blueprint) and may expose `init_app(app)`.
+BLUEPRINT_MODULES = (
+    "router.health",
+    "router.api_resolve",
+    "router.api_bindings",
+)
+
+
+@dataclass
+class Services:
+    """The long-lived clients one app holds, in `app.extensions["rolegate"]`."""
+
+    settings: Settings
+    redis: redis.Redis
+    store: BindingStore
+    cache: BindingCache
+    tokens: TokenTable
+
+
+def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
+    """Build the router: settings, then Redis and the binding cache, then the blueprints."""
+    settings = load_settings(test_config)
+    app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
+    app.config["TESTING"] = settings.testing
+    connection = redis.Redis.from_url(
+        settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0, health_check_interval=30
+    )
+    store = BindingStore(connection)
+    tokens = TokenTable(settings.tokens)
+    if tokens.open:
+        log.warning(
+            "ROLEGATE_TOKENS is unset: rolegate is running OPEN, every request acts as "
+            "an operator. Set ROLEGATE_TOKENS before exposing it."
+        )
+    app.extensions["rolegate"] = Services(
+        settings=settings,
+        redis=connection,
+        store=store,
+        cache=BindingCache(store, settings.refresh_interval_s),
+        tokens=tokens,
+    )
+    errors.init_app(app)
+    for name in BLUEPRINT_MODULES:
+        module = importlib.import_module(name)
+        app.register_blueprint(module.bp)
+        if hasattr(module, "init_app"):
+            module.init_app(app)
+    return app
+
+
+def services(app: Flask) -> Services:
+    """The app's long-lived clients."""
+    found: Services = app.extensions["rolegate"]
+    return found

@@ -1,0 +1,100 @@
+"""Each worker's in-process copy of the bindings, which resolves are served from.
+
+A daemon thread polls the store's change counter every `interval` seconds and
+reloads the table when it moved, so a change shows in every worker within about
+one interval. When Redis stops answering the copy is kept and marked stale:
+routing on the last known bindings beats failing every job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import redis
+
+from bindings.errors import StoreUnavailable
+from bindings.models import VersionedBinding
+from bindings.store import BindingStore
+
+log = logging.getLogger("rolegate.cache")
+
+
+class BindingCache:
+    """A refreshed, read-mostly copy of the binding table."""
+
+    def __init__(self, store: BindingStore, interval: float) -> None:
+        self.store = store
+        self.interval = interval
+        self.bindings: dict[str, VersionedBinding] = {}
+        self.generation = -1
+        self.loaded = False
+        self.stale = False
+        self.last_refresh = 0.0
+        self._lock = threading.Lock()
+        self._owner_pid: int | None = None
+        self._stop = threading.Event()
+
+    def get(self, role: str) -> tuple[VersionedBinding | None, bool]:
+        """The cached binding of `role` (None if unknown) and whether the copy is stale."""
+        self._ensure_thread()
+        return self.bindings.get(role), self.stale
+
+    def all(self) -> tuple[dict[str, VersionedBinding], bool]:
+        """Every cached binding and whether the copy is stale."""
+        self._ensure_thread()
+        return self.bindings, self.stale
+
+    def put(self, record: VersionedBinding) -> None:
+        """Take a record this worker just wrote, so it serves it before the next poll."""
+        with self._lock:
+            known = self.bindings.get(record.role)
+            if known is None or known.version < record.version:
+                self.bindings = {**self.bindings, record.role: record}
+
+    def refresh(self) -> bool:
+        """Poll once; reload on a change. True if the copy is current afterwards."""
+        try:
+            generation = self.store.generation()
+            if generation != self.generation or not self.loaded:
+                generation, bindings = self.store.snapshot()
+                with self._lock:
+                    # Swap the whole dict: readers never see a half-built table.
+                    self.bindings = bindings
+                    self.generation = generation
+                    self.loaded = True
+        except (StoreUnavailable, redis.RedisError) as exc:
+            if not self.stale:
+                log.warning("binding store unreachable, serving the last copy: %s", exc)
+            self.stale = True
+            return False
+        if self.stale:
+            log.warning("binding store reachable again")
+        self.stale = False
+        self.last_refresh = time.time()
+        return True
+
+    def stop(self) -> None:
+        """Stop the polling thread (tests; workers just exit)."""
+        self._stop.set()
+
+    def _ensure_thread(self) -> None:
+        # The thread must be started in the process that serves: gunicorn forks
+        # workers after the app is built, and threads do not survive a fork.
+        pid = os.getpid()
+        if self._owner_pid == pid:
+            return
+        with self._lock:
+            if self._owner_pid == pid:
+                return
+            self._owner_pid = pid
+            self._stop = threading.Event()
+        self.refresh()
+        thread = threading.Thread(target=self._run, name="rolegate-binding-cache", daemon=True)
+        thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.refresh()

@@ -1,0 +1,82 @@
+"""Every error the API returns is JSON: {"error": {"code", "message", "details"}}.
+
+One handler for rolegate's own exceptions (each carries its status), one for
+pydantic validation failures, one for Werkzeug's HTTP exceptions. There is no
+catch-all: an unexpected exception is a bug and should look like one in the logs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import Flask, Response, jsonify
+from pydantic import ValidationError
+from werkzeug.exceptions import HTTPException
+
+from bindings.errors import RolegateError
+
+
+class BadRequest(RolegateError):
+    """The request itself is malformed (not JSON, wrong shape, bad parameter)."""
+
+    status = 400
+    code = "bad_request"
+
+
+class Unauthorized(RolegateError):
+    """No token, or one the server does not know."""
+
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(RolegateError):
+    """A known token whose scope does not allow this call."""
+
+    status = 403
+    code = "forbidden"
+
+
+def error_response(status: int, code: str, message: str, details: Any = None) -> Response:
+    """Render the one error shape every client can rely on."""
+    response = jsonify({"error": {"code": code, "message": message, "details": details or {}}})
+    response.status_code = status
+    return response
+
+
+def validation_details(exc: ValidationError) -> list[dict[str, str]]:
+    """Pydantic's errors as [{"field", "message"}], the field dotted from its location."""
+    out = []
+    for err in exc.errors(include_url=False):
+        field = ".".join(str(part) for part in err.get("loc", ()))
+        out.append({"field": field, "message": err.get("msg", "invalid")})
+    return out
+
+
+def _summary(details: list[dict[str, str]]) -> str:
+    parts = [f"{d['field']}: {d['message']}" if d["field"] else d["message"] for d in details]
+    return "; ".join(parts) or "invalid input"
+
+
+def init_app(app: Flask) -> None:
+    """Register the JSON error handlers."""
+
+    @app.errorhandler(RolegateError)
+    def _rolegate_error(exc: RolegateError) -> Response:
+        return error_response(exc.status, exc.code, exc.message, exc.details)
+
+    @app.errorhandler(ValidationError)
+    def _validation_error(exc: ValidationError) -> Response:
+        details = validation_details(exc)
+        return error_response(422, "invalid", _summary(details), {"errors": details})
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Response:
+        code = (exc.name or "error").lower().replace(" ", "_")
+        response = error_response(exc.code or 500, code, exc.description or exc.name or "")
+        if exc.code == 405:
+            allowed = exc.get_headers() if hasattr(exc, "get_headers") else []
+            for header, value in allowed:
+                if header.lower() == "allow":
+                    response.headers["Allow"] = value
+        return response

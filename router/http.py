@@ -1,0 +1,115 @@
+"""The one HTTP client for rolegate's API, shared by the CLI, the gatekeeper and callers.
+
+One `requests.Session`, a timeout on every call, and tenacity retrying only what
+a retry can fix: connection errors and timeouts, never a 4xx or a 5xx answer.
+Bounded by attempts and by time, exponential backoff with jitter, and
+`ROLEGATE_RETRY_NO_WAIT=1` removes the waiting in tests (as stamina does).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import requests
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_after_delay,
+    wait_exponential_jitter,
+    wait_none,
+)
+
+RETRYABLE = (requests.ConnectionError, requests.Timeout)
+
+
+class ApiError(Exception):
+    """The API answered with an error: its status and its {"error": ...} body."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details or {}
+
+
+class ApiClient:
+    """Calls rolegate's HTTP API with bounded, jittered retries on connection trouble."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        timeout: float = 5.0,
+        attempts: int = 5,
+        max_delay: float = 30.0,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self.attempts = attempts
+        self.max_delay = max_delay
+        self.session = requests.Session()
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+
+    def _retrying(self) -> Retrying:
+        no_wait = os.environ.get("ROLEGATE_RETRY_NO_WAIT") == "1"
+        return Retrying(
+            retry=retry_if_exception_type(RETRYABLE),
+            stop=stop_after_attempt(self.attempts) | stop_after_delay(self.max_delay),
+            wait=wait_none() if no_wait else wait_exponential_jitter(initial=0.1, max=5.0),
+            reraise=True,
+        )
+
+    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200, 201),
+                **kwargs: Any) -> requests.Response:
+        """Send one request (retried on connection errors); raise ApiError unless ok."""
+        kwargs.setdefault("timeout", self.timeout)
+        for attempt in self._retrying():
+            with attempt:
+                response = self.session.request(method, f"{self.url}{path}", **kwargs)
+        if response.status_code not in ok:
+            raise _api_error(response)
+        return response
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        """GET `path` and return its JSON."""
+        return self.request("GET", path, **kwargs).json()
+
+    def post(self, path: str, body: Any = None, *, version: int | None = None,
+             **kwargs: Any) -> Any:
+        """POST JSON to `path` (with If-Match when `version` is given) and return its JSON."""
+        headers = dict(kwargs.pop("headers", {}))
+        if version is not None:
+            headers["If-Match"] = str(version)
+        return self.request("POST", path, json=body if body is not None else {},
+                            headers=headers, **kwargs).json()
+
+    def put(self, path: str, body: Any, *, version: int | None = None, **kwargs: Any) -> Any:
+        """PUT JSON to `path` (with If-Match when `version` is given) and return its JSON."""
+        headers = dict(kwargs.pop("headers", {}))
+        if version is not None:
+            headers["If-Match"] = str(version)
+        return self.request("PUT", path, json=body, headers=headers, **kwargs).json()
+
+    def close(self) -> None:
+        """Close the pooled connections."""
+        self.session.close()
+
+
+def _api_error(response: requests.Response) -> ApiError:
+    try:
+        error = response.json().get("error", {})
+    except ValueError:
+        error = {}
+    if not isinstance(error, dict):
+        error = {}
+    return ApiError(
+        response.status_code,
+        str(error.get("code", "http_error")),
+        str(error.get("message", response.text[:500] or response.reason)),
+        error.get("details"),
+    )
