@@ -1,0 +1,34 @@
+"""The `rolegate` command line: operators' commands over the HTTP API, and the servers.
+
+Each group of commands lives in its own module exposing `register(main)`; this
+module only assembles them. Exit codes are a contract: 0 done, 1 refused
+(conflict, validation, a failed gate), 2 usage or connection error.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+
+#: Modules that add commands to `main` through their `register(main)` function.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rolegate")
+def main() -> None:
+    """rolegate: staged rollouts and config bindings for AI agents."""
+
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(_name).register(main)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
