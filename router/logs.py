@@ -1,0 +1,115 @@
+"""Structured logs: one JSON line per request and one per decision, tied by a request id.
+
+The request id comes from the caller's `X-Request-Id` when it is a sane token,
+otherwise it is drawn here; either way it is echoed in the response, so a
+caller's log line and ours can be joined. Nothing here ever reads the
+`Authorization` header or the query string, so a token cannot reach the log.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import time
+import uuid
+from typing import Any
+
+from flask import Blueprint, Flask, Response, g, has_app_context, request
+
+#: The logger every JSON line goes to; it has its own handler so lines stay pure JSON.
+LOGGER_NAME = "rolegate.events"
+REQUEST_ID_HEADER = "X-Request-Id"
+#: A caller's id is echoed only when it is short and plain, so it cannot forge log lines.
+_SAFE_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+#: Operator endpoints whose success is a decision worth its own line.
+DECISION_ENDPOINTS = {
+    "bindings.put_binding": "replace",
+    "bindings.rollback": "rollback",
+    "bindings.set_canary": "canary",
+    "bindings.promote": "promote",
+    "bindings.pause": "pause",
+    "bindings.resume": "resume",
+}
+_START = "rolegate.started"
+
+log = logging.getLogger(LOGGER_NAME)
+bp = Blueprint("logs", __name__)
+
+
+def configure(stream: Any = None) -> logging.Logger:
+    """Give the events logger one plain handler (once), writing bare JSON lines."""
+    if not log.handlers:
+        handler = logging.StreamHandler(stream or sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        # The root logger (gunicorn's, pytest's) would prefix and duplicate each line.
+        log.propagate = False
+    return log
+
+
+def emit(kind: str, **fields: Any) -> None:
+    """Write one JSON line of `kind` with `fields`, stamped with the time and request id."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    line: dict[str, Any] = {"ts": round(time.time(), 6), "type": kind}
+    request_id = g.get("request_id") if has_app_context() else None
+    if request_id is not None:
+        line["request_id"] = request_id
+    line.update(fields)
+    log.info(json.dumps(line, separators=(",", ":"), default=str))
+
+
+def request_id_from(header: str | None) -> str:
+    """The caller's request id if it is safe to echo, else a fresh one."""
+    if header is not None and _SAFE_REQUEST_ID.match(header):
+        return header
+    return uuid.uuid4().hex
+
+
+def _before() -> None:
+    request.environ[_START] = time.perf_counter()
+    g.request_id = request_id_from(request.headers.get(REQUEST_ID_HEADER))
+
+
+def _after(response: Response) -> Response:
+    started = request.environ.get(_START)
+    duration_ms = (time.perf_counter() - started) * 1e3 if started is not None else None
+    response.headers[REQUEST_ID_HEADER] = g.get("request_id", "")
+    principal = g.get("principal")
+    resolution = g.get("resolution")
+    if resolution is not None:
+        emit("decision", decision="resolve", role=resolution["role"], arm=resolution["arm"],
+             config=resolution["config"], version=resolution["version"],
+             key=resolution["key"], stale=resolution["stale"])
+    else:
+        action = DECISION_ENDPOINTS.get(request.endpoint or "")
+        if action is not None and 200 <= response.status_code < 300:
+            _binding_decision(action, response, principal)
+    emit("request", method=request.method, path=request.path, status=response.status_code,
+         duration_ms=round(duration_ms, 3) if duration_ms is not None else None,
+         actor=principal.name if principal is not None else None)
+    return response
+
+
+def _binding_decision(action: str, response: Response, principal: Any) -> None:
+    record = response.get_json(silent=True) or {}
+    binding = record.get("binding") or {}
+    body = request.get_json(silent=True)
+    reason = body.get("reason") if isinstance(body, dict) else None
+    emit("decision", decision=action, role=record.get("role"), version=record.get("version"),
+         stage=binding.get("stage"), share=binding.get("share"),
+         candidate=binding.get("candidate"), current=binding.get("current"),
+         paused=binding.get("paused"), reason=reason,
+         actor=principal.name if principal is not None else None)
+
+
+bp.before_app_request(_before)
+bp.after_app_request(_after)
+
+
+def init_app(app: Flask) -> None:
+    """Make sure the JSON lines have somewhere to go (the hooks come with `bp`)."""
+    configure()

@@ -1,0 +1,224 @@
+"""Prometheus metrics at /metrics, correct under several gunicorn workers.
+
+Counters live in this module and are bumped from request hooks, so the API
+modules stay unaware of them. Under gunicorn each worker is its own process:
+set `PROMETHEUS_MULTIPROC_DIR` (before the app is imported) and prometheus-client
+keeps every worker's counters in files there, which a scrape of any worker sums.
+The gunicorn config must call `mark_worker_dead` from its `child_exit` hook and
+`clear_multiproc_dir` from `on_starting`.
+
+Stage, share and staleness are not counted but read at scrape time from the
+scraping worker's binding copy: every worker holds the same table, so any one
+of them answers for all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+from flask import Blueprint, Flask, Response, current_app, g, request
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from bindings.models import Stage
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+bp = Blueprint("metrics", __name__)
+
+#: Our own registry: the default one would also collect in every test's app twice.
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+RESOLVES = Counter("rolegate_resolves", "Resolves served, by role and arm.",
+                   ["role", "arm"], registry=REGISTRY)
+STALE_RESOLVES = Counter("rolegate_stale_resolves",
+                         "Resolves served from a binding copy Redis could not refresh.",
+                         ["role"], registry=REGISTRY)
+TRACES = Counter("rolegate_traces_ingested", "Traces accepted, by role and arm.",
+                 ["role", "arm"], registry=REGISTRY)
+VERDICTS = Counter("rolegate_verdicts", "Gate verdicts given, by role and verdict.",
+                   ["role", "verdict"], registry=REGISTRY)
+ROLLBACKS = Counter("rolegate_rollbacks",
+                    "Rollbacks, by role and by who did it: human, gatekeeper or tripwire.",
+                    ["role", "actor"], registry=REGISTRY)
+REDIS_ERRORS = Counter("rolegate_redis_errors",
+                       "Times Redis did not answer: in a request, or refreshing the bindings.",
+                       ["where"], registry=REGISTRY)
+REQUESTS = Counter("rolegate_http_requests", "HTTP requests answered, by status class.",
+                   ["status"], registry=REGISTRY)
+
+ROLLBACK_ACTORS = ("human", "gatekeeper", "tripwire")
+
+# The resolve hot path pays a dict lookup, not a labels() call, per request.
+_resolve_children: dict[tuple[str, str], Any] = {}
+
+
+def count_resolve(role: str, arm: str, stale: bool) -> None:
+    """Count one resolve of `role` to `arm` (and a stale one when the copy was stale)."""
+    child = _resolve_children.get((role, arm))
+    if child is None:
+        child = _resolve_children.setdefault((role, arm), RESOLVES.labels(role, arm))
+    child.inc()
+    if stale:
+        STALE_RESOLVES.labels(role).inc()
+
+
+def count_traces(role: str, arm: str, n: int = 1) -> None:
+    """Count `n` traces of `role` accepted for `arm`."""
+    TRACES.labels(role, arm).inc(n)
+
+
+def count_verdict(role: str, verdict: str) -> None:
+    """Count one gate verdict (pass, fail, pending, ...) of `role`."""
+    VERDICTS.labels(role, verdict).inc()
+
+
+def count_rollback(role: str, actor: str) -> None:
+    """Count one rollback of `role` by `actor`, one of ROLLBACK_ACTORS."""
+    if actor not in ROLLBACK_ACTORS:
+        raise ValueError(f"actor must be one of {ROLLBACK_ACTORS}, got {actor!r}")
+    ROLLBACKS.labels(role, actor).inc()
+
+
+def count_redis_error(where: str) -> None:
+    """Count one time Redis did not answer, `where` naming the caller."""
+    REDIS_ERRORS.labels(where).inc()
+
+
+def rollback_actor(scope: str | None, details: dict[str, Any] | None) -> str:
+    """Classify who rolled back: a tripwire names itself in the details, else by token scope."""
+    if details and (details.get("tripwire") or details.get("trigger") == "tripwire"):
+        return "tripwire"
+    return "gatekeeper" if scope == "gatekeeper" else "human"
+
+
+def _observe(response: Response) -> Response:
+    resolution = g.get("resolution")
+    if resolution is not None:
+        count_resolve(resolution["role"], resolution["arm"], resolution["stale"])
+        return response
+    status = response.status_code
+    REQUESTS.labels(f"{status // 100}xx").inc()
+    if status == 503:
+        error = (response.get_json(silent=True) or {}).get("error") or {}
+        if error.get("code") == "store_unavailable":
+            count_redis_error("request")
+    elif request.endpoint == "bindings.rollback" and 200 <= status < 300:
+        record = response.get_json(silent=True) or {}
+        body = request.get_json(silent=True)
+        details = body.get("details") if isinstance(body, dict) else None
+        principal = g.get("principal")
+        scope = principal.scope if principal is not None else None
+        count_rollback(str(record.get("role")), rollback_actor(scope, details))
+    return response
+
+
+bp.after_app_request(_observe)
+
+
+class BindingCollector(Collector):
+    """Stage, share and pause of every role, read from the binding copy at scrape time."""
+
+    def __init__(self, app: Flask) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the gauges for every role in the scraping worker's copy."""
+        cache = self.app.extensions["rolegate"].cache
+        bindings, stale = cache.all()
+        stage = GaugeMetricFamily("rolegate_stage", "1 for the stage each role is in.",
+                                  labels=["role", "stage"])
+        share = GaugeMetricFamily("rolegate_share", "The candidate's share of traffic.",
+                                  labels=["role"])
+        paused = GaugeMetricFamily("rolegate_paused", "1 when the role's rollout is paused.",
+                                   labels=["role"])
+        version = GaugeMetricFamily("rolegate_binding_version", "The binding's version.",
+                                    labels=["role"])
+        for role, record in sorted(bindings.items()):
+            binding = record.binding
+            for each in Stage:
+                stage.add_metric([role, each.value], 1.0 if binding.stage is each else 0.0)
+            share.add_metric([role], binding.share)
+            paused.add_metric([role], 1.0 if binding.paused else 0.0)
+            version.add_metric([role], float(record.version))
+        yield stage
+        yield share
+        yield paused
+        yield version
+        yield GaugeMetricFamily("rolegate_bindings_stale",
+                                "1 while this worker serves a copy Redis could not refresh.",
+                                value=1.0 if stale else 0.0)
+        yield GaugeMetricFamily("rolegate_bindings_generation",
+                                "The change counter of the binding copy.",
+                                value=float(cache.generation))
+
+
+class _Forward(Collector):
+    """Hands one registry's metrics to another (single-process mode)."""
+
+    def __init__(self, source: CollectorRegistry) -> None:
+        self.source = source
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield every metric of the source registry."""
+        yield from self.source.collect()
+
+
+def scrape_registry(app: Flask) -> CollectorRegistry:
+    """The registry one scrape reads: every worker's counters, and this app's gauges."""
+    registry = CollectorRegistry(auto_describe=False)
+    if os.environ.get(MULTIPROC_ENV):
+        multiprocess.MultiProcessCollector(registry)
+    else:
+        registry.register(_Forward(REGISTRY))
+    registry.register(BindingCollector(app))
+    return registry
+
+
+@bp.get("/metrics")
+def metrics() -> Response:
+    """The Prometheus text exposition of rolegate's metrics."""
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+    body = generate_latest(scrape_registry(app))
+    return Response(body, content_type=CONTENT_TYPE_LATEST)
+
+
+def mark_worker_dead(pid: int) -> None:
+    """Tell prometheus-client a worker exited (gunicorn's `child_exit` hook calls this)."""
+    if os.environ.get(MULTIPROC_ENV):
+        multiprocess.mark_process_dead(pid)
+
+
+def clear_multiproc_dir() -> None:
+    """Empty the multiprocess directory before the workers start (gunicorn's `on_starting`).
+
+    Files left by a previous run would otherwise be summed into this run's counters.
+    """
+    path = os.environ.get(MULTIPROC_ENV)
+    if not path:
+        return
+    os.makedirs(path, exist_ok=True)
+    for name in os.listdir(path):
+        target = os.path.join(path, name)
+        if os.path.isdir(target):
+            shutil.rmtree(target)
+        else:
+            os.remove(target)
+
+
+def init_app(app: Flask) -> None:
+    """Count the binding copy's failed refreshes as Redis errors."""
+    cache = app.extensions["rolegate"].cache
+    listeners = getattr(cache, "error_listeners", None)
+    if listeners is not None:
+        listeners.append(lambda exc: count_redis_error("refresh"))
