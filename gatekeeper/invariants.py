@@ -1,0 +1,176 @@
+"""Per-trace invariants: properties a run must hold, checked one trace at a time.
+
+Pure: a trace and the role's `Invariants` in, a `TraceVerdict` out. Each check has
+a stable criterion key (the names in `CRITERIA`) so results line up across
+versions and lanes (seed 000: measure invariants, never exact output).
+
+Only criteria the policy configures are judged; an unconfigured one is absent
+from `TraceVerdict.criteria` rather than trivially true, so per-criterion pass
+rates are never padded. The tool criteria need to know which tools ran: a trace
+that reports steps but neither `tools` nor `steps` leaves them unjudged (missing
+data never fails a run, and never trips the tripwire).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bindings.models import Invariants
+from gatekeeper.trace import Trace
+
+ARTIFACT_EXISTS = "artifact_exists"
+MUST_CONTAIN_TABLE = "must_contain_table"
+FORBIDDEN_TOOLS = "forbidden_tools"
+ALLOWED_TOOLS = "allowed_tools"
+REQUIRED_TOOLS = "required_tools"
+MAX_STEPS = "max_steps"
+MAX_COST_USD = "max_cost_usd"
+
+#: Every criterion key, in the order reports list them.
+CRITERIA: tuple[str, ...] = (
+    ARTIFACT_EXISTS,
+    MUST_CONTAIN_TABLE,
+    FORBIDDEN_TOOLS,
+    ALLOWED_TOOLS,
+    REQUIRED_TOOLS,
+    MAX_STEPS,
+    MAX_COST_USD,
+)
+
+_HTML_TABLE = re.compile(r"<table\b", re.IGNORECASE)
+#: One cell of a markdown delimiter row: hyphens, optionally colon-aligned.
+_DELIMITER_CELL = re.compile(r":?-+:?")
+
+
+@dataclass(frozen=True)
+class TraceVerdict:
+    """What one trace's invariants said.
+
+    `forbidden` lists each tool called that is on the forbidden list or outside
+    the allowlist (first-call order); `required_lost` each required tool never
+    called. Either makes the verdict `blocking`: a zero-tolerance breach that no
+    pass rate may average away.
+    """
+
+    passed: bool
+    criteria: Mapping[str, bool] = field(default_factory=dict)
+    forbidden: tuple[str, ...] = ()
+    required_lost: tuple[str, ...] = ()
+    missing_artifacts: tuple[str, ...] = ()
+    tools_reported: bool = True
+
+    @property
+    def blocking(self) -> bool:
+        """True when the trace breached a zero-tolerance rule."""
+        return bool(self.forbidden or self.required_lost)
+
+    @property
+    def failed_criteria(self) -> tuple[str, ...]:
+        """The criterion keys that did not hold, in `CRITERIA` order."""
+        return tuple(name for name in CRITERIA if self.criteria.get(name) is False)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (what the ingest answer and the trace store carry)."""
+        return {
+            "passed": self.passed,
+            "blocking": self.blocking,
+            "criteria": dict(self.criteria),
+            "failed": list(self.failed_criteria),
+            "forbidden": list(self.forbidden),
+            "required_lost": list(self.required_lost),
+            "missing_artifacts": list(self.missing_artifacts),
+            "tools_reported": self.tools_reported,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> TraceVerdict:
+        """Rebuild a verdict from `to_json()` output."""
+        return cls(
+            passed=bool(data["passed"]),
+            criteria={str(k): bool(v) for k, v in data.get("criteria", {}).items()},
+            forbidden=tuple(data.get("forbidden", ())),
+            required_lost=tuple(data.get("required_lost", ())),
+            missing_artifacts=tuple(data.get("missing_artifacts", ())),
+            tools_reported=bool(data.get("tools_reported", True)),
+        )
+
+
+def tools_reported(trace: Trace) -> bool:
+    """Whether the trace says which tools ran (steps, tool names, or no steps at all)."""
+    return trace.steps is not None or bool(trace.tools) or trace.step_count == 0
+
+
+def contains_table(text: str) -> bool:
+    """True if `text` holds an HTML table or a markdown pipe table (header + delimiter row)."""
+    if _HTML_TABLE.search(text):
+        return True
+    if "|" not in text:
+        return False
+    lines = text.splitlines()
+    for header, delimiter in zip(lines, lines[1:]):
+        if "|" not in header or "|" not in delimiter:
+            continue
+        cells = _cells(delimiter)
+        # GFM: the delimiter row has only alignment cells, as many as the header.
+        if cells and all(_DELIMITER_CELL.fullmatch(c) for c in cells) \
+                and len(_cells(header)) == len(cells):
+            return True
+    return False
+
+
+def _cells(line: str) -> list[str]:
+    body = line.strip()
+    if body.startswith("|"):
+        body = body[1:]
+    if body.endswith("|"):
+        body = body[:-1]
+    return [cell.strip() for cell in body.split("|")]
+
+
+def check(trace: Trace, invariants: Invariants) -> TraceVerdict:
+    """Judge one trace against the role's invariants."""
+    criteria: dict[str, bool] = {}
+    missing: tuple[str, ...] = ()
+    if invariants.artifact_exists:
+        produced = set(trace.artifacts)
+        missing = tuple(p for p in invariants.artifact_exists if p not in produced)
+        criteria[ARTIFACT_EXISTS] = not missing
+    if invariants.must_contain_table:
+        criteria[MUST_CONTAIN_TABLE] = contains_table(trace.output_text)
+
+    reported = tools_reported(trace)
+    forbidden: list[str] = []
+    lost: tuple[str, ...] = ()
+    if reported:
+        called = dict.fromkeys(trace.tools)  # first-call order, no repeats
+        if invariants.forbidden_tools:
+            banned = set(invariants.forbidden_tools)
+            hits = [t for t in called if t in banned]
+            criteria[FORBIDDEN_TOOLS] = not hits
+            forbidden.extend(hits)
+        if invariants.allowed_tools is not None:
+            allowed = set(invariants.allowed_tools)
+            outside = [t for t in called if t not in allowed]
+            criteria[ALLOWED_TOOLS] = not outside
+            # An out-of-allowlist call counts as a forbidden call (issue 3).
+            forbidden.extend(t for t in outside if t not in forbidden)
+        if invariants.required_tools:
+            lost = tuple(t for t in invariants.required_tools if t not in called)
+            criteria[REQUIRED_TOOLS] = not lost
+
+    if invariants.max_steps is not None:
+        criteria[MAX_STEPS] = trace.step_count <= invariants.max_steps
+    if invariants.max_cost_usd is not None:
+        criteria[MAX_COST_USD] = trace.cost_usd <= invariants.max_cost_usd
+
+    return TraceVerdict(
+        passed=all(criteria.values()),
+        criteria=criteria,
+        forbidden=tuple(forbidden),
+        required_lost=lost,
+        missing_artifacts=missing,
+        tools_reported=reported,
+    )

@@ -1,0 +1,246 @@
+"""A window of traces folded into counts: mergeable, and storable as one Redis hash.
+
+The canonical form is a flat `{field: int}` map, the same one the trace store
+keeps with HINCRBY, so a window built in memory from a list of traces (the
+offline suite) and one read back from Redis (the online gate) are the same
+object, computed by the same code (seed 002: share one extractor). Adding a
+trace only ever adds integers, so windows merge by summing.
+
+Fields: the scalars in `SCALARS`, and counters under a prefix: `crit_n:<key>`
+and `crit_pass:<key>` per criterion, `steps:<count>` and `cost:<micro-USD
+bucket>` histograms, `tool:<name>` calls, `forbid:<name>` traces that called a
+forbidden tool, `lost:<name>` traces that lost a required tool.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from bindings.models import Invariants
+from gatekeeper.invariants import CRITERIA, TraceVerdict, check
+from gatekeeper.statistics import histogram_percentile
+from gatekeeper.trace import Trace
+
+#: Scalar fields: traces, passes, traces with a forbidden call, blocking traces,
+#: answered runs, tool calls, failed calls, runs with a failed call, micro-USD,
+#: tokens, milliseconds of latency.
+SCALARS = ("n", "passes", "forbidden", "blocking", "answered", "calls", "tool_errors",
+           "error_runs", "cost_micros", "tokens", "latency_ms")
+CRIT_N = "crit_n:"
+CRIT_PASS = "crit_pass:"
+STEPS = "steps:"
+COST = "cost:"
+TOOL = "tool:"
+FORBID = "forbid:"
+LOST = "lost:"
+
+MICROS = 1_000_000
+#: Cost histogram resolution: significant digits kept (rounded up), so a p95 read
+#: from it overstates the true value by under 1% and the field count stays small.
+COST_DIGITS = 3
+
+
+def cost_bucket(micros: int) -> int:
+    """Round a cost in micro-USD up to `COST_DIGITS` significant digits."""
+    if micros < 10 ** COST_DIGITS:
+        return max(0, micros)
+    scale = 10 ** (len(str(micros)) - COST_DIGITS)
+    return -(-micros // scale) * scale
+
+
+def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
+    """The fields one trace adds to a window."""
+    cost = round(trace.cost_usd * MICROS)
+    out: Counter[str] = Counter({
+        "n": 1,
+        "passes": int(verdict.passed),
+        "forbidden": int(bool(verdict.forbidden)),
+        "blocking": int(verdict.blocking),
+        "answered": int(trace.answered),
+        "calls": trace.step_count,
+        "tool_errors": trace.tool_errors,
+        "error_runs": int(trace.tool_errors > 0),
+        "cost_micros": cost,
+        "tokens": trace.tokens,
+        "latency_ms": round(trace.latency_s * 1000),
+        f"{STEPS}{trace.step_count}": 1,
+        f"{COST}{cost_bucket(cost)}": 1,
+    })
+    for name, held in verdict.criteria.items():
+        out[f"{CRIT_N}{name}"] += 1
+        out[f"{CRIT_PASS}{name}"] += int(held)
+    for tool in trace.tools:
+        out[f"{TOOL}{tool}"] += 1
+    for tool in verdict.forbidden:
+        out[f"{FORBID}{tool}"] += 1
+    for tool in verdict.required_lost:
+        out[f"{LOST}{tool}"] += 1
+    # Zero counts are noise in a Redis hash; keep only what moves.
+    return {k: v for k, v in out.items() if v}
+
+
+class WindowStats:
+    """Running aggregate of trace verdicts over one (role, config, arm) window."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: Mapping[str, int] | None = None) -> None:
+        self.fields: Counter[str] = Counter(fields or {})
+
+    # -- building --------------------------------------------------------------
+
+    @classmethod
+    def from_traces(cls, traces: Iterable[Trace], invariants: Invariants) -> WindowStats:
+        """Check each trace against `invariants` and fold the verdicts in."""
+        window = cls()
+        for trace in traces:
+            window.add(trace, check(trace, invariants))
+        return window
+
+    @classmethod
+    def from_fields(cls, raw: Mapping[bytes | str, bytes | str | int]) -> WindowStats:
+        """Rebuild a window from a stored hash (HGETALL answer: bytes or str)."""
+        fields: dict[str, int] = {}
+        for key, value in raw.items():
+            name = key.decode() if isinstance(key, bytes) else key
+            fields[name] = int(value)
+        return cls(fields)
+
+    def add(self, trace: Trace, verdict: TraceVerdict) -> None:
+        """Fold one checked trace into the window."""
+        self.fields.update(increments(trace, verdict))
+
+    def merge(self, other: WindowStats) -> WindowStats:
+        """A new window holding both windows' traces."""
+        return WindowStats(self.fields + other.fields)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WindowStats):
+            return NotImplemented
+        return +self.fields == +other.fields
+
+    def __repr__(self) -> str:
+        return f"WindowStats(n={self.n}, passes={self.passes})"
+
+    # -- reading ---------------------------------------------------------------
+
+    def _get(self, name: str) -> int:
+        return self.fields.get(name, 0)
+
+    def _prefixed(self, prefix: str) -> dict[str, int]:
+        size = len(prefix)
+        return {k[size:]: v for k, v in self.fields.items() if k.startswith(prefix) and v}
+
+    @property
+    def n(self) -> int:
+        """Traces in the window."""
+        return self._get("n")
+
+    @property
+    def passes(self) -> int:
+        """Traces whose every configured invariant held."""
+        return self._get("passes")
+
+    @property
+    def forbidden(self) -> int:
+        """Traces that called at least one forbidden or out-of-allowlist tool."""
+        return self._get("forbidden")
+
+    @property
+    def blocking(self) -> int:
+        """Traces with a zero-tolerance breach (forbidden call or lost required tool)."""
+        return self._get("blocking")
+
+    @property
+    def calls(self) -> int:
+        """Tool calls (steps) over all traces."""
+        return self._get("calls")
+
+    @property
+    def tool_errors(self) -> int:
+        """Tool calls that returned an error."""
+        return self._get("tool_errors")
+
+    @property
+    def error_runs(self) -> int:
+        """Traces with at least one failed tool call."""
+        return self._get("error_runs")
+
+    @property
+    def answered(self) -> int:
+        """Traces that ended with an answer."""
+        return self._get("answered")
+
+    @property
+    def cost_usd(self) -> float:
+        """Total cost of the window's traces."""
+        return self._get("cost_micros") / MICROS
+
+    @property
+    def tokens(self) -> int:
+        """Total tokens."""
+        return self._get("tokens")
+
+    @property
+    def latency_s(self) -> float:
+        """Total latency."""
+        return self._get("latency_ms") / 1000
+
+    def criterion_counts(self) -> dict[str, tuple[int, int]]:
+        """{criterion: (passes, judged)} for each criterion judged at least once."""
+        judged = self._prefixed(CRIT_N)
+        passed = self._prefixed(CRIT_PASS)
+        order = {name: i for i, name in enumerate(CRITERIA)}
+        names = sorted(judged, key=lambda name: (order.get(name, len(order)), name))
+        return {name: (passed.get(name, 0), judged[name]) for name in names}
+
+    def steps_histogram(self) -> dict[int, int]:
+        """{step count: traces}."""
+        return {int(k): v for k, v in self._prefixed(STEPS).items()}
+
+    def cost_histogram(self) -> dict[float, int]:
+        """{cost bucket upper bound in USD: traces}."""
+        return {int(k) / MICROS: v for k, v in self._prefixed(COST).items()}
+
+    def tool_tally(self) -> dict[str, int]:
+        """{tool: calls}, most called first (observe before you forbid)."""
+        return dict(sorted(self._prefixed(TOOL).items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def forbidden_tools(self) -> dict[str, int]:
+        """{tool: traces that called it while it was forbidden or off the allowlist}."""
+        return dict(sorted(self._prefixed(FORBID).items()))
+
+    def required_lost(self) -> dict[str, int]:
+        """{required tool: traces that never called it}."""
+        return dict(sorted(self._prefixed(LOST).items()))
+
+    def p95_steps(self) -> float:
+        """Nearest-rank 95th percentile of step counts; 0 when empty."""
+        return histogram_percentile({float(k): v for k, v in self.steps_histogram().items()},
+                                    0.95)
+
+    def p95_cost_usd(self) -> float:
+        """95th percentile of cost, as its histogram bucket's upper bound; 0 when empty."""
+        return histogram_percentile(self.cost_histogram(), 0.95)
+
+    def mean_cost_usd(self) -> float:
+        """Mean cost per trace; 0 when empty."""
+        return self.cost_usd / self.n if self.n else 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        """The raw counts, JSON-ready."""
+        return {
+            "n": self.n,
+            "passes": self.passes,
+            "forbidden": self.forbidden,
+            "blocking": self.blocking,
+            "answered": self.answered,
+            "calls": self.calls,
+            "tool_errors": self.tool_errors,
+            "error_runs": self.error_runs,
+            "cost_usd": self.cost_usd,
+            "tokens": self.tokens,
+            "steps_histogram": {str(k): v for k, v in sorted(self.steps_histogram().items())},
+        }

@@ -1,0 +1,143 @@
+"""Per-trace invariants: each criterion key, the blocking flag, and table detection."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bindings.models import Invariants
+from gatekeeper.invariants import CRITERIA, TraceVerdict, check, contains_table
+from gatekeeper.trace import Trace
+
+STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
+          "tool_schema_hash": "t1"}
+
+
+def trace(**fields: Any) -> Trace:
+    """A valid trace with `fields` overriding the defaults."""
+    data: dict[str, Any] = {"run_id": "r1", "role": "summarizer", "config": "cfg_a",
+                            "arm": "candidate", "stamps": STAMPS}
+    data.update(fields)
+    return Trace.model_validate(data)
+
+
+def test_criteria_keys_are_stable() -> None:
+    """The criterion keys are exactly the seven the issue names, in report order."""
+    assert CRITERIA == ("artifact_exists", "must_contain_table", "forbidden_tools",
+                        "allowed_tools", "required_tools", "max_steps", "max_cost_usd")
+
+
+def test_no_invariants_pass_with_no_criteria() -> None:
+    """An empty policy judges nothing and passes."""
+    verdict = check(trace(tools=["a"]), Invariants())
+    assert verdict.passed and verdict.criteria == {} and not verdict.blocking
+
+
+def test_artifact_exists() -> None:
+    """Every listed artifact must be produced; the missing ones are named."""
+    inv = Invariants(artifact_exists=("out/a.md", "out/b.md"))
+    ok = check(trace(artifacts=["out/a.md", "out/b.md", "x"]), inv)
+    bad = check(trace(artifacts=["out/a.md"]), inv)
+    assert ok.passed and ok.criteria == {"artifact_exists": True}
+    assert not bad.passed and bad.missing_artifacts == ("out/b.md",)
+    assert bad.failed_criteria == ("artifact_exists",) and not bad.blocking
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("| a | b |\n|---|---|\n| 1 | 2 |", True),
+    ("intro\n a | b \n:-- | --:\n1 | 2", True),
+    ("| one |\n| --- |", True),
+    ("<TABLE><tr><td>1</td></tr></TABLE>", True),
+    ("a | b\nnot a delimiter", False),
+    ("| a | b | c |\n|---|---|", False),
+    ("just prose, a pipe | here\n---", False),
+    ("", False),
+])
+def test_contains_table(text: str, expected: bool) -> None:
+    """Markdown pipe tables (header + delimiter row) and HTML tables are detected."""
+    assert contains_table(text) is expected
+
+
+def test_must_contain_table() -> None:
+    """must_contain_table fails a run whose output collapsed the table (seed 000)."""
+    inv = Invariants(must_contain_table=True)
+    assert check(trace(output_text="| q | n |\n|--|--|\n| 1 | 2 |"), inv).passed
+    verdict = check(trace(output_text="a summary with no table"), inv)
+    assert not verdict.passed and verdict.criteria == {"must_contain_table": False}
+
+
+def test_forbidden_tools_block() -> None:
+    """Calling a forbidden tool fails the run, names the tool, and is blocking."""
+    inv = Invariants(forbidden_tools=("web_write", "external_egress"))
+    verdict = check(trace(tools=["read", "web_write", "web_write"]), inv)
+    assert not verdict.passed and verdict.forbidden == ("web_write",)
+    assert verdict.blocking and verdict.criteria == {"forbidden_tools": False}
+    assert check(trace(tools=["read"]), inv).passed
+
+
+def test_allowed_tools_outside_counts_as_forbidden() -> None:
+    """A tool outside the allowlist fails allowed_tools and counts as a forbidden call."""
+    inv = Invariants(allowed_tools=("read", "write"))
+    verdict = check(trace(tools=["read", "delete_all"]), inv)
+    assert verdict.criteria == {"allowed_tools": False}
+    assert verdict.forbidden == ("delete_all",) and verdict.blocking
+    assert check(trace(tools=["write", "read"]), inv).passed
+
+
+def test_empty_allowlist_forbids_every_tool() -> None:
+    """allowed_tools=[] means no tool may be called."""
+    inv = Invariants(allowed_tools=())
+    assert check(trace(tools=[]), inv).passed
+    assert check(trace(tools=["read"]), inv).blocking
+
+
+def test_required_tools_lost_blocks() -> None:
+    """A required tool never called is lost, fails the run and is blocking."""
+    inv = Invariants(required_tools=("verifyIdentity", "refund"))
+    verdict = check(trace(tools=["refund"]), inv)
+    assert verdict.required_lost == ("verifyIdentity",) and verdict.blocking
+    assert verdict.criteria == {"required_tools": False}
+    assert check(trace(tools=["verifyIdentity", "refund", "refund"]), inv).passed
+
+
+def test_unreported_tools_are_not_judged() -> None:
+    """A trace that gives a step count but no tool names leaves the tool criteria unjudged."""
+    inv = Invariants(forbidden_tools=("x",), required_tools=("y",), max_steps=3)
+    verdict = check(trace(step_count=2), inv)
+    assert not verdict.tools_reported and not verdict.blocking
+    assert verdict.criteria == {"max_steps": True} and verdict.passed
+
+
+def test_max_steps_from_steps() -> None:
+    """max_steps reads the step count, derived from steps when not given."""
+    inv = Invariants(max_steps=2)
+    steps = [{"tool": "a"}, {"tool": "b"}, {"tool": "c", "error": "boom"}]
+    verdict = check(trace(steps=steps), inv)
+    assert verdict.criteria == {"max_steps": False} and not verdict.passed
+    assert check(trace(steps=steps[:2]), inv).passed
+
+
+def test_max_cost_usd() -> None:
+    """max_cost_usd holds at the limit and fails above it."""
+    inv = Invariants(max_cost_usd=0.04)
+    assert check(trace(cost_usd=0.04), inv).passed
+    assert check(trace(cost_usd=0.0401), inv).criteria == {"max_cost_usd": False}
+
+
+def test_all_criteria_reported_together() -> None:
+    """Every configured criterion appears, and the run passes only when all hold."""
+    inv = Invariants(artifact_exists=("o.md",), must_contain_table=True,
+                     forbidden_tools=("egress",), allowed_tools=("read", "write"),
+                     required_tools=("read",), max_steps=5, max_cost_usd=1.0)
+    verdict = check(trace(tools=["read", "write"], artifacts=["o.md"],
+                          output_text="<table></table>", cost_usd=0.5), inv)
+    assert set(verdict.criteria) == set(CRITERIA) and verdict.passed
+
+
+def test_verdict_json_round_trip() -> None:
+    """A verdict survives to_json/from_json unchanged."""
+    inv = Invariants(forbidden_tools=("w",), required_tools=("r",), artifact_exists=("a",))
+    verdict = check(trace(tools=["w"]), inv)
+    assert TraceVerdict.from_json(verdict.to_json()) == verdict
+    assert verdict.to_json()["blocking"] is True
