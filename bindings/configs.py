@@ -1,0 +1,132 @@
+"""The config registry in Redis: each config's spec and the criteria generated from it.
+
+One hash per config, ``rolegate:config:{cfg_b}`` (the config id is its Redis
+Cluster hash tag), holding a version counter and the record. Writes are a
+compare-and-set (WATCH, read the version, MULTI, write) when the writer names the
+version it read; a stale writer gets `Conflict` and nothing is written.
+
+`policy_since` is when the config's criteria last changed (not when its wording
+did): cases older than that were made under a different policy, and golden sets
+leave them out.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+
+import redis
+from pydantic import BaseModel, ConfigDict, Field
+
+from bindings.errors import Conflict, InvalidInput, NotFound, StoreUnavailable
+from gatekeeper.criteria import Criterion, diff, generate
+from gatekeeper.spec import Spec
+
+CONFIG_KEY_TEMPLATE = "rolegate:config:{{{config}}}"
+CONFIGS_KEY = "rolegate:configs"
+CONFIG_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
+
+
+class ConfigRecord(BaseModel):
+    """A config as stored: its spec, its criteria, and when its policy last changed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    config: str
+    version: int = Field(ge=1)
+    spec: Spec
+    criteria: tuple[Criterion, ...]
+    description: str = ""
+    updated_at: float
+    updated_by: str
+    policy_since: float
+
+
+def config_key(config: str) -> str:
+    """The Redis key of a config's record."""
+    return CONFIG_KEY_TEMPLATE.format(config=config)
+
+
+def validate_config_id(config: str) -> str:
+    """Return `config` if it is a usable config id, else raise InvalidInput."""
+    if not CONFIG_ID_PATTERN.match(config):
+        raise InvalidInput(
+            f"config id {config!r} must be 1-200 characters of letters, digits, '_', '.', '-' "
+            "and start with a letter or digit", field="config",
+        )
+    return config
+
+
+class ConfigStore:
+    """Reads and compare-and-set writes of config specs and their stored criteria."""
+
+    def __init__(self, connection: redis.Redis, clock: Callable[[], float] = time.time) -> None:
+        self.connection = connection
+        self.clock = clock
+
+    def get(self, config: str) -> ConfigRecord:
+        """The config's record; NotFound if it was never registered."""
+        try:
+            raw = self.connection.hget(config_key(validate_config_id(config)), "record")
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
+        if raw is None:
+            raise NotFound(f"no spec registered for config {config!r}", config=config)
+        return ConfigRecord.model_validate_json(raw)
+
+    def find(self, config: str) -> ConfigRecord | None:
+        """The config's record, or None when it was never registered."""
+        try:
+            return self.get(config)
+        except NotFound:
+            return None
+
+    def configs(self) -> list[str]:
+        """Every registered config id, sorted."""
+        try:
+            members = self.connection.smembers(CONFIGS_KEY)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
+        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+
+    def put(self, config: str, spec: Spec, *, actor: str, description: str = "",
+            expected_version: int | None = None) -> tuple[ConfigRecord, ConfigRecord | None]:
+        """Store `spec` and the criteria generated from it: (new record, previous record).
+
+        With `expected_version` (0 to create) the write is a compare-and-set;
+        without it the write replaces whatever is there.
+        """
+        key = config_key(validate_config_id(config))
+        criteria = tuple(generate(spec))
+        try:
+            with self.connection.pipeline(transaction=True) as pipe:
+                pipe.watch(key)
+                raw = pipe.hget(key, "record")
+                previous = ConfigRecord.model_validate_json(raw) if raw is not None else None
+                current = previous.version if previous else 0
+                if expected_version is not None and expected_version != current:
+                    raise Conflict(
+                        f"config {config!r} is at version {current}, not {expected_version}",
+                        config=config, current_version=current,
+                        expected_version=expected_version,
+                    )
+                now = self.clock()
+                # Rewording keeps the policy; a changed check starts a new one.
+                same_policy = previous is not None and diff(previous.criteria, criteria).empty
+                record = ConfigRecord(
+                    config=config, version=current + 1, spec=spec, criteria=criteria,
+                    description=description, updated_at=now, updated_by=actor,
+                    policy_since=previous.policy_since if same_policy and previous else now,
+                )
+                pipe.multi()
+                pipe.hset(key, mapping={"version": record.version,
+                                        "record": record.model_dump_json()})
+                pipe.sadd(CONFIGS_KEY, config)
+                pipe.execute()
+        except redis.WatchError:
+            raise Conflict(f"config {config!r} changed while it was being written",
+                           config=config) from None
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
+        return record, previous
