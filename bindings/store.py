@@ -84,17 +84,26 @@ class BindingStore:
         return int(raw or 0)
 
     def snapshot(self) -> tuple[int, dict[str, VersionedBinding]]:
-        """The generation and every binding, read in one round trip."""
+        """The generation and every binding, in two round trips.
+
+        The generation is read together with the role index, before the records:
+        a write landing in between makes the records newer than the generation,
+        never older, so a poller comparing generations reloads again instead of
+        keeping a table that misses the write.
+        """
         with _redis_errors():
-            roles = self.roles()
-            pipe = self.connection.pipeline(transaction=True)
-            pipe.get(GENERATION_KEY)
+            head = self.connection.pipeline(transaction=True)
+            head.get(GENERATION_KEY)
+            head.smembers(ROLES_KEY)
+            raw_generation, members = head.execute()
+            roles = sorted(_text(m) for m in members)
+            pipe = self.connection.pipeline(transaction=False)
             for role in roles:
                 pipe.hget(binding_key(role), "record")
-            results = pipe.execute()
-        generation = int(results[0] or 0)
+            results = pipe.execute() if roles else []
+        generation = int(raw_generation or 0)
         bindings = {
-            role: _load_record(raw) for role, raw in zip(roles, results[1:]) if raw is not None
+            role: _load_record(raw) for role, raw in zip(roles, results) if raw is not None
         }
         return generation, bindings
 

@@ -5,7 +5,9 @@ The hot path: served from the worker's in-process binding copy, no Redis read.
 
 from __future__ import annotations
 
-from flask import Blueprint, current_app, jsonify, request
+import os
+
+from flask import Blueprint, current_app, g, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import NotFound, StoreUnavailable
@@ -33,4 +35,11 @@ def resolve_role(role: str) -> ResponseReturnValue:
         if not cache.loaded:
             raise StoreUnavailable("bindings not loaded yet and Redis did not answer")
         raise NotFound(f"no binding for role {role!r}", role=role)
-    return jsonify(resolve(role, record.binding, record.version, key, stale=stale))
+    resolution = resolve(role, record.binding, record.version, key, stale=stale)
+    # The logs and metrics hooks read the decision from here after the response.
+    g.resolution = resolution
+    response = jsonify(resolution)
+    # Which worker answered: lets an operator (and the tests) see that a change
+    # reached every gunicorn worker, not just the one that took the write.
+    response.headers["X-Rolegate-Worker"] = str(os.getpid())
+    return response

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 
 import redis
 
@@ -36,6 +37,8 @@ class BindingCache:
         self._lock = threading.Lock()
         self._owner_pid: int | None = None
         self._stop = threading.Event()
+        #: Called with the exception each time a refresh finds Redis unreachable (metrics).
+        self.error_listeners: list[Callable[[Exception], None]] = []
 
     def get(self, role: str) -> tuple[VersionedBinding | None, bool]:
         """The cached binding of `role` (None if unknown) and whether the copy is stale."""
@@ -58,7 +61,9 @@ class BindingCache:
         """Poll once; reload on a change. True if the copy is current afterwards."""
         try:
             generation = self.store.generation()
-            if generation != self.generation or not self.loaded:
+            # After an outage reload whatever the counter says: a Redis that came
+            # back without its data may show a counter equal to the one we hold.
+            if generation != self.generation or not self.loaded or self.stale:
                 generation, bindings = self.store.snapshot()
                 with self._lock:
                     # Swap the whole dict: readers never see a half-built table.
@@ -66,6 +71,8 @@ class BindingCache:
                     self.generation = generation
                     self.loaded = True
         except (StoreUnavailable, redis.RedisError) as exc:
+            for listener in self.error_listeners:
+                listener(exc)
             if not self.stale:
                 log.warning("binding store unreachable, serving the last copy: %s", exc)
             self.stale = True

@@ -12,12 +12,17 @@ import sys
 
 import click
 
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
+# Defined in cli_common so command modules need not import this module (which
+# imports them). Re-exported here for existing callers.
+from router.cli_common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+
+__all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "COMMAND_MODULES", "main"]
 
 #: Modules that add commands to `main` through their `register(main)` function.
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = (
+    "router.cli_serve",
+    "router.cli_bindings",
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

