@@ -1,0 +1,160 @@
+"""One role, one tick: advance, roll back, hold, or leave it alone. Pure.
+
+The rule, in order (the first that applies wins):
+
+1. no live rollout (no candidate, or stable / rolled back) or a paused role: skip;
+2. the gate fails on the stage's window (a forbidden call or a lost required
+   tool fails it at once, at any n): roll back;
+3. a drift detector alarms on the candidate (CUSUM over the stage's runs against
+   the current arm's rates): roll back. This is the fast path for large regressions;
+4. in shadow, the paired comparison fails (a required tool lost, or McNemar
+   one-sided p < alpha once there are min_samples pairs): roll back;
+5. too few traces (gate `insufficient_data`, or in shadow too few pairs): hold;
+6. the candidate is worse than the current arm over the same stage, by a one-sided
+   test at alpha (one look per stage, at its end): roll back;
+7. the stage has not lasted min_stage_seconds (full: bake_seconds): hold;
+8. otherwise: advance one step.
+
+Slow, small regressions are judged on stage-cumulative windows with one look
+per stage, so alpha per stage means what it says; CUSUM watches every run
+between the looks for the large ones.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from statistics import NormalDist
+from typing import Any
+
+from bindings.models import Binding, Stage, VersionedBinding
+from gatekeeper.statistics import difference_interval
+
+LIVE_STAGES = frozenset({Stage.SHADOW, Stage.CANARY, Stage.FULL})
+
+
+class Action(str, enum.Enum):
+    """What the gatekeeper does to a role this tick."""
+
+    ADVANCE = "advance"
+    ROLLBACK = "rollback"
+    HOLD = "hold"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the gate view says about one role's current stage, as decide() needs it."""
+
+    verdict: str
+    reasons: tuple[str, ...] = ()
+    #: Candidate traces (and passes) in the stage's window.
+    n: int = 0
+    passes: int = 0
+    #: Current-arm traces over the same period (for the comparison), or its recent history.
+    current_n: int = 0
+    current_passes: int = 0
+    #: The shadow paired report (pairing.PairedReport.as_dict()), in shadow only.
+    paired: Mapping[str, Any] | None = None
+    #: Metrics whose CUSUM alarms on the candidate, and on the current arm.
+    candidate_alarms: tuple[str, ...] = ()
+    current_alarms: tuple[str, ...] = ()
+    #: Extra figures to keep in the history entry.
+    figures: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The gatekeeper's answer for one role: the action, why, and the numbers behind it."""
+
+    role: str
+    action: Action
+    version: int
+    stage: str
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+    #: Alerts to raise whatever the action (a drifting stable current).
+    alerts: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, for --dry-run output and webhook events."""
+        return {"role": self.role, "action": self.action.value, "version": self.version,
+                "stage": self.stage, "reason": self.reason, "details": self.details,
+                "alerts": list(self.alerts)}
+
+
+def required_seconds(binding: Binding) -> float:
+    """How long the binding's current stage must last before it may advance."""
+    thresholds = binding.gate.thresholds
+    if binding.stage is Stage.FULL:
+        return max(thresholds.min_stage_seconds, thresholds.bake_seconds)
+    return thresholds.min_stage_seconds
+
+
+def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) -> Decision:
+    """Decide what to do with `role` at `now`, given its binding and the gate's evidence."""
+    binding = record.binding
+    thresholds = binding.gate.thresholds
+    alerts = tuple(f"drift on current {binding.current}: {m}" for m in evidence.current_alarms)
+    numbers = _numbers(evidence)
+
+    def make(action: Action, reason: str, **extra: Any) -> Decision:
+        return Decision(role, action, record.version, binding.stage.value, reason,
+                        {**numbers, **extra}, alerts)
+
+    if binding.candidate is None or binding.stage not in LIVE_STAGES:
+        return make(Action.SKIP, f"no rollout in progress (stage {binding.stage.value})")
+    if binding.paused:
+        return make(Action.SKIP, "paused by an operator")
+    if evidence.verdict == "fail":
+        return make(Action.ROLLBACK, "gate failed: " + "; ".join(evidence.reasons),
+                    gate_reasons=list(evidence.reasons))
+    if evidence.candidate_alarms:
+        return make(Action.ROLLBACK,
+                    f"drift alarm on candidate {binding.candidate}: "
+                    + ", ".join(evidence.candidate_alarms),
+                    drift_alarms=list(evidence.candidate_alarms))
+    paired = evidence.paired if binding.stage is Stage.SHADOW else None
+    if paired is not None and paired.get("verdict") == "fail":
+        return make(Action.ROLLBACK, "shadow comparison failed: "
+                    + "; ".join(paired.get("reasons", [])))
+    if evidence.verdict != "pass":
+        return make(Action.HOLD, "waiting for data: " + "; ".join(evidence.reasons))
+    if paired is not None and paired.get("verdict") != "pass":
+        return make(Action.HOLD, "waiting for pairs: " + "; ".join(paired.get("reasons", [])))
+    worse = _worse_than_current(evidence, thresholds.alpha)
+    if worse is not None:
+        return make(Action.ROLLBACK, worse)
+    since = binding.stage_since if binding.stage_since is not None else now
+    elapsed, needed = now - since, required_seconds(binding)
+    if elapsed < needed:
+        return make(Action.HOLD, f"stage has lasted {elapsed:.0f}s of {needed:.0f}s",
+                    elapsed_s=round(elapsed, 3), required_s=needed)
+    return make(Action.ADVANCE, f"gate passed on {evidence.n} traces after {elapsed:.0f}s",
+                elapsed_s=round(elapsed, 3))
+
+
+def _worse_than_current(evidence: Evidence, alpha: float) -> str | None:
+    """A reason when the candidate's pass rate is below current's at one-sided level alpha."""
+    if evidence.n == 0 or evidence.current_n == 0:
+        return None
+    z = NormalDist().inv_cdf(1.0 - alpha)
+    diff, _, high = difference_interval(evidence.passes, evidence.n, evidence.current_passes,
+                                        evidence.current_n, z)
+    if high >= 0.0:
+        return None
+    return (f"candidate pass rate {evidence.passes}/{evidence.n} is below current's "
+            f"{evidence.current_passes}/{evidence.current_n} (difference {diff:+.3f}, "
+            f"one-sided upper bound {high:+.3f} < 0 at alpha {alpha:g})")
+
+
+def _numbers(evidence: Evidence) -> dict[str, Any]:
+    out: dict[str, Any] = {"verdict": evidence.verdict, "n": evidence.n,
+                           "passes": evidence.passes, "current_n": evidence.current_n,
+                           "current_passes": evidence.current_passes}
+    if evidence.paired is not None:
+        out["paired"] = {k: evidence.paired[k] for k in ("pairs", "flips", "mcnemar")
+                         if k in evidence.paired}
+    out.update(evidence.figures)
+    return out

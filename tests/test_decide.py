@@ -1,0 +1,147 @@
+"""decide(): advance, roll back, hold or skip one role, and the stage table it drives."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from bindings.errors import IllegalTransition
+from bindings.models import Binding, GatePolicy, Stage, Thresholds, VersionedBinding
+from gatekeeper.decide import Action, Evidence, decide
+from gatekeeper.stages import TRANSITIONS, Event, apply
+
+NOW = 1_000_000.0
+POLICY = GatePolicy(thresholds=Thresholds(min_samples=20, min_stage_seconds=60,
+                                          bake_seconds=300, alpha=0.01))
+
+
+def _record(stage: Stage, share: float = 0.0, *, since: float = NOW - 120,
+            paused: bool = False, candidate: str | None = "cfg-b") -> VersionedBinding:
+    binding = Binding(current="cfg-a", candidate=candidate, stage=stage, share=share,
+                      gate=POLICY, stage_since=since, paused=paused)
+    return VersionedBinding(role="r", version=7, binding=binding, updated_at=since,
+                            updated_by="t")
+
+
+PASSING = Evidence(verdict="pass", n=100, passes=95, current_n=1000, current_passes=950)
+PAIRED_PASS = {"verdict": "pass", "reasons": [], "pairs": 100}
+
+
+def test_pass_after_duration_advances() -> None:
+    """A passing canary that lasted min_stage_seconds advances, keeping the version read."""
+    decision = decide("r", _record(Stage.CANARY, 0.1), PASSING, NOW)
+    assert decision.action is Action.ADVANCE and decision.version == 7
+    assert decision.details["n"] == 100
+
+
+def test_pass_too_soon_holds() -> None:
+    """A passing canary younger than min_stage_seconds holds."""
+    decision = decide("r", _record(Stage.CANARY, 0.1, since=NOW - 10), PASSING, NOW)
+    assert decision.action is Action.HOLD and "10s of 60s" in decision.reason
+
+
+def test_full_waits_for_bake() -> None:
+    """The full stage waits for bake_seconds, not just min_stage_seconds."""
+    assert decide("r", _record(Stage.FULL, 1.0, since=NOW - 120), PASSING, NOW).action \
+        is Action.HOLD
+    assert decide("r", _record(Stage.FULL, 1.0, since=NOW - 301), PASSING, NOW).action \
+        is Action.ADVANCE
+
+
+def test_gate_fail_rolls_back_with_reasons() -> None:
+    """A failing gate rolls back and the history details carry its reasons."""
+    evidence = Evidence(verdict="fail", reasons=("forbidden-tool calls in 1 of 3 traces",), n=3)
+    decision = decide("r", _record(Stage.CANARY, 0.1, since=NOW - 1), evidence, NOW)
+    assert decision.action is Action.ROLLBACK
+    assert decision.details["gate_reasons"] == ["forbidden-tool calls in 1 of 3 traces"]
+
+
+def test_insufficient_holds() -> None:
+    """Too few traces holds, however long the stage has lasted."""
+    evidence = Evidence(verdict="insufficient_data", reasons=("5 traces",), n=5, passes=5)
+    assert decide("r", _record(Stage.CANARY, 0.5), evidence, NOW).action is Action.HOLD
+
+
+def test_candidate_drift_alarm_rolls_back() -> None:
+    """A CUSUM alarm on the candidate rolls it back before the stage ends."""
+    evidence = Evidence(verdict="insufficient_data", n=5, candidate_alarms=("run_failure",))
+    decision = decide("r", _record(Stage.CANARY, 0.1), evidence, NOW)
+    assert decision.action is Action.ROLLBACK and "run_failure" in decision.reason
+
+
+def test_significantly_worse_than_current_rolls_back() -> None:
+    """A candidate whose pass rate is clearly below current's is rolled back at stage end."""
+    evidence = Evidence(verdict="pass", n=400, passes=340, current_n=2000, current_passes=1900)
+    decision = decide("r", _record(Stage.CANARY, 0.5), evidence, NOW)
+    assert decision.action is Action.ROLLBACK and "below current" in decision.reason
+
+
+def test_shadow_needs_paired_pass() -> None:
+    """Shadow advances only on a passing paired report, rolls back on a failing one."""
+    record = _record(Stage.SHADOW)
+    waiting = Evidence(verdict="pass", n=100, passes=95,
+                       paired={"verdict": "insufficient", "reasons": ["5 pairs"]})
+    assert decide("r", record, waiting, NOW).action is Action.HOLD
+    failing = Evidence(verdict="pass", n=100, passes=95,
+                       paired={"verdict": "fail", "reasons": ["lost verify"]})
+    assert decide("r", record, failing, NOW).action is Action.ROLLBACK
+    passing = Evidence(verdict="pass", n=100, passes=95, paired=PAIRED_PASS)
+    assert decide("r", record, passing, NOW).action is Action.ADVANCE
+
+
+@pytest.mark.parametrize("record", [
+    _record(Stage.CANARY, 0.1, paused=True),
+    _record(Stage.STABLE, candidate=None),
+    _record(Stage.ROLLED_BACK),
+])
+def test_paused_or_idle_roles_are_skipped(record: VersionedBinding) -> None:
+    """A paused role, a stable role and a rolled-back role are left alone, even on a failure."""
+    evidence = Evidence(verdict="fail", reasons=("bad",), candidate_alarms=("run_failure",))
+    assert decide("r", record, evidence, NOW).action is Action.SKIP
+
+
+def test_current_drift_raises_alert() -> None:
+    """A drift alarm on a stable current is an alert, not a move."""
+    decision = decide("r", _record(Stage.STABLE, candidate=None),
+                      Evidence(verdict="pass", current_alarms=("tool_error",)), NOW)
+    assert decision.action is Action.SKIP and decision.alerts == (
+        "drift on current cfg-a: tool_error",)
+
+
+# -- the stage table ------------------------------------------------------------
+
+def _binding_in(stage: Stage) -> Binding:
+    share = {Stage.CANARY: 0.1, Stage.FULL: 1.0}.get(stage, 0.0)
+    return Binding(current="cfg-a", candidate="cfg-b", stage=stage, share=share,
+                   stage_since=0.0)
+
+
+MOVES = [Event.ADVANCE, Event.ROLLBACK, Event.SET_SHARE]
+
+
+@pytest.mark.parametrize(("stage", "event"), list(itertools.product(Stage, MOVES)))
+def test_stage_table_walk(stage: Stage, event: Event) -> None:
+    """Every (stage, event): a legal move lands in the table's targets; an illegal one raises."""
+    binding = _binding_in(stage)
+    allowed = TRANSITIONS.get((stage, event))
+    if allowed is None:
+        with pytest.raises(IllegalTransition):
+            apply(binding, event, 5.0, share=0.5)
+        return
+    move = apply(binding, event, 5.0, share=0.5)
+    assert move.binding.stage in allowed
+    assert move.binding.stage_since == 5.0
+    assert binding.stage is stage  # the input is untouched
+
+
+def test_ladder_walk_shadow_to_stable() -> None:
+    """Advancing from stable walks shadow, each canary step, full, then stable."""
+    binding = _binding_in(Stage.STABLE)
+    seen = []
+    for _ in range(5):
+        binding = apply(binding, Event.ADVANCE, 1.0).binding
+        seen.append((binding.stage, binding.share))
+    assert seen == [(Stage.SHADOW, 0.0), (Stage.CANARY, 0.1), (Stage.CANARY, 0.5),
+                    (Stage.FULL, 1.0), (Stage.STABLE, 0.0)]
+    assert binding.current == "cfg-b" and binding.candidate is None
