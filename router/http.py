@@ -17,8 +17,9 @@ from tenacity import (
     retry_if_exception_type,
     stop_after_attempt,
     stop_after_delay,
-    wait_exponential_jitter,
+    wait_exponential,
     wait_none,
+    wait_random,
 )
 
 RETRYABLE = (requests.ConnectionError, requests.Timeout)
@@ -60,7 +61,10 @@ class ApiClient:
         return Retrying(
             retry=retry_if_exception_type(RETRYABLE),
             stop=stop_after_attempt(self.attempts) | stop_after_delay(self.max_delay),
-            wait=wait_none() if no_wait else wait_exponential_jitter(initial=0.1, max=5.0),
+            # wait_exponential_jitter's `initial` is deprecated in tenacity 9 (a warning,
+            # an error under our test settings); this sum is the same backoff in any version.
+            wait=wait_none() if no_wait else wait_exponential(multiplier=0.1, max=5.0)
+            + wait_random(0, 1),
             reraise=True,
         )
 
