@@ -1,0 +1,246 @@
+"""Running a suite: every scenario `repeats` times, each in a fresh workspace, never cached.
+
+Runs are interleaved by repeat (every scenario's first run, then every second
+run, ...) so a budget that stops the suite early still covers every scenario.
+Bounded parallelism, a per-run timeout, and a budget (maximum runs, maximum cost)
+checked before each run starts: when it is spent, no new run starts, the runs in
+flight finish, and the result says what was left out.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gatekeeper.invariants import TraceVerdict, check
+from gatekeeper.suite import adapter
+from gatekeeper.suite.isolation import RunContext, agent_credentials
+from gatekeeper.suite.replay import Fixture, ToolProxy, load_fixtures, record_fixture, replay_for
+from gatekeeper.suite.scenario import AgentConfig, Scenario, Suite, repeats_for
+from gatekeeper.suite.workspace import Workspace
+from gatekeeper.trace import Trace
+
+#: Extra criterion keys the suite adds beside the invariants' own.
+AGENT_OK = "agent_ok"
+REPLAY_MATCH = "replay_match"
+
+
+class RunRecord(BaseModel):
+    """One run of one scenario: its trace (if any), its checks, and what the proxy saw."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scenario: str
+    repeat: int = Field(ge=0)
+    run_id: str
+    passed: bool
+    error: str | None = None
+    trace: Trace | None = None
+    #: `TraceVerdict.to_json()`, plus the suite's agent_ok / replay_match criteria.
+    checks: dict[str, Any] = Field(default_factory=dict)
+    replay_misses: tuple[str, ...] = ()
+    intercepted: tuple[str, ...] = ()
+    wall_s: float = 0.0
+
+    @property
+    def tools(self) -> tuple[str, ...]:
+        """The tools the run called, in order (empty when the agent failed)."""
+        return self.trace.tools if self.trace is not None else ()
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run a suite (the `rolegate suite run` flags)."""
+
+    repeats: int | None = None
+    weight: str | None = None
+    parallel: int = 4
+    timeout_s: float = 120.0
+    max_runs: int | None = None
+    max_cost_usd: float | None = None
+    record_dir: Path | None = None
+    replay_dir: Path | None = None
+    eval_mode: bool = True
+    role: str = "offline"
+
+
+@dataclass
+class SuiteRun:
+    """Everything one suite run produced, before the gate reads it."""
+
+    suite: Suite
+    config: AgentConfig
+    options: RunOptions
+    planned: dict[str, int]
+    records: list[RunRecord] = field(default_factory=list)
+    stopped: str | None = None
+    started_at: float = 0.0
+    finished_at: float = 0.0
+
+
+class Progress:
+    """A progress bar on stderr: redrawn in place on a terminal, a line per tenth otherwise."""
+
+    def __init__(self, total: int, stream: TextIO | None) -> None:
+        self.total = max(total, 1)
+        self.stream = stream
+        self.tty = bool(stream is not None and stream.isatty())
+        self.done = self.failed = 0
+        self._last_tenth = -1
+
+    def advance(self, passed: bool) -> None:
+        """Count one finished run and redraw."""
+        self.done += 1
+        self.failed += 0 if passed else 1
+        if self.stream is None:
+            return
+        tenth = self.done * 10 // self.total
+        if not self.tty and tenth == self._last_tenth:
+            return
+        self._last_tenth = tenth
+        width = 30
+        filled = width * self.done // self.total
+        bar = "#" * filled + "." * (width - filled)
+        line = (f"[{bar}] {self.done}/{self.total} runs, {self.done - self.failed} passed, "
+                f"{self.failed} failed")
+        self.stream.write(f"\r{line}" if self.tty else f"{line}\n")
+        self.stream.flush()
+
+    def finish(self, note: str | None = None) -> None:
+        """End the bar's line, then print `note` (e.g. why the budget stopped the suite)."""
+        if self.stream is None:
+            return
+        if self.tty:
+            self.stream.write("\n")
+        if note:
+            self.stream.write(f"{note}\n")
+        self.stream.flush()
+
+
+def plan(suite: Suite, options: RunOptions) -> list[tuple[Scenario, int]]:
+    """Every (scenario, repeat) to run, interleaved by repeat."""
+    counts = {s.id: repeats_for(s, options.repeats, options.weight) for s in suite.scenarios}
+    jobs = []
+    for repeat in range(max(counts.values(), default=0)):
+        jobs.extend((s, repeat) for s in suite.scenarios if repeat < counts[s.id])
+    return jobs
+
+
+def judge_run(scenario: Scenario, trace: Trace | None, error: str | None,
+              replay_misses: tuple[str, ...]) -> tuple[bool, dict[str, Any]]:
+    """Whether a run passed, and its checks (the online invariants plus the suite's own)."""
+    if trace is None:
+        verdict = TraceVerdict(passed=False, criteria={AGENT_OK: False})
+        return False, verdict.to_json() | {"error": error}
+    verdict = check(trace, scenario.invariants)
+    criteria = dict(verdict.criteria)
+    if replay_misses:
+        criteria[REPLAY_MATCH] = False
+        verdict = replace(verdict, passed=False, criteria=criteria)
+    return verdict.passed, verdict.to_json()
+
+
+class SuiteRunner:
+    """Runs one config of one suite through one agent command."""
+
+    def __init__(self, suite: Suite, config: AgentConfig, agent_command: str,
+                 options: RunOptions, *, progress: TextIO | None = sys.stderr) -> None:
+        self.suite = suite
+        self.config = config
+        self.argv = adapter.split_command(agent_command)
+        self.options = options
+        self.progress_stream = progress
+        # Replay fixtures are loaded (and schema-checked) before any run starts.
+        self.fixtures: dict[str, list[Fixture]] | None = (
+            load_fixtures(options.replay_dir, suite.tools) if options.replay_dir else None
+        )
+        self.credentials = agent_credentials(suite.tools, options.eval_mode,
+                                             adapter.inherited_environment())
+        self.base_env = adapter.inherited_environment()
+        self.schema_hash = suite.tools.catalog_hash()
+
+    def run(self) -> SuiteRun:
+        """Run the whole plan within the budget; the proxy lives exactly as long as this."""
+        jobs = plan(self.suite, self.options)
+        planned: dict[str, int] = {}
+        for scenario, _repeat in jobs:
+            planned[scenario.id] = planned.get(scenario.id, 0) + 1
+        result = SuiteRun(self.suite, self.config, self.options, planned,
+                          started_at=time.time())
+        progress = Progress(len(jobs), self.progress_stream)
+        spent = 0.0
+        with ToolProxy() as proxy, \
+                ThreadPoolExecutor(max_workers=max(1, self.options.parallel)) as pool:
+            pending: set[Future[RunRecord]] = set()
+            queue = list(jobs)
+            while queue or pending:
+                while queue and len(pending) < max(1, self.options.parallel):
+                    stop = self._budget_stop(len(result.records) + len(pending), spent)
+                    if stop:
+                        result.stopped = f"{stop}; {len(queue)} of {len(jobs)} runs not started"
+                        queue.clear()
+                        break
+                    scenario, repeat = queue.pop(0)
+                    pending.add(pool.submit(self.run_one, proxy, scenario, repeat))
+                if not pending:
+                    break
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    record = future.result()
+                    result.records.append(record)
+                    spent += record.trace.cost_usd if record.trace else 0.0
+                    progress.advance(record.passed)
+        result.records.sort(key=lambda r: (r.scenario, r.repeat))
+        result.finished_at = time.time()
+        progress.finish(f"suite stopped early: {result.stopped}" if result.stopped else None)
+        return result
+
+    def _budget_stop(self, started: int, spent: float) -> str | None:
+        max_runs, max_cost = self.options.max_runs, self.options.max_cost_usd
+        if max_runs is not None and started >= max_runs:
+            return f"budget: max runs {max_runs} reached"
+        if max_cost is not None and spent >= max_cost:
+            return f"budget: max cost ${max_cost:g} reached (spent ${spent:.4f})"
+        return None
+
+    def run_one(self, proxy: ToolProxy, scenario: Scenario, repeat: int) -> RunRecord:
+        """One run: fresh workspace, attached to the proxy, the agent, its trace, its checks."""
+        run_id = f"{scenario.id}.r{repeat}.{uuid.uuid4().hex[:10]}"
+        replay = replay_for(self.fixtures, scenario.id, repeat) if self.fixtures is not None \
+            else None
+        with Workspace(self.suite, scenario) as workspace:
+            context = RunContext(run_id=run_id, workspace=workspace, catalog=self.suite.tools,
+                                 eval_mode=self.options.eval_mode, replay=replay,
+                                 credentials=self.credentials)
+            proxy.attach(context)
+            try:
+                request = adapter.agent_request(context, scenario, repeat, self.config,
+                                                proxy.run_url(run_id))
+                env = adapter.agent_environment(request, self.config,
+                                                self.suite.tools.credentials, self.base_env)
+                outcome = adapter.collect(
+                    self.argv, request, env, context, scenario, self.config,
+                    role=self.options.role, tool_schema_hash=self.schema_hash,
+                    timeout_s=self.options.timeout_s,
+                )
+            finally:
+                proxy.detach(run_id)
+                context.close()
+            if self.options.record_dir is not None and outcome.trace is not None:
+                record_fixture(self.options.record_dir, context, scenario=scenario.id,
+                               repeat=repeat, config=self.config.name)
+        misses = tuple(context.replay_misses)
+        passed, checks = judge_run(scenario, outcome.trace, outcome.error, misses)
+        return RunRecord(
+            scenario=scenario.id, repeat=repeat, run_id=run_id, passed=passed,
+            error=outcome.error, trace=outcome.trace, checks=checks, replay_misses=misses,
+            intercepted=tuple(c.tool for c in context.calls if c.intercepted),
+            wall_s=round(outcome.wall_s, 6),
+        )
