@@ -24,6 +24,7 @@ BLUEPRINT_MODULES = (
     "router.health",
     "router.api_resolve",
     "router.api_bindings",
+    "router.api_watch",
     "router.api_configs",
 )
 

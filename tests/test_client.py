@@ -1,0 +1,302 @@
+"""The caller client against a live router (a werkzeug server on loopback) and the real Redis."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from flask import Flask
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from router.api_watch import notifier
+from router.client import Client, SnapshotTooOld, SnapshotUnavailable
+from tests.conftest import CALLER, OPERATOR, auth
+
+
+class LiveRouter:
+    """The app served on a fixed loopback port that a test can stop and start again."""
+
+    def __init__(self, app: Flask) -> None:
+        self.app = app
+        self.port = 0
+        self._server: BaseWSGIServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        server = make_server("127.0.0.1", self.port, self.app, threaded=True)
+        self.port = server.server_port
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        assert self._thread is not None
+        self._thread.join(5)
+        self._server = None
+
+    def api(self, method: str, path: str, token: str = OPERATOR, **kwargs: Any) -> Any:
+        """Call the router over HTTP and return the JSON of a 2xx answer."""
+        headers = {**auth(token), **kwargs.pop("headers", {})}
+        with requests.request(method, f"{self.url}{path}", headers=headers, timeout=5,
+                              **kwargs) as response:
+            assert response.ok, (response.status_code, response.text)
+            return response.json()
+
+
+@pytest.fixture
+def router(app: Flask) -> Iterator[LiveRouter]:
+    """A live router on a free loopback port, stopped after the test."""
+    live = LiveRouter(app)
+    live.start()
+    yield live
+    live.stop()
+    notifier(app).stop()
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, step: float = 0.01) -> float:
+    """Poll `predicate` until true; return the seconds it took, fail the test on timeout."""
+    started = time.monotonic()
+    while not predicate():
+        if time.monotonic() - started > timeout:
+            pytest.fail(f"condition not met within {timeout}s")
+        time.sleep(step)
+    return time.monotonic() - started
+
+
+def put_role(router: LiveRouter, role: str, **binding: Any) -> dict[str, Any]:
+    """Create a role with `binding`."""
+    result: dict[str, Any] = router.api("PUT", f"/v1/bindings/{role}", json=binding)
+    return result
+
+
+def canary(router: LiveRouter, role: str, share: float) -> None:
+    """Put `role`'s candidate on a canary of `share`."""
+    router.api("POST", f"/v1/bindings/{role}/canary", json={"share": share, "reason": "test"})
+
+
+def rollback(router: LiveRouter, role: str) -> None:
+    """Roll `role` back to its current config."""
+    router.api("POST", f"/v1/bindings/{role}/rollback", json={"reason": "test"})
+
+
+def test_local_answers_equal_the_servers_for_10000_keys(router: LiveRouter, app: Flask) -> None:
+    """Every stage resolves locally exactly as the server's /v1/resolve does, key by key."""
+    put_role(router, "stable", current="a")
+    put_role(router, "shadowed", current="a", candidate="b", stage="shadow")
+    put_role(router, "canaried", current="a", candidate="b")
+    canary(router, "canaried", 0.3)
+    put_role(router, "full", current="a", candidate="b")
+    canary(router, "full", 1.0)
+    put_role(router, "back", current="a", candidate="b")
+    canary(router, "back", 0.5)
+    rollback(router, "back")
+    server = app.test_client()
+    with Client(router.url, CALLER, refresh_interval=0.05) as client:
+        # The server's own resolve view for 10,000 keys (its test client skips only the socket).
+        arms = {"current": 0, "candidate": 0}
+        for n in range(10_000):
+            key = f"job-{n}"
+            expected = server.get(f"/v1/resolve/canaried?key={key}", headers=auth(CALLER)).json
+            assert client.resolve("canaried", key) == expected
+            arms[expected["arm"]] += 1
+        assert 2_500 < arms["candidate"] < 3_500
+        for role in ("stable", "shadowed", "full", "back"):
+            for n in range(100):
+                expected = router.api("GET", f"/v1/resolve/{role}?key=k{n}", CALLER)
+                assert client.resolve(role, f"k{n}") == expected
+        drawn = client.resolve("stable")
+        assert len(drawn["key"]) == 16 and drawn["stale"] is False
+
+
+def test_unknown_role_and_long_key_are_refused(router: LiveRouter) -> None:
+    """An unknown role raises NotFound and an over-long key ValueError, as the server refuses them."""
+    put_role(router, "known", current="a")
+    with Client(router.url, CALLER) as client:
+        with pytest.raises(Exception) as caught:
+            client.resolve("unknown", "k")
+        assert getattr(caught.value, "status", None) == 404
+        with pytest.raises(ValueError):
+            client.resolve("known", "k" * 501)
+
+
+def test_refresh_costs_a_304_when_nothing_changed(router: LiveRouter) -> None:
+    """A refresh of an unchanged table is answered 304 and keeps the snapshot confirmed."""
+    put_role(router, "r", current="a")
+    with Client(router.url, CALLER, refresh_interval=60) as client:
+        generation = client.generation
+        seen: list[int] = []
+        original = client._api.request
+
+        def spy(*args: Any, **kwargs: Any) -> requests.Response:
+            response = original(*args, **kwargs)
+            seen.append(response.status_code)
+            return response
+
+        client._api.request = spy  # type: ignore[method-assign]
+        assert client.refresh() is True
+        assert seen == [304] and client.generation == generation
+        put_role(router, "other", current="x")
+        assert client.refresh() is True
+        assert seen == [304, 200] and "other" in client.roles()
+
+
+def test_router_stopped_keeps_answering_stale(router: LiveRouter) -> None:
+    """With the router down resolves keep working from the snapshot and say stale."""
+    put_role(router, "r", current="a", candidate="b")
+    canary(router, "r", 0.5)
+    with Client(router.url, CALLER, refresh_interval=0.05, max_age=None) as client:
+        before = [client.resolve("r", f"k{n}") for n in range(50)]
+        assert not any(answer["stale"] for answer in before)
+        router.stop()
+        wait_for(lambda: client.stale)
+        after = [client.resolve("r", f"k{n}") for n in range(50)]
+        assert all(answer["stale"] for answer in after)
+        assert [a["config"] for a in after] == [b["config"] for b in before]
+        assert client.last_error
+        router.start()
+        wait_for(lambda: not client.stale)
+        assert client.resolve("r", "k1")["stale"] is False
+
+
+def test_max_age_is_enforced(router: LiveRouter) -> None:
+    """A snapshot the router has not confirmed for max_age seconds raises, and recovers after."""
+    put_role(router, "r", current="a")
+    with Client(router.url, CALLER, refresh_interval=0.05, max_age=0.3) as client:
+        assert client.resolve("r", "k")["config"] == "a"
+        router.stop()
+
+        def refused() -> bool:
+            try:
+                client.resolve("r", "k")
+            except SnapshotTooOld as exc:
+                assert "max_age=0.3s" in exc.message and exc.status == 503
+                return True
+            return False
+
+        waited = wait_for(refused, timeout=3.0)
+        assert waited >= 0.2
+        router.start()
+        wait_for(lambda: not client.stale)
+        assert client.resolve("r", "k")["stale"] is False
+
+
+def test_bootstrap_starts_while_the_router_is_down(router: LiveRouter, tmp_path: Path) -> None:
+    """A bootstrap file or dict starts the client with the router down; the router then takes over."""
+    put_role(router, "r", current="a")
+    with Client(router.url, CALLER) as first:
+        first.save(tmp_path / "bootstrap.json")
+        saved = first.snapshot()
+    router.api("PUT", "/v1/bindings/r", json={"current": "live"}, headers={"If-Match": "1"})
+    router.stop()
+    with pytest.raises(SnapshotUnavailable):
+        Client(router.url, CALLER, refresh_interval=0.05)
+    for bootstrap in (tmp_path / "bootstrap.json", saved):
+        with Client(router.url, CALLER, refresh_interval=0.05, bootstrap=bootstrap) as client:
+            answer = client.resolve("r", "k")
+            assert answer["config"] == "a" and answer["stale"] is True and answer["version"] == 1
+    with Client(router.url, CALLER, refresh_interval=0.05,
+                bootstrap=str(tmp_path / "bootstrap.json")) as client:
+        router.start()
+        wait_for(lambda: not client.stale)
+        answer = client.resolve("r", "k")
+        assert answer["config"] == "live" and answer["version"] == 2
+
+
+def test_bad_bootstrap_is_refused(router: LiveRouter, tmp_path: Path) -> None:
+    """A bootstrap that is not a bindings snapshot is refused with a clear message."""
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(ValueError, match="unreadable"):
+        Client(router.url, CALLER, bootstrap=broken)
+    with pytest.raises(ValueError, match="generation"):
+        Client(router.url, CALLER, bootstrap={"summarizer": {"current": "a"}})
+
+
+def _candidate_keys(client: Client, role: str) -> list[str]:
+    keys = [f"k{n}" for n in range(200)]
+    return [k for k in keys if client.resolve(role, k)["arm"] == "candidate"]
+
+
+def test_rollback_is_seen_within_the_refresh_interval(router: LiveRouter) -> None:
+    """After a rollback a polling client stops sending candidate traffic within its interval."""
+    put_role(router, "r", current="a", candidate="b")
+    canary(router, "r", 0.5)
+    interval = 0.3
+    with Client(router.url, CALLER, refresh_interval=interval) as client:
+        keys = _candidate_keys(client, "r")
+        assert keys
+        rollback(router, "r")
+        took = wait_for(lambda: all(client.resolve("r", k)["arm"] == "current" for k in keys),
+                        step=0.005)
+        assert took < interval + 0.25
+        assert client.resolve("r", keys[0])["stage"] == "rolled_back"
+
+
+def test_rollback_reaches_a_subscribed_client_under_a_second(router: LiveRouter) -> None:
+    """A subscribed client sees a rollback within a second even with a long refresh interval."""
+    put_role(router, "r", current="a", candidate="b")
+    canary(router, "r", 0.5)
+    with Client(router.url, CALLER, refresh_interval=60, subscribe=True,
+                watch_timeout=2) as client:
+        keys = _candidate_keys(client, "r")
+        time.sleep(0.1)  # let the watch reach the router before the change
+        for _ in range(2):
+            started = time.monotonic()
+            rollback(router, "r") if _ == 0 else canary(router, "r", 0.1)
+            expected = "rolled_back" if _ == 0 else "canary"
+            wait_for(lambda: client.resolve("r", keys[0])["stage"] == expected, step=0.002)
+            assert time.monotonic() - started < 1.0
+        assert client.stale is False
+
+
+def test_watch_answers_on_change_or_304_on_timeout(router: LiveRouter) -> None:
+    """The watch endpoint answers 304 when nothing changed in time, 200 with the table at once."""
+    put_role(router, "r", current="a")
+    headers = auth(CALLER)
+    url = f"{router.url}/v1/bindings/watch"
+    with requests.Session() as http:
+        current = http.get(f"{router.url}/v1/bindings", headers=headers, timeout=5).json()
+        generation = current["generation"]
+        started = time.monotonic()
+        quiet = http.get(url, params={"generation": generation, "timeout": 0.3}, headers=headers,
+                         timeout=5)
+        assert quiet.status_code == 304 and quiet.headers["ETag"] == f'"g{generation}"'
+        assert 0.25 < time.monotonic() - started < 2.0
+        behind = http.get(url, params={"generation": generation - 1, "timeout": 5},
+                          headers=headers, timeout=5)
+        assert behind.status_code == 200 and behind.json() == current
+
+        threading.Timer(0.2, put_role, (router, "other"), {"current": "x"}).start()
+        started = time.monotonic()
+        woken = http.get(url, params={"generation": generation, "timeout": 10}, headers=headers,
+                         timeout=15)
+        assert woken.status_code == 200 and "other" in woken.json()["roles"]
+        assert time.monotonic() - started < 1.0
+        for bad in ({"timeout": "26"}, {"timeout": "-1"}, {"timeout": "soon"},
+                    {"generation": "x"}):
+            refused = http.get(url, params=bad, headers=headers, timeout=5)
+            assert refused.status_code == 400 and refused.json()["error"]["code"] == "bad_request"
+        assert http.get(url, timeout=5).status_code == 401
+
+
+def test_client_imports_without_flask() -> None:
+    """router.client (and the reporter and recorder) import without importing Flask."""
+    code = ("import sys, router.client; "
+            "assert 'flask' not in sys.modules, sorted(m for m in sys.modules if 'flask' in m)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
