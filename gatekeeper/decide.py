@@ -158,3 +158,25 @@ def _numbers(evidence: Evidence) -> dict[str, Any]:
                          if k in evidence.paired}
     out.update(evidence.figures)
     return out
+
+
+def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
+    """Read decide()'s evidence out of the JSON of GET /v1/roles/<role>/gate."""
+    arms = view.get("arms", {})
+    arm = arms.get("shadow" if view.get("stage") == Stage.SHADOW.value else "candidate", {})
+    current = arms.get("current", {})
+    drift = view.get("drift") or {}
+    alarms = drift.get("alarms", [])
+    reasons = tuple(r.get("message", str(r)) if isinstance(r, Mapping) else str(r)
+                    for r in arm.get("reasons", []))
+    return Evidence(
+        verdict=str(arm.get("verdict", "insufficient_data")),
+        reasons=reasons,
+        n=int(arm.get("n", 0)),
+        passes=int(arm.get("passes", 0)),
+        current_n=int(current.get("n", 0)),
+        current_passes=int(current.get("passes", 0)),
+        paired=view.get("paired"),
+        candidate_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "candidate"),
+        current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),
+    )

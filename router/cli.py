@@ -22,6 +22,7 @@ __all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "COMMAND_MODULES", "main"]
 COMMAND_MODULES: tuple[str, ...] = (
     "router.cli_serve",
     "router.cli_bindings",
+    "router.cli_gatekeeper",
 )
 
 

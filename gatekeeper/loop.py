@@ -1,0 +1,202 @@
+"""The gatekeeper process: thin I/O around decide(), over the HTTP API only.
+
+`tick(api, now)` does one pass: for every role, read the gate view, decide, and
+(unless dry-run) apply the move with `If-Match` set to the version the decision
+was made on, so a stale leader's write, or a move racing a human's, is refused
+with 409 and dropped. `Gatekeeper.run()` loops: acquire or renew the lease, tick
+if leader, sleep; SIGTERM lets the current tick finish, then releases the lease.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from bindings.models import VersionedBinding
+from gatekeeper.decide import Action, Decision, decide, evidence_from_view
+from gatekeeper.webhooks import ALARM, REFUSED, ROLLBACK, STAGE_CHANGE, Notifier
+from router.http import ApiClient, ApiError
+
+log = logging.getLogger("rolegate.gatekeeper")
+
+#: HTTP statuses that mean "the world moved under this decision": drop it, re-read next tick.
+REFUSALS = (404, 409, 412, 428)
+
+
+def _path(role: str) -> str:
+    return quote(role, safe="")
+
+
+def tick(api: ApiClient, now: float, *, dry_run: bool = False,
+         notifier: Notifier | None = None, alerted: set[str] | None = None) -> list[Decision]:
+    """One pass over every role: decide each, apply the moves, report every decision."""
+    listing = api.get("/v1/bindings")
+    decisions: list[Decision] = []
+    for role, raw in sorted(listing.get("roles", {}).items()):
+        record = VersionedBinding.model_validate(raw)
+        view = api.get(f"/v1/roles/{_path(role)}/gate")
+        if int(view.get("version", 0)) != record.version:
+            # The binding moved between the two reads; judge it next tick on one version.
+            decisions.append(Decision(role, Action.HOLD, record.version,
+                                      record.binding.stage.value,
+                                      "binding changed while reading; next tick"))
+            continue
+        decision = decide(role, record, evidence_from_view(view), now)
+        decisions.append(_act(api, decision, dry_run=dry_run, notifier=notifier))
+        _alert(decision, view, notifier, alerted)
+    return decisions
+
+
+def _act(api: ApiClient, decision: Decision, *, dry_run: bool,
+         notifier: Notifier | None) -> Decision:
+    if decision.action not in (Action.ADVANCE, Action.ROLLBACK):
+        return decision
+    if dry_run:
+        return dataclasses.replace(decision, details={**decision.details, "outcome": "dry_run"})
+    verb = "promote" if decision.action is Action.ADVANCE else "rollback"
+    body = {"reason": f"gatekeeper: {decision.reason}"[:2000],
+            "details": {"gatekeeper": decision.details}}
+    try:
+        written = api.post(f"/v1/bindings/{_path(decision.role)}/{verb}", body,
+                           version=decision.version)
+    except ApiError as exc:
+        if exc.status not in REFUSALS:
+            raise
+        log.info("%s of %s at version %d refused: %s", verb, decision.role, decision.version,
+                 exc.message)
+        if notifier is not None:
+            notifier.emit(REFUSED, decision.role, action=verb, version=decision.version,
+                          status=exc.status, error=exc.message, decision=decision.as_dict())
+        return dataclasses.replace(decision, details={**decision.details, "outcome": "refused",
+                                                      "error": exc.message})
+    binding = written.get("binding", {})
+    log.info("%s %s: %s (now version %s)", verb, decision.role, decision.reason,
+             written.get("version"))
+    if notifier is not None:
+        kind = STAGE_CHANGE if decision.action is Action.ADVANCE else ROLLBACK
+        notifier.emit(kind, decision.role, action=verb, from_stage=decision.stage,
+                      to_stage=binding.get("stage"), share=binding.get("share"),
+                      version=written.get("version"), reason=decision.reason,
+                      details=decision.details)
+    return dataclasses.replace(decision, details={**decision.details, "outcome": "applied",
+                                                  "new_version": written.get("version")})
+
+
+def _alert(decision: Decision, view: dict[str, Any], notifier: Notifier | None,
+           alerted: set[str] | None) -> None:
+    """Raise each drift alarm once per process, not once per tick."""
+    drift = view.get("drift") or {}
+    for alarm in drift.get("alarms", []):
+        config = view.get("current") if alarm.get("arm") == "current" else view.get("candidate")
+        key = f"{decision.role}|{config}|{alarm.get('arm')}|{alarm.get('metric')}"
+        if alerted is not None:
+            if key in alerted:
+                continue
+            alerted.add(key)
+        log.warning("drift alarm on %s %s (%s): %s", decision.role, alarm.get("arm"), config,
+                    alarm.get("metric"))
+        if notifier is not None:
+            report = drift.get(alarm.get("arm"), {}).get(alarm.get("metric"), {})
+            notifier.emit(ALARM, decision.role, arm=alarm.get("arm"), config=config,
+                          metric=alarm.get("metric"), cusum=report)
+
+
+def default_holder() -> str:
+    """A lease holder id unique to this process."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Gatekeeper:
+    """The loop: lease, tick, sleep; stops cleanly on request (SIGTERM)."""
+
+    def __init__(self, api: ApiClient, *, interval: float = 5.0, lease_ttl: float | None = None,
+                 holder: str | None = None, dry_run: bool = False,
+                 notifier: Notifier | None = None,
+                 echo: Callable[[Decision], None] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.api = api
+        self.interval = interval
+        # The lease must outlive a tick plus a sleep, or a healthy leader loses it.
+        self.lease_ttl = lease_ttl if lease_ttl is not None else max(3 * interval, 5.0)
+        self.holder = holder or default_holder()
+        self.dry_run = dry_run
+        self.notifier = notifier
+        self.echo = echo
+        self.clock = clock
+        self.leader = False
+        self.alerted: set[str] = set()
+        self._stop = threading.Event()
+
+    def request_stop(self, *_: Any) -> None:
+        """Ask the loop to exit after the current tick (the SIGTERM handler)."""
+        self._stop.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT finish the current tick, then exit."""
+        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self.request_stop)
+
+    def acquire(self) -> bool:
+        """Take or renew the lease; False when another gatekeeper holds it."""
+        try:
+            self.api.post("/v1/gatekeeper/lease", {"holder": self.holder,
+                                                    "ttl_s": self.lease_ttl})
+        except ApiError as exc:
+            if exc.status != 409:
+                raise
+            if self.leader:
+                log.warning("lost the gatekeeper lease to %s", exc.details.get("holder"))
+            self.leader = False
+            return False
+        if not self.leader:
+            log.info("gatekeeper %s holds the lease", self.holder)
+        self.leader = True
+        return True
+
+    def release(self) -> None:
+        """Give the lease up if this process holds it."""
+        if not self.leader:
+            return
+        try:
+            self.api.request("DELETE", "/v1/gatekeeper/lease", json={"holder": self.holder})
+        except ApiError as exc:
+            log.info("lease release refused: %s", exc.message)
+        self.leader = False
+
+    def once(self) -> list[Decision]:
+        """One tick under the lease; [] when another gatekeeper leads."""
+        if not self.acquire():
+            return []
+        decisions = tick(self.api, self.clock(), dry_run=self.dry_run,
+                         notifier=self.notifier, alerted=self.alerted)
+        if self.echo is not None:
+            for decision in decisions:
+                self.echo(decision)
+        return decisions
+
+    def run(self, *, max_ticks: int | None = None) -> None:
+        """Loop until asked to stop (or after `max_ticks`), then release the lease."""
+        ticks = 0
+        try:
+            while not self._stop.is_set():
+                started = time.monotonic()
+                try:
+                    self.once()
+                except (ApiError, OSError) as exc:
+                    # A router hiccup costs one tick, not the process; the next retries.
+                    log.warning("tick failed: %s", exc)
+                ticks += 1
+                if max_ticks is not None and ticks >= max_ticks:
+                    break
+                self._stop.wait(max(0.0, self.interval - (time.monotonic() - started)))
+        finally:
+            self.release()
