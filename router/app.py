@@ -24,6 +24,8 @@ BLUEPRINT_MODULES = (
     "router.health",
     "router.api_resolve",
     "router.api_bindings",
+    "router.api_traces",
+    "router.api_gate",
     "router.api_watch",
     "router.api_configs",
 )

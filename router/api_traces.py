@@ -1,0 +1,191 @@
+"""POST /v1/traces: report agent runs; each is checked, stored once, and may trip the wire.
+
+The body is one trace, or `{"traces": [...]}` (a bare JSON list is taken too).
+Each trace is validated on its own: a bad one is refused with its index and the
+reason while the good ones in the same batch are kept. Answers:
+
+- 200: every trace accepted (a `duplicate` — a retried run_id — counts as accepted:
+  it was stored before and is not counted again);
+- 207: some refused, some accepted (the body says which);
+- 422: all refused; the body is the usual `{"error": ...}` plus the same `results`.
+
+Each result is ``{"index", "run_id", "status": "accepted"|"duplicate"|"refused",
+"verdict"?, "error"?}``. The top level adds counts and `tripwire`, the rollbacks
+this request caused. A candidate or shadow trace with a zero-tolerance breach
+rolls the role back before the answer is sent, and this worker serves the
+rolled-back binding at once (other workers within their refresh interval).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flask import Blueprint, Flask, current_app, jsonify
+from flask.typing import ResponseReturnValue
+from pydantic import ValidationError
+
+from bindings.errors import NotFound
+from bindings.models import VersionedBinding, validate_role_name
+from bindings.traces import Checked, TraceStore, epoch_of
+from gatekeeper import tripwire
+from gatekeeper.invariants import check
+from gatekeeper.trace import Trace
+from router.auth import require
+from router.bodies import json_body
+from router.errors import BadRequest, validation_details
+
+bp = Blueprint("traces", __name__)
+
+#: Where init_app keeps the app's TraceStore (beside the core Services).
+EXTENSION = "rolegate.traces"
+#: A batch larger than this is refused whole (split it; 500 per POST is plenty).
+MAX_BATCH = 10_000
+
+
+def init_app(app: Flask) -> None:
+    """Give the app a TraceStore on its Redis connection, with the configured retention."""
+    services = app.extensions["rolegate"]
+    app.extensions[EXTENSION] = TraceStore(services.redis,
+                                           retention=services.settings.trace_retention)
+
+
+def trace_store(app: Flask | None = None) -> TraceStore:
+    """The app's TraceStore (the current app's when `app` is None)."""
+    found: TraceStore = (app or current_app).extensions[EXTENSION]
+    return found
+
+
+def _items(body: Any) -> list[Any]:
+    if isinstance(body, list):
+        items = body
+    elif isinstance(body, dict) and "traces" in body:
+        if set(body) != {"traces"} or not isinstance(body["traces"], list):
+            raise BadRequest("a batch body is {\"traces\": [...]} with nothing beside it")
+        items = body["traces"]
+    elif isinstance(body, dict):
+        items = [body]
+    else:
+        raise BadRequest(f"expected a trace object or {{\"traces\": [...]}}, "
+                         f"got {type(body).__name__}")
+    if not items:
+        raise BadRequest("no traces in the batch")
+    if len(items) > MAX_BATCH:
+        raise BadRequest(f"at most {MAX_BATCH} traces per request, got {len(items)}",
+                         limit=MAX_BATCH)
+    return items
+
+
+def _refusal(index: int, item: Any, code: str, message: str,
+             details: dict[str, Any] | None = None) -> dict[str, Any]:
+    run_id = item.get("run_id") if isinstance(item, dict) else None
+    return {"index": index, "run_id": run_id if isinstance(run_id, str) else None,
+            "status": "refused",
+            "error": {"code": code, "message": message, "details": details or {}}}
+
+
+def _binding(role: str, seen: dict[str, VersionedBinding]) -> VersionedBinding:
+    """The role's binding: this request's earlier read, the worker's copy, or the store."""
+    if role in seen:
+        return seen[role]
+    services = current_app.extensions["rolegate"]
+    record, _stale = services.cache.get(role)
+    if record is None:
+        # A role created a moment ago may not be in this worker's copy yet.
+        record = services.store.get(role)
+    seen[role] = record
+    return record
+
+
+@bp.post("/v1/traces")
+@require("caller", "gatekeeper")
+def ingest() -> ResponseReturnValue:
+    """Validate, check, store and (on a breach) trip; answer each trace's outcome."""
+    items = _items(json_body(allow_empty=False))
+    now = time.time()
+    results: list[dict[str, Any] | None] = [None] * len(items)
+    checked: list[Checked] = []
+    positions: list[int] = []
+    seen: dict[str, VersionedBinding] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            results[index] = _refusal(index, item, "bad_request",
+                                      f"a trace must be a JSON object, got {type(item).__name__}")
+            continue
+        try:
+            trace = Trace.model_validate(item)
+            validate_role_name(trace.role)
+        except ValidationError as exc:
+            errors = validation_details(exc)
+            message = "; ".join(f"{e['field']}: {e['message']}" if e["field"] else e["message"]
+                                for e in errors)
+            results[index] = _refusal(index, item, "invalid", message, {"errors": errors})
+            continue
+        except ValueError as exc:
+            results[index] = _refusal(index, item, "invalid", str(exc), {"field": "role"})
+            continue
+        try:
+            record = _binding(trace.role, seen)
+        except NotFound as exc:
+            results[index] = _refusal(index, item, exc.code, exc.message, exc.details)
+            continue
+        if trace.time is None:
+            trace = trace.model_copy(update={"time": now})
+        verdict = check(trace, record.binding.gate.invariants)
+        checked.append(Checked(trace, verdict, epoch_of(record.binding)))
+        positions.append(index)
+
+    stored = trace_store().add(checked) if checked else []
+    trips = _tripwire(checked, stored, now)
+    for index, item, outcome in zip(positions, checked, stored):
+        results[index] = {"index": index, "run_id": item.trace.run_id,
+                          "status": "duplicate" if outcome.duplicate else "accepted",
+                          "verdict": item.verdict.to_json()}
+    return _answer([r for r in results if r is not None], trips)
+
+
+def _tripwire(checked: list[Checked], stored: list[Any], now: float) -> list[dict[str, Any]]:
+    """Roll back each role a breaching candidate/shadow trace belongs to (once per role)."""
+    services = current_app.extensions["rolegate"]
+    fired: list[dict[str, Any]] = []
+    done: set[str] = set()
+    for item, outcome in zip(checked, stored):
+        trace, verdict = item.trace, item.verdict
+        if trace.role in done or not tripwire.applies(trace, verdict):
+            continue
+        # A retry of a run stored earlier in this same stage trips too: the first
+        # attempt may have stored it and then failed before the rollback landed.
+        if outcome.duplicate and outcome.location.epoch != item.epoch:
+            continue
+        trip = tripwire.trip(services.store, trace, verdict, now)
+        done.add(trace.role)
+        if trip is None:
+            continue
+        services.cache.put(trip.record)
+        fired.append({"role": trace.role, "run_id": trip.run_id, "tools": list(trip.tools),
+                      "required_lost": list(trip.required_lost),
+                      "version": trip.record.version,
+                      "stage": trip.record.binding.stage.value})
+    return fired
+
+
+def _answer(results: list[dict[str, Any]], trips: list[dict[str, Any]]) -> ResponseReturnValue:
+    refused = [r for r in results if r["status"] == "refused"]
+    duplicates = sum(1 for r in results if r["status"] == "duplicate")
+    body: dict[str, Any] = {
+        "accepted": len(results) - len(refused) - duplicates,
+        "duplicates": duplicates,
+        "refused": len(refused),
+        "results": results,
+        "tripwire": trips,
+    }
+    if not refused:
+        return jsonify(body), 200
+    if len(refused) < len(results):
+        return jsonify(body), 207
+    summary = refused[0]["error"]["message"] if len(refused) == 1 else \
+        f"all {len(refused)} traces were refused"
+    body["error"] = {"code": "invalid", "message": summary,
+                     "details": {"refused": [{"index": r["index"], "reason": r["error"]["message"]}
+                                             for r in refused]}}
+    return jsonify(body), 422
