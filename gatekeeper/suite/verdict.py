@@ -34,6 +34,7 @@ class ScenarioResult(BaseModel):
     seed_files: dict[str, str]
     tags: tuple[str, ...] = ()
     expected: str | None = None
+    invariants: Invariants = Field(default_factory=Invariants)
     planned: int
     passed: bool
     #: `gatekeeper.gate.Verdict.to_json()`: verdict, reasons and every figure.
@@ -114,7 +115,8 @@ def evaluate_run(run: SuiteRun, policy: GatePolicy, agent: str) -> SuiteResult:
         reasons.extend(f"{scenario.id}: {r.message}" for r in verdict.reasons)
         scenarios.append(ScenarioResult(
             id=scenario.id, task=scenario.task, seed_files=scenario.seed_files,
-            tags=scenario.tags, expected=scenario.expected, planned=planned,
+            tags=scenario.tags, expected=scenario.expected, invariants=scenario.invariants,
+            planned=planned,
             passed=verdict.passed, gate=verdict.to_json(),
         ))
     planned_runs = sum(run.planned.values())

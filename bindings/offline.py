@@ -1,0 +1,107 @@
+"""Offline suite verdicts in Redis, per (role, candidate config).
+
+`rolegate suite run --post` stores the suite's verdict here; the transition into
+shadow reads it when the role's gate policy sets `require_offline_pass`. The
+role is the Redis Cluster hash tag, like every other key of the role.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+from pydantic import BaseModel, ConfigDict, Field
+
+from bindings.errors import NotFound, StoreUnavailable
+
+OFFLINE_KEY_TEMPLATE = "rolegate:{{{role}}}:offline:{config}"
+#: The configs of a role that have a stored verdict.
+OFFLINE_INDEX_KEY_TEMPLATE = "rolegate:{{{role}}}:offline-index"
+
+
+class OfflineVerdict(BaseModel):
+    """What a suite run says about one config (the body of POST .../offline)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    config: str = Field(min_length=1, max_length=200)
+    passed: bool
+    reasons: list[str] = Field(default_factory=list, max_length=1000)
+    suite: str = Field("", max_length=2000)
+    config_hash: str = Field("", max_length=200)
+    planned_runs: int = Field(0, ge=0)
+    completed_runs: int = Field(0, ge=0)
+    stopped: str | None = Field(None, max_length=2000)
+    #: Scenario id -> {"verdict", "pass_rate", ...}: enough to read the verdict later.
+    scenarios: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    #: The baseline comparison, when the suite was run as one.
+    comparison: dict[str, Any] | None = None
+
+
+class StoredOfflineVerdict(BaseModel):
+    """A verdict as stored: with its role, when and by whom."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: str
+    verdict: OfflineVerdict
+    time: float
+    actor: str
+
+
+def offline_key(role: str, config: str) -> str:
+    """The key holding the verdict of `config` for `role`."""
+    return OFFLINE_KEY_TEMPLATE.format(role=role, config=config)
+
+
+def offline_index_key(role: str) -> str:
+    """The set of configs of `role` with a stored verdict."""
+    return OFFLINE_INDEX_KEY_TEMPLATE.format(role=role)
+
+
+class OfflineStore:
+    """Reads and writes offline verdicts; the latest verdict for a config wins."""
+
+    def __init__(self, connection: redis.Redis) -> None:
+        self.connection = connection
+
+    def put(self, role: str, verdict: OfflineVerdict, actor: str,
+            now: float | None = None) -> StoredOfflineVerdict:
+        """Store `verdict` for (role, verdict.config), replacing any earlier one."""
+        stored = StoredOfflineVerdict(role=role, verdict=verdict,
+                                      time=time.time() if now is None else now, actor=actor)
+        try:
+            with self.connection.pipeline(transaction=True) as pipe:
+                pipe.set(offline_key(role, verdict.config), stored.model_dump_json())
+                pipe.sadd(offline_index_key(role), verdict.config)
+                pipe.execute()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
+        return stored
+
+    def get(self, role: str, config: str) -> StoredOfflineVerdict:
+        """The verdict for (role, config); NotFound when none was posted."""
+        try:
+            raw = self.connection.get(offline_key(role, config))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
+        if raw is None:
+            raise NotFound(f"no offline suite verdict for role {role!r}, config {config!r}",
+                           role=role, config=config)
+        return StoredOfflineVerdict.model_validate_json(raw)
+
+    def all(self, role: str) -> list[StoredOfflineVerdict]:
+        """Every stored verdict of `role`, by config name."""
+        try:
+            configs = sorted(c.decode() if isinstance(c, bytes) else c
+                             for c in self.connection.smembers(offline_index_key(role)))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
+        found = []
+        for config in configs:
+            try:
+                found.append(self.get(role, config))
+            except NotFound:
+                continue
+        return found
