@@ -1,0 +1,223 @@
+"""In-process resolve (router.client.Client) beside the HTTP resolve, in one run.
+
+    .venv/bin/python bench/client_resolve.py [--calls 200000] [--http-calls 3000]
+
+Starts its own redis-server and a gunicorn router on free loopback ports (it
+touches no other Redis), puts a role on a 10% canary, then times, per call:
+
+- the bare bucketing hash `bindings.routing.bucket` (the floor: every resolve pays it),
+- the server's pure `bindings.routing.resolve` (what each HTTP resolve computes),
+- `Client.resolve` in-process (the client under test),
+- `GET /v1/resolve/<role>` over a keep-alive HTTP connection to gunicorn.
+
+Per-call times come from perf_counter_ns around each call minus the median cost
+of timing an empty call; the mean comes from an untimed tight loop. Prints
+p50/p99/mean in microseconds and the ratios. The machine is shared: expect noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import requests
+
+from bindings.routing import bucket, resolve
+from bindings.models import Binding
+from router.client import Client
+
+OPERATOR = "bench-operator"
+CALLER = "bench-caller"
+ROLE = "summarizer"
+
+
+def free_port() -> int:
+    """A port nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_until(ready: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    """Poll `ready` until it holds or fail naming `what`."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what} did not come up within {timeout:g}s")
+        time.sleep(0.05)
+
+
+@contextmanager
+def redis_server() -> Iterator[str]:
+    """A private, diskless redis-server; yields its URL."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise SystemExit("redis-server is not on PATH")
+    port = free_port()
+    with tempfile.TemporaryDirectory() as workdir:
+        process = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+             "no", "--dir", workdir], stdout=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: _answers(port), "redis-server")
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            process.terminate()
+            process.wait(10)
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+@contextmanager
+def gunicorn_router(redis_url: str) -> Iterator[str]:
+    """The router under gunicorn (1 gthread worker, 4 threads); yields its URL."""
+    port = free_port()
+    env = dict(os.environ, REDIS_URL=redis_url,
+               ROLEGATE_TOKENS=f"{OPERATOR}:operator,{CALLER}:caller")
+    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+    process = subprocess.Popen(
+        [gunicorn, "--bind", f"127.0.0.1:{port}", "--workers", "1", "--worker-class", "gthread",
+         "--threads", "4", "--log-level", "warning", "router:create_app()"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _healthy(url), "gunicorn")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(15)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/healthz", timeout=0.5).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def per_call_ns(call: Callable[[str], object], keys: list[str]) -> list[float]:
+    """Time each call separately, less the median cost of timing an empty call."""
+    clock = time.perf_counter_ns
+    empty = []
+    for _ in range(5_000):
+        t0 = clock()
+        empty.append(clock() - t0)
+    overhead = statistics.median(empty)
+    samples = []
+    for key in keys:
+        t0 = clock()
+        call(key)
+        samples.append(clock() - t0 - overhead)
+    return samples
+
+
+def mean_ns(call: Callable[[str], object], keys: list[str]) -> float:
+    """Mean time per call over an untimed loop."""
+    started = time.perf_counter_ns()
+    for key in keys:
+        call(key)
+    return (time.perf_counter_ns() - started) / len(keys)
+
+
+def interleaved(contenders: dict[str, Callable[[str], object]], keys: list[str],
+                rounds: int = 10) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Time each contender in alternating rounds, so the shared machine's noise hits all alike."""
+    samples: dict[str, list[float]] = {name: [] for name in contenders}
+    totals = dict.fromkeys(contenders, 0.0)
+    size = len(keys) // rounds
+    for start in range(0, size * rounds, size):
+        chunk = keys[start:start + size]
+        for name, call in contenders.items():
+            samples[name] += per_call_ns(call, chunk)
+            totals[name] += mean_ns(call, chunk) * len(chunk)
+    return samples, {name: total / (size * rounds) for name, total in totals.items()}
+
+
+def summary(name: str, samples: list[float], mean: float) -> dict[str, float]:
+    """p50/p99/mean in microseconds, printed as one row."""
+    ordered = sorted(samples)
+    p50 = ordered[len(ordered) // 2] / 1e3
+    p99 = ordered[int(len(ordered) * 0.99)] / 1e3
+    print(f"  {name:<34} p50 {p50:9.2f} µs   p99 {p99:9.2f} µs   mean {mean / 1e3:9.2f} µs"
+          f"   n={len(samples)}")
+    return {"p50": p50, "p99": p99, "mean": mean / 1e3}
+
+
+def main() -> None:
+    """Run the four measurements against one private router and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200_000, help="in-process calls per figure")
+    parser.add_argument("--http-calls", type=int, default=3_000, help="HTTP resolves")
+    args = parser.parse_args()
+    keys = [f"job-{n}" for n in range(args.calls)]
+    with redis_server() as redis_url, gunicorn_router(redis_url) as url:
+        admin = requests.Session()
+        admin.headers["Authorization"] = f"Bearer {OPERATOR}"
+        admin.put(f"{url}/v1/bindings/{ROLE}", json={"current": "cfg_a", "candidate": "cfg_b"},
+                  timeout=5).raise_for_status()
+        admin.post(f"{url}/v1/bindings/{ROLE}/canary", json={"share": 0.1, "reason": "bench"},
+                   timeout=5).raise_for_status()
+        admin.close()
+        record = requests.get(f"{url}/v1/bindings/{ROLE}", timeout=5,
+                              headers={"Authorization": f"Bearer {CALLER}"}).json()
+        binding, version = Binding.model_validate(record["binding"]), record["version"]
+
+        with Client(url, CALLER, refresh_interval=1.0) as client:
+            # Warm up: first calls pay for lazy imports and cache misses.
+            for key in keys[:5_000]:
+                client.resolve(ROLE, key)
+                bucket(ROLE, key)
+            local = client.resolve
+            contenders: dict[str, Callable[[str], object]] = {
+                "hash": lambda k: bucket(ROLE, k),
+                "pure": lambda k: resolve(ROLE, binding, version, k),
+                "client": lambda k: local(ROLE, k),
+            }
+            samples, means = interleaved(contenders, keys)
+            rows = {}
+            for name, label in (("hash", "bucket() hash alone"),
+                                ("pure", "routing.resolve() (server's)"),
+                                ("client", "Client.resolve() in-process")):
+                rows[name] = summary(label, samples[name], means[name])
+            http = requests.Session()
+            http.headers["Authorization"] = f"Bearer {CALLER}"
+            http_keys = keys[: args.http_calls]
+
+            def over_http(key: str) -> object:
+                return http.get(f"{url}/v1/resolve/{ROLE}", params={"key": key}, timeout=5).json()
+
+            for key in http_keys[:200]:
+                over_http(key)
+            mismatches = sum(1 for k in http_keys[:500] if over_http(k) != local(ROLE, k))
+            rows["http"] = summary("GET /v1/resolve over HTTP", per_call_ns(over_http, http_keys),
+                                   mean_ns(over_http, http_keys))
+            http.close()
+    client_p50 = rows["client"]["p50"]
+    print(f"  in-process p50 vs target 2 µs: {'MET' if client_p50 <= 2.0 else 'MISSED'}"
+          f" ({client_p50:.2f} µs)")
+    print(f"  HTTP / in-process: p50 x{rows['http']['p50'] / client_p50:,.0f}, "
+          f"p99 x{rows['http']['p99'] / rows['client']['p99']:,.0f}")
+    print(f"  in-process - hash alone (p50): {client_p50 - rows['hash']['p50']:.2f} µs; "
+          f"server's pure resolve / in-process (p50): x{rows['pure']['p50'] / client_p50:.2f}")
+    print(f"  answers differing between HTTP and in-process on 500 keys: {mismatches}")
+
+
+if __name__ == "__main__":
+    main()
