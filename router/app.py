@@ -28,6 +28,7 @@ BLUEPRINT_MODULES = (
     "router.api_gate",
     "router.api_watch",
     "router.api_configs",
+    "router.api_feedback",
 )
 
 
