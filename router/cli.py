@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "router.cli_serve",
     "router.cli_bindings",
     "router.cli_gatekeeper",
+    "router.cli_criteria",
 )
 
 
