@@ -21,14 +21,19 @@ log = logging.getLogger("rolegate")
 
 #: Each module exposes `bp` (a Blueprint) and may expose `init_app(app)`.
 BLUEPRINT_MODULES = (
+    "router.logs",
+    "router.metrics",
+    "router.openapi",
     "router.health",
     "router.api_resolve",
     "router.api_bindings",
     "router.api_traces",
     "router.api_gate",
+    "router.api_lease",
     "router.api_watch",
     "router.api_configs",
     "router.api_feedback",
+    "router.api_offline",
 )
 
 

@@ -1,0 +1,184 @@
+"""Prometheus metrics: resolves by arm, rollbacks by actor, gauges, Redis errors, workers."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from flask.testing import FlaskClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from router import create_app
+from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Parse an exposition into {(sample name, sorted labels): value}."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def value(text: str, name: str, **labels: str) -> float:
+    """One sample's value, 0 when absent (a counter never bumped is not exported)."""
+    return samples(text).get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def _create(client: FlaskClient, role: str) -> None:
+    r = client.put(f"/v1/bindings/{role}", json={"current": "cfg_a", "candidate": "cfg_b"},
+                   headers=auth(OPERATOR))
+    assert r.status_code == 201, r.json
+
+
+def test_resolves_counted_by_role_and_arm(client: FlaskClient) -> None:
+    """Each resolve bumps the counter of its role and the arm it was routed to."""
+    _create(client, "m-resolve")
+    client.post("/v1/bindings/m-resolve/canary", json={"share": 0.5, "reason": "go"},
+                headers=auth(OPERATOR))
+    before = client.get("/metrics").text
+    arms = {"current": 0, "candidate": 0}
+    for i in range(30):
+        r = client.get(f"/v1/resolve/m-resolve?key=k{i}", headers=auth(CALLER))
+        arms[r.json["arm"]] += 1
+    after = client.get("/metrics").text
+    for arm, n in arms.items():
+        delta = (value(after, "rolegate_resolves_total", role="m-resolve", arm=arm)
+                 - value(before, "rolegate_resolves_total", role="m-resolve", arm=arm))
+        assert delta == n
+    assert arms["current"] and arms["candidate"]
+
+
+def test_rollbacks_counted_by_actor(client: FlaskClient) -> None:
+    """A rollback by an operator counts as human, by the gatekeeper as gatekeeper."""
+    _create(client, "m-rb")
+    before = client.get("/metrics").text
+    for token in (OPERATOR, GATEKEEPER):
+        client.post("/v1/bindings/m-rb/canary", json={"share": 0.1, "reason": "go"},
+                    headers=auth(OPERATOR))
+        r = client.post("/v1/bindings/m-rb/rollback", json={"reason": "bad"}, headers=auth(token))
+        assert r.status_code == 200, r.json
+    client.post("/v1/bindings/m-rb/canary", json={"share": 0.1, "reason": "go"},
+                headers=auth(OPERATOR))
+    r = client.post("/v1/bindings/m-rb/rollback",
+                    json={"reason": "forbidden tool", "details": {"tripwire": "run-9"}},
+                    headers=auth(GATEKEEPER))
+    after = client.get("/metrics").text
+    for actor in ("human", "gatekeeper", "tripwire"):
+        delta = (value(after, "rolegate_rollbacks_total", role="m-rb", actor=actor)
+                 - value(before, "rolegate_rollbacks_total", role="m-rb", actor=actor))
+        assert delta == 1, actor
+
+
+def test_stage_and_share_gauges(client: FlaskClient) -> None:
+    """The stage and share gauges show each role's binding."""
+    _create(client, "m-gauge")
+    r = client.post("/v1/bindings/m-gauge/canary", json={"share": 0.25, "reason": "go"},
+                    headers=auth(OPERATOR))
+    assert r.status_code == 200
+    text = client.get("/metrics").text
+    assert value(text, "rolegate_share", role="m-gauge") == 0.25
+    assert value(text, "rolegate_stage", role="m-gauge", stage="canary") == 1.0
+    assert value(text, "rolegate_stage", role="m-gauge", stage="stable") == 0.0
+    assert value(text, "rolegate_bindings_stale") == 0.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_redis_errors_counted() -> None:
+    """A request that finds Redis down answers 503 and bumps the Redis error counter."""
+    app = create_app({"redis_url": f"redis://127.0.0.1:{_free_port()}/0", "tokens": TOKENS,
+                      "testing": True, "refresh_interval_s": 0.05})
+    try:
+        client = app.test_client()
+        before = client.get("/metrics").text
+        r = client.get("/v1/bindings/anything", headers=auth(OPERATOR))
+        assert r.status_code == 503
+        after = client.get("/metrics").text
+        assert (value(after, "rolegate_redis_errors_total", where="request")
+                - value(before, "rolegate_redis_errors_total", where="request")) == 1
+        assert value(after, "rolegate_redis_errors_total", where="refresh") >= 1
+        assert value(after, "rolegate_bindings_stale") == 1.0
+    finally:
+        app.extensions["rolegate"].cache.stop()
+
+
+GUNICORN_CONF = """
+from router.metrics import clear_multiproc_dir, mark_worker_dead
+
+def on_starting(server):
+    clear_multiproc_dir()
+
+def child_exit(server, worker):
+    mark_worker_dead(worker.pid)
+"""
+
+
+@pytest.fixture
+def gunicorn_router(redis_url: str, tmp_path: Path) -> Iterator[str]:
+    """Two gunicorn sync workers sharing a prometheus multiprocess directory."""
+    port = _free_port()
+    conf = tmp_path / "gunicorn_test.conf.py"
+    conf.write_text(GUNICORN_CONF)
+    env = {**os.environ, "REDIS_URL": redis_url, "ROLEGATE_TOKENS": TOKENS,
+           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom"), "ROLEGATE_REFRESH_INTERVAL": "0.05"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gunicorn", "-c", str(conf), "-w", "2", "-b", f"127.0.0.1:{port}",
+         "router:create_app()"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                requests.get(f"{url}/healthz", timeout=1).close()
+                break
+            except requests.ConnectionError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise AssertionError("gunicorn did not come up") from None
+                time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_counters_sum_over_gunicorn_workers(gunicorn_router: str) -> None:
+    """Under two gunicorn workers every scrape shows the resolves all workers served."""
+    url = gunicorn_router
+    with requests.Session() as admin:
+        r = admin.put(f"{url}/v1/bindings/m-workers", json={"current": "a", "candidate": "b"},
+                      headers=auth(OPERATOR), timeout=5)
+        assert r.status_code == 201, r.text
+    workers = set()
+    total = 40
+    deadline = time.monotonic() + 5
+    served = 0
+    while served < total:
+        # A fresh connection each time, so the kernel hands requests to either worker.
+        r = requests.get(f"{url}/v1/resolve/m-workers?key=k{served}", headers=auth(CALLER),
+                         timeout=5)
+        if r.status_code == 404 and time.monotonic() < deadline:
+            continue  # this worker's copy has not seen the new role yet
+        assert r.status_code == 200, r.text
+        workers.add(r.headers.get("X-Rolegate-Worker"))
+        served += 1
+    for _ in range(6):
+        text = requests.get(f"{url}/metrics", timeout=5).text
+        assert value(text, "rolegate_resolves_total", role="m-workers", arm="current") == total
+    if None not in workers:
+        assert len(workers) == 2, "both workers should have served"
