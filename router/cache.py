@@ -37,6 +37,7 @@ class BindingCache:
         self._lock = threading.Lock()
         self._owner_pid: int | None = None
         self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
         #: Called with the exception each time a refresh finds Redis unreachable (metrics).
         self.error_listeners: list[Callable[[Exception], None]] = []
 
@@ -84,8 +85,11 @@ class BindingCache:
         return True
 
     def stop(self) -> None:
-        """Stop the polling thread (tests; workers just exit)."""
+        """Stop the polling thread and wait for it (tests; workers just exit)."""
         self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5.0)
 
     def _ensure_thread(self) -> None:
         # The thread must be started in the process that serves: gunicorn forks
@@ -101,6 +105,7 @@ class BindingCache:
         self.refresh()
         thread = threading.Thread(target=self._run, name="rolegate-binding-cache", daemon=True)
         thread.start()
+        self._thread = thread
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -83,6 +83,7 @@ def app(redis_url: str) -> Iterator[Flask]:
                       "refresh_interval_s": 0.05})
     yield app
     app.extensions["rolegate"].cache.stop()
+    app.extensions["rolegate"].redis.close()
 
 
 @pytest.fixture

@@ -1,0 +1,183 @@
+"""Real servers for tests, on loopback and free ports: werkzeug, gunicorn, redis-server.
+
+Each is a context manager that waits until its server answers and stops what
+it started, and only that (never the shared Redis on 6379).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, TypeVar
+
+import redis
+import requests
+from flask import Flask
+from werkzeug.serving import make_server
+
+ROOT = Path(__file__).resolve().parent.parent
+GUNICORN_CONFIG = ROOT / "deploy" / "gunicorn.conf.py"
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str,
+             interval: float = 0.02) -> T:
+    """Poll `check` until it returns something truthy; fail naming `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with requests.get(f"{url}/healthz", timeout=0.5) as response:
+            return response.status_code in (200, 503)
+    except requests.RequestException:
+        return False
+
+
+@contextmanager
+def werkzeug_server(app: Flask) -> Iterator[str]:
+    """Serve `app` from a thread on a free port; yield its base URL."""
+    server = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@contextmanager
+def process(argv: list[str], env: Mapping[str, str], url: str, *,
+            timeout: float = 20.0, cwd: Path = ROOT) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `argv` until `url` answers /healthz; stop it with SIGTERM afterwards.
+
+    Its output goes to a temporary file that is printed if it fails to start.
+    """
+    log: IO[bytes] = tempfile.TemporaryFile()
+    proc = subprocess.Popen(argv, env=dict(env), cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + timeout
+        while not _answers(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.seek(0)
+                raise AssertionError(f"{argv} did not come up:\n{log.read().decode()[-4000:]}")
+            time.sleep(0.05)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.close()
+
+
+def base_env(**overrides: str) -> dict[str, str]:
+    """The test process's environment minus rolegate's variables, plus `overrides`."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("ROLEGATE_") and k != "REDIS_URL"}
+    env.update(overrides)
+    return env
+
+
+@contextmanager
+def gunicorn(env: Mapping[str, str], *, workers: int = 2,
+             app_spec: str = "router:create_app()") -> Iterator[str]:
+    """Real gunicorn with deploy/gunicorn.conf.py on a free port; yield its base URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONFIG),
+            "--bind", f"127.0.0.1:{port}", "--workers", str(workers), app_spec]
+    with process(argv, env, url):
+        yield url
+
+
+@contextmanager
+def rolegate_serve(env: Mapping[str, str], *args: str, workers: int = 1) -> Iterator[str]:
+    """`rolegate serve` (the console script's code) on a free port; yield its base URL."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "router.cli", "serve", "--port", str(port),
+            "--workers", str(workers), *args]
+    with process(argv, env, url):
+        yield url
+
+
+class OwnRedis:
+    """A private redis-server on a free port, with its data on disk, that a test may stop."""
+
+    def __init__(self) -> None:
+        executable = shutil.which("redis-server")
+        if executable is None:
+            raise AssertionError("redis-server is not on PATH")
+        self.executable = executable
+        self.port = free_port()
+        self.dir = tempfile.TemporaryDirectory(prefix="rolegate-redis-")
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        """Its redis:// URL."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        """Start (or restart) it, with an append-only file so data survives a restart."""
+        self.proc = subprocess.Popen(
+            [self.executable, "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "yes", "--dir", self.dir.name],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
+        try:
+            wait_for(lambda: _pings(client), 10, f"redis-server on {self.port}")
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        """Stop it (SIGTERM: it flushes its append-only file first)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self.proc = None
+
+    def close(self) -> None:
+        """Stop it and remove its data."""
+        self.stop()
+        self.dir.cleanup()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
