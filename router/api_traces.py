@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from flask import Blueprint, Flask, current_app, jsonify
+from flask import Blueprint, Flask, current_app, g, jsonify
 from flask.typing import ResponseReturnValue
 from pydantic import ValidationError
 
@@ -136,6 +136,8 @@ def ingest() -> ResponseReturnValue:
         positions.append(index)
 
     stored = trace_store().add(checked) if checked else []
+    # For the metrics hook: what was newly stored, by role and arm.
+    g.ingested = [(c.trace.role, c.trace.arm) for c, o in zip(checked, stored) if not o.duplicate]
     trips = _tripwire(checked, stored, now)
     for index, item, outcome in zip(positions, checked, stored):
         results[index] = {"index": index, "run_id": item.trace.run_id,

@@ -46,8 +46,9 @@ STALE_RESOLVES = Counter("rolegate_stale_resolves",
                          ["role"], registry=REGISTRY)
 TRACES = Counter("rolegate_traces_ingested", "Traces accepted, by role and arm.",
                  ["role", "arm"], registry=REGISTRY)
-VERDICTS = Counter("rolegate_verdicts", "Gate verdicts given, by role and verdict.",
-                   ["role", "verdict"], registry=REGISTRY)
+VERDICTS = Counter("rolegate_verdicts",
+                   "Verdicts given, by role, source (gate view or offline suite) and verdict.",
+                   ["role", "source", "verdict"], registry=REGISTRY)
 ROLLBACKS = Counter("rolegate_rollbacks",
                     "Rollbacks, by role and by who did it: human, gatekeeper or tripwire.",
                     ["role", "actor"], registry=REGISTRY)
@@ -78,9 +79,9 @@ def count_traces(role: str, arm: str, n: int = 1) -> None:
     TRACES.labels(role, arm).inc(n)
 
 
-def count_verdict(role: str, verdict: str) -> None:
-    """Count one gate verdict (pass, fail, pending, ...) of `role`."""
-    VERDICTS.labels(role, verdict).inc()
+def count_verdict(role: str, source: str, verdict: str) -> None:
+    """Count one verdict (pass, fail, pending, ...) of `role` from `source` (gate, offline)."""
+    VERDICTS.labels(role, source, verdict).inc()
 
 
 def count_rollback(role: str, actor: str) -> None:
@@ -113,14 +114,53 @@ def _observe(response: Response) -> Response:
         error = (response.get_json(silent=True) or {}).get("error") or {}
         if error.get("code") == "store_unavailable":
             count_redis_error("request")
-    elif request.endpoint == "bindings.rollback" and 200 <= status < 300:
-        record = response.get_json(silent=True) or {}
-        body = request.get_json(silent=True)
-        details = body.get("details") if isinstance(body, dict) else None
-        principal = g.get("principal")
-        scope = principal.scope if principal is not None else None
-        count_rollback(str(record.get("role")), rollback_actor(scope, details))
+    elif 200 <= status < 300:
+        observer = _OBSERVERS.get(request.endpoint or "")
+        if observer is not None:
+            observer(response)
     return response
+
+
+def _rollback(response: Response) -> None:
+    record = response.get_json(silent=True) or {}
+    body = request.get_json(silent=True)
+    details = body.get("details") if isinstance(body, dict) else None
+    principal = g.get("principal")
+    scope = principal.scope if principal is not None else None
+    count_rollback(str(record.get("role")), rollback_actor(scope, details))
+
+
+def _ingest(response: Response) -> None:
+    for role, arm in g.get("ingested", ()):
+        count_traces(role, arm)
+    body = response.get_json(silent=True) or {}
+    for trip in body.get("tripwire") or ():
+        count_rollback(str(trip.get("role")), "tripwire")
+
+
+def _gate(response: Response) -> None:
+    view = response.get_json(silent=True) or {}
+    judged = {"shadow": "shadow", "canary": "candidate", "full": "candidate"}.get(
+        view.get("stage", ""), "current")
+    verdict = (view.get("arms") or {}).get(judged, {}).get("verdict")
+    if verdict is not None:
+        count_verdict(str(view.get("role")), "gate", str(verdict))
+
+
+def _offline(response: Response) -> None:
+    stored = response.get_json(silent=True) or {}
+    passed = (stored.get("verdict") or {}).get("passed")
+    if passed is not None:
+        count_verdict(str(stored.get("role")), "offline", "pass" if passed else "fail")
+
+
+#: Endpoints whose successful answers feed a counter.
+_OBSERVERS = {
+    "bindings.rollback": _rollback,
+    "traces.ingest": _ingest,
+    "gate.gate": _gate,
+    "offline.post_verdict": _offline,
+}
 
 
 bp.after_app_request(_observe)

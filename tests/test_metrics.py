@@ -182,3 +182,41 @@ def test_counters_sum_over_gunicorn_workers(gunicorn_router: str) -> None:
         assert value(text, "rolegate_resolves_total", role="m-workers", arm="current") == total
     if None not in workers:
         assert len(workers) == 2, "both workers should have served"
+
+
+STAMPS = {"agent_version": "1", "instruction_hash": "i", "model_id": "m", "tool_schema_hash": "t"}
+
+
+def _trace(run_id: str, arm: str, tools: list[str]) -> dict[str, object]:
+    return {"run_id": run_id, "role": "m-tr", "arm": arm,
+            "config": "cfg_a" if arm == "current" else "cfg_b", "key": run_id,
+            "tools": tools, "stamps": STAMPS}
+
+
+def test_traces_tripwire_and_verdicts_counted(client: FlaskClient) -> None:
+    """Ingested traces count by arm (duplicates not), a tripwire rollback counts, so do verdicts."""
+    r = client.put("/v1/bindings/m-tr", headers=auth(OPERATOR), json={
+        "current": "cfg_a", "candidate": "cfg_b",
+        "gate": {"invariants": {"forbidden_tools": ["rm_rf"]}}})
+    assert r.status_code == 201
+    client.post("/v1/bindings/m-tr/canary", json={"share": 0.5, "reason": "go"},
+                headers=auth(OPERATOR))
+    before = client.get("/metrics").text
+    batch = [_trace("c1", "current", ["read"]), _trace("c2", "current", ["read"]),
+             _trace("k1", "candidate", ["read"])]
+    assert client.post("/v1/traces", json={"traces": batch}, headers=auth(CALLER)).status_code == 200
+    client.post("/v1/traces", json=batch[0], headers=auth(CALLER))  # a duplicate
+    r = client.post("/v1/traces", json=_trace("k2", "candidate", ["rm_rf"]), headers=auth(CALLER))
+    assert r.json["tripwire"], r.json
+    assert client.get("/v1/roles/m-tr/gate", headers=auth(CALLER)).status_code == 200
+    after = client.get("/metrics").text
+
+    def delta(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    assert delta("rolegate_traces_ingested_total", role="m-tr", arm="current") == 2
+    assert delta("rolegate_traces_ingested_total", role="m-tr", arm="candidate") == 2
+    assert delta("rolegate_rollbacks_total", role="m-tr", actor="tripwire") == 1
+    gate = sum(v for (name, labels), v in samples(after).items()
+               if name == "rolegate_verdicts_total" and ("source", "gate") in labels)
+    assert gate >= 1
