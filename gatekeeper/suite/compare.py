@@ -17,6 +17,7 @@ from statistics import fmean
 from typing import Any
 
 from gatekeeper.pairing import Run, compare as paired_compare, pair_runs
+from gatekeeper.suite.by_criterion import criterion_comparison
 from gatekeeper.suite.runner import RunRecord
 from gatekeeper.suite.verdict import SuiteResult
 
@@ -43,6 +44,8 @@ class SuiteComparison:
     stable_steps: dict[str, dict[str, Any]]
     judge: dict[str, Any] | None = None
     candidate_gate: dict[str, Any] = field(default_factory=dict)
+    #: Pass rates per criterion key per config, and regressions named by key (issue 8).
+    by_criterion: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict."""
@@ -51,7 +54,7 @@ class SuiteComparison:
             "blocking": self.blocking, "warnings": self.warnings, "paired": self.paired,
             "regressed_scenarios": self.regressed, "resources": self.resources,
             "stable_steps": self.stable_steps, "judge": self.judge,
-            "candidate_gate": self.candidate_gate,
+            "candidate_gate": self.candidate_gate, "by_criterion": self.by_criterion,
         }
 
 
@@ -138,7 +141,8 @@ def compare_results(base: SuiteResult, cand: SuiteResult, *, alpha: float = 0.05
     blocking: list[str] = []
     warnings: list[str] = []
     if not cand.passed:
-        blocking.extend(f"candidate gate: {reason}" for reason in cand.reasons)
+        blocking.extend(f"candidate gate: {reason}" for reason in cand.reasons or
+                        ["the candidate failed its own suite gate"])
     required = sorted({tool for s in cand.scenarios for tool in s.invariants.required_tools})
     report = paired_compare(pair_runs(_runs(base), _runs(cand)), alpha=alpha, min_samples=1,
                             required_tools=required)
@@ -159,6 +163,8 @@ def compare_results(base: SuiteResult, cand: SuiteResult, *, alpha: float = 0.05
         if analysis["unstable"]:
             warnings.append(f"{scenario.id}: steps {analysis['unstable']} appear in only some "
                             "baseline runs; not asserted")
+    by_criterion = criterion_comparison(base, cand)
+    warnings.extend(f"criterion {r['key']}: {r['message']}" for r in by_criterion["regressions"])
     if judge is not None:
         blocking.extend(f"judge: {reason}" for reason in judge.get("blocking", []))
         warnings.extend(f"judge: {w}" for w in judge.get("warnings", []))
@@ -167,4 +173,5 @@ def compare_results(base: SuiteResult, cand: SuiteResult, *, alpha: float = 0.05
         warnings=warnings, paired=report.as_dict(), regressed=regressed_scenarios(base, cand),
         resources=resources, stable_steps=steps, judge=judge,
         candidate_gate={"passed": cand.passed, "reasons": cand.reasons},
+        by_criterion=by_criterion,
     )
