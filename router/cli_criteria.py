@@ -228,9 +228,13 @@ def write_suite(sample: dict[str, Any], out: Path, *, repeats: int) -> dict[str,
 @click.option("--seed", default="golden", show_default=True, help="Sampling seed.")
 @click.option("--repeats", type=click.IntRange(1, 1000), default=3, show_default=True)
 @click.option("--force", is_flag=True, help="Replace golden scenarios already in --out.")
+@click.option("--tools", "tools_file", default=None,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Tool catalog (tools.json) to copy into the suite.")
 @api_command
 def build(api: ApiClient, role: str, out: Path, quota: tuple[str, ...], min_age: float | None,
-          window: float | None, seed: str, repeats: int, force: bool) -> None:
+          window: float | None, seed: str, repeats: int, force: bool,
+          tools_file: Path | None) -> None:
     """Sample ROLE's recent, policy-current cases by feedback tier and write them as a suite."""
     params: list[tuple[str, str]] = [("quota", q) for q in _parse_quota(quota)]
     params.append(("seed", seed))
@@ -241,6 +245,8 @@ def build(api: ApiClient, role: str, out: Path, quota: tuple[str, ...], min_age:
     sample = api.get(f"/v1/roles/{_q(role)}/golden?{urlencode(params)}")
     _prepare(out, force)
     manifest = write_suite(sample, out, repeats=repeats)
+    if tools_file is not None:
+        shutil.copyfile(tools_file, out / "tools.json")
     click.echo(f"{role} ({sample['config']}): {len(manifest['cases'])} scenarios in {out}")
     for tier in SAMPLE_TIERS:
         t = sample["tiers"][tier]

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gatekeeper.suite import by_criterion
 from gatekeeper.suite.compare import SuiteComparison
 from gatekeeper.suite.verdict import SuiteResult
 
@@ -65,6 +66,7 @@ def result_markdown(result: SuiteResult) -> str:
     for s in result.scenarios:
         for name, c in s.gate.get("criteria", {}).items():
             lines.append(f"| {s.id} | {name} | {c['passes']}/{c['n']} |")
+    lines += ["", *by_criterion.rates_markdown([result])]
     if result.reasons:
         lines += ["", "## Why it failed", ""] + [f"- {r}" for r in result.reasons]
     return "\n".join(lines) + "\n"
@@ -91,6 +93,7 @@ def comparison_markdown(comp: SuiteComparison) -> str:
             lines.append(f"- **{s['id']}** ({_pct(s['baseline_pass_rate'])} -> "
                          f"{_pct(s['candidate_pass_rate'])}); failed criteria "
                          f"{s['failed_criteria']}; task: {s['task']} Seeds: {seeds}")
+    lines += ["", *by_criterion.comparison_markdown(comp.by_criterion)]
     if comp.judge is not None:
         j = comp.judge
         lines += ["", f"Judge: {j['judged']} judged, {j['errors']} errors, mean score_delta "
@@ -162,6 +165,9 @@ def comparison_html(comp: SuiteComparison) -> str:
             [[s["id"], s["task"], json.dumps(s["seed_files"]),
               f"{_pct(s['baseline_pass_rate'])} -> {_pct(s['candidate_pass_rate'])}",
               json.dumps(s["failed_criteria"])] for s in comp.regressed]))
+    if comp.by_criterion.get("regressions"):
+        sections.append("<h2>Regressions by criterion</h2>" + _list(
+            [f"{r['key']}: {r['message']}" for r in comp.by_criterion["regressions"]]))
     if comp.blocking:
         sections.append("<h2>Blocking</h2>" + _list(comp.blocking))
     if comp.warnings:

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gatekeeper.invariants import TraceVerdict, check
 from gatekeeper.suite import adapter
+from gatekeeper.suite.by_criterion import run_checks, suite_criteria
 from gatekeeper.suite.isolation import RunContext, agent_credentials
 from gatekeeper.suite.replay import Fixture, ToolProxy, load_fixtures, record_fixture, replay_for
 from gatekeeper.suite.scenario import AgentConfig, Scenario, Suite, repeats_for
@@ -165,6 +166,8 @@ class SuiteRunner:
                                              adapter.inherited_environment())
         self.base_env = adapter.inherited_environment()
         self.schema_hash = suite.tools.catalog_hash()
+        # Criteria from the config's spec (issue 8), scored beside the invariants.
+        self.criteria = suite_criteria(suite.root, config.data)
 
     def run(self) -> SuiteRun:
         """Run the whole plan within the budget; the proxy lives exactly as long as this."""
@@ -238,6 +241,7 @@ class SuiteRunner:
                                repeat=repeat, config=self.config.name)
         misses = tuple(context.replay_misses)
         passed, checks = judge_run(scenario, outcome.trace, outcome.error, misses)
+        checks |= run_checks(self.criteria, self.suite.root, scenario, outcome.trace)
         return RunRecord(
             scenario=scenario.id, repeat=repeat, run_id=run_id, passed=passed,
             error=outcome.error, trace=outcome.trace, checks=checks, replay_misses=misses,
