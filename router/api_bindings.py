@@ -14,8 +14,9 @@ from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.errors import Conflict, NotFound, PreconditionRequired
-from bindings.models import Binding, VersionedBinding, validate_role_name
+from bindings.models import Binding, Stage, VersionedBinding, validate_role_name
 from gatekeeper.stages import Event, apply
+from router.api_offline import require_offline_pass
 from router.auth import actor, require
 from router.errors import BadRequest
 from router.bodies import json_body, parse
@@ -163,6 +164,9 @@ def _transition(role: str, event: Event, body: _Action, *, share: float | None =
         raise Conflict(f"role {role!r} is at version {current.version}, not {expected}",
                        role=role, current_version=current.version, expected_version=expected)
     move = apply(current.binding, event, time.time(), share=share)
+    if move.binding.stage is Stage.SHADOW and current.binding.stage is not Stage.SHADOW:
+        # A role may demand an offline suite pass before its candidate sees shadow traffic.
+        require_offline_pass(role, move.binding)
     details = {"summary": move.summary, **body.details}
     return _written(store.write(role, move.binding, expected_version=current.version,
                                actor=actor(), action=action or event.value, reason=body.reason,

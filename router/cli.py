@@ -24,6 +24,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "router.cli_bindings",
     "router.cli_gatekeeper",
     "router.cli_criteria",
+    "router.cli_suite",
 )
 
 
