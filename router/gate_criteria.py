@@ -1,0 +1,87 @@
+"""The gate view's "by_criterion" section: pass rates per criterion key and per config, online.
+
+For each arm, the newest traces since the stage began (at most `SAMPLE` of them)
+are scored against the arm config's stored criteria (from its spec), beside the
+online invariants' own criterion verdicts. Candidate and shadow are then read
+against current criterion by criterion: paired by job key where both arms ran
+the same jobs (shadow), so a lost call shows as "12 cases lost the
+verifyIdentity call"; otherwise as a drop in rate whose 95% interval lies wholly
+below zero.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from bindings.configs import ConfigStore
+from bindings.traces import StoredTrace, _stored_trace, stream_key
+from gatekeeper.criteria import Criterion, evaluate
+from gatekeeper.review import Tally, regressions, tally
+from gatekeeper.statistics import difference_interval
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only; api_gate imports this module
+    from router.api_gate import GateContext
+
+#: Newest traces scored per arm per read: bounds the cost of one gate view.
+SAMPLE = 2_000
+
+
+def _newest(ctx: GateContext, config: str, arm: str) -> list[StoredTrace]:
+    since = ctx.record.binding.stage_since
+    low = "-" if since is None else f"{max(0, int(since * 1000))}-0"
+    entries = ctx.traces.connection.xrevrange(stream_key(ctx.role, config, arm), max="+",
+                                              min=low, count=SAMPLE)
+    return [_stored_trace(entry_id, fields) for entry_id, fields in reversed(entries)]
+
+
+def _verdicts(stored: StoredTrace, criteria: list[Criterion]) -> dict[str, bool | None]:
+    out: dict[str, bool | None] = dict(stored.verdict.criteria)
+    out.update(evaluate(criteria, stored.trace))
+    return out
+
+
+def criteria_section(ctx: GateContext, configs: ConfigStore) -> dict[str, Any]:
+    """Per arm: the config, traces scored and each criterion's tally; then regressions by key."""
+    arms: dict[str, Any] = {}
+    by_arm: dict[str, dict[str, dict[str, bool | None]]] = {}
+    rates: dict[str, dict[str, Tally]] = {}
+    known: dict[str, Criterion] = {}
+    for arm, (config, _) in ctx.arms.items():
+        record = configs.find(config)
+        criteria = list(record.criteria) if record is not None else []
+        known.update({c.key: c for c in criteria})
+        stored = _newest(ctx, config, arm)
+        # Keyed by job key so shadow and current runs of one job pair up.
+        by_arm[arm] = {s.trace.key or s.trace.run_id: _verdicts(s, criteria) for s in stored}
+        rates[arm] = tally(by_arm[arm].values())
+        arms[arm] = {"config": config, "spec": record is not None, "n": len(stored),
+                     "criteria": {k: t.as_dict() for k, t in rates[arm].items()}}
+    found: dict[str, Any] = {}
+    for arm in arms:
+        if arm == "current" or not by_arm[arm]:
+            continue
+        paired = by_arm["current"].keys() & by_arm[arm].keys()
+        if paired:
+            losses = regressions(by_arm["current"], by_arm[arm], known.values())
+            found[arm] = [{**r.as_dict(), "paired": True} for r in losses]
+        else:
+            found[arm] = _rate_drops(rates["current"], rates[arm])
+    return {"sample": SAMPLE, "arms": arms,
+            "descriptions": {k: c.description for k, c in sorted(known.items())},
+            "regressions": found}
+
+
+def _rate_drops(current: dict[str, Tally], other: dict[str, Tally]) -> list[dict[str, Any]]:
+    """Criteria whose rate fell with the 95% interval of the difference wholly below zero."""
+    out = []
+    for key in sorted(current.keys() & other.keys()):
+        a, b = other[key], current[key]
+        if not a.n or not b.n:
+            continue
+        diff, low, high = difference_interval(a.passed, a.n, b.passed, b.n)
+        if high < 0:
+            out.append({"key": key, "difference": diff, "low": low, "high": high,
+                        "paired": False,
+                        "message": f"{key}: {a.rate:.0%} of {a.n} against {b.rate:.0%} "
+                                   f"of {b.n} on current"})
+    return sorted(out, key=lambda r: r["difference"])
