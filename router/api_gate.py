@@ -18,6 +18,7 @@ from typing import Any
 from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 
+from bindings.configs import ConfigStore
 from bindings.models import VersionedBinding, validate_role_name
 from bindings.store import BindingStore
 from bindings.traces import TraceStore, epoch_of
@@ -26,6 +27,7 @@ from gatekeeper.window import WindowStats
 from router.api_traces import trace_store
 from router.auth import require
 from router.errors import BadRequest
+from router.gate_criteria import criteria_section
 
 bp = Blueprint("gate", __name__)
 
@@ -97,6 +99,7 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     }
     view["arms"] = arms_section(ctx)
     view["comparison"] = comparison_section(ctx)
+    view["by_criterion"] = criteria_section(ctx, ConfigStore(traces.connection))
     return view
 
 
