@@ -57,8 +57,10 @@ class EmbeddedRedis:
     """A valkey-server child process owning one data directory."""
 
     def __init__(self, data_dir: str | os.PathLike[str], *, host: str = "127.0.0.1",
-                 port: int | None = None, executable: str | None = None) -> None:
+                 port: int | None = None, executable: str | None = None,
+                 appendfsync: str = "always") -> None:
         self.data_dir = Path(data_dir).resolve()
+        self.appendfsync = appendfsync
         self.host = host
         self.port = port
         self.executable = executable
@@ -89,7 +91,7 @@ class EmbeddedRedis:
             "--logfile", LOG_FILE,
             # Every change is an operator's decision and they are rare: fsync each.
             "--appendonly", "yes",
-            "--appendfsync", "always",
+            "--appendfsync", self.appendfsync,
             "--appenddirname", AOF_DIR,
             "--save", "",
         ]

