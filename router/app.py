@@ -24,6 +24,7 @@ BLUEPRINT_MODULES = (
     "router.logs",
     "router.metrics",
     "router.openapi",
+    "router.dashboard",
     "router.health",
     "router.api_resolve",
     "router.api_bindings",

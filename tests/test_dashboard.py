@@ -1,0 +1,108 @@
+"""The dashboard's pages and fragments, without a browser: auth, content, headers, charts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from router import create_app
+from router.svg import bar_chart, line_chart
+from tests.conftest import CALLER, OPERATOR, auth
+from tests.dashboard_seed import seed
+
+
+def test_shell_is_public_but_holds_no_data(client: FlaskClient) -> None:
+    """With tokens set, / answers without a token but contains no role data."""
+    seed(client)
+    r = client.get("/")
+    assert r.status_code == 200 and r.mimetype == "text/html"
+    assert "summarizer" not in r.text
+    assert "Paste a token" in r.text
+    assert "frame-ancestors 'none'" in r.headers["Content-Security-Policy"]
+    assert r.headers["X-Frame-Options"] == "DENY"
+
+
+def test_fragments_need_a_token(client: FlaskClient) -> None:
+    """The data fragments answer 401 without a token and render with a caller's."""
+    seed(client)
+    assert client.get("/ui/roles").status_code == 401
+    assert client.get("/ui/roles/summarizer").status_code == 401
+    r = client.get("/ui/roles", headers=auth(CALLER))
+    assert r.status_code == 200
+    for role in ("summarizer", "classifier", "extractor"):
+        assert f'data-role="{role}"' in r.text
+    assert "canary" in r.text and "shadow" in r.text
+
+
+def test_role_fragment_shows_gate_history_and_charts(client: FlaskClient) -> None:
+    """A role page has the gate table, the history with who and why, and three SVG charts."""
+    seed(client)
+    r = client.get("/ui/roles/classifier", headers=auth(CALLER))
+    assert r.status_code == 200, r.text
+    page = r.text
+    assert "Per criterion" in page and "pass rate" in page
+    assert "start shadowing v4" in page and "alice" in page
+    assert page.count("<svg") == 3  # pass rate, CUSUM, trajectory histogram (shadow)
+    assert "no data yet" not in page
+    r = client.get("/ui/roles/summarizer", headers=auth(CALLER))
+    assert r.text.count("<svg") == 2  # no trajectory histogram outside shadow
+    assert 'data-action="rollback"' in r.text
+
+
+def test_unknown_role_fragment_is_404(client: FlaskClient) -> None:
+    """An unknown role's fragment is a JSON 404, a bad name a 400."""
+    assert client.get("/ui/roles/nobody", headers=auth(CALLER)).status_code == 404
+    assert client.get("/ui/roles/-bad", headers=auth(CALLER)).status_code == 400
+
+
+@pytest.fixture
+def open_app(redis_url: str) -> Iterator[Flask]:
+    """The router with ROLEGATE_TOKENS unset."""
+    app = create_app({"redis_url": redis_url, "testing": True, "refresh_interval_s": 0.05})
+    yield app
+    app.extensions["rolegate"].cache.stop()
+
+
+def test_open_server_renders_data_into_the_page(open_app: Flask) -> None:
+    """With no tokens configured the pages carry their data and a warning banner."""
+    client = open_app.test_client()
+    seed(client)
+    r = client.get("/")
+    assert 'data-role="summarizer"' in r.text and "server is open" in r.text
+    r = client.get("/roles/summarizer")
+    assert r.status_code == 200 and "<svg" in r.text
+    assert client.get("/roles/nobody").status_code == 404
+
+
+def test_static_files_served(client: FlaskClient) -> None:
+    """The script and stylesheet the pages load are served."""
+    for name in ("dashboard.js", "dashboard.css"):
+        with client.get(f"/ui/static/{name}") as r:
+            assert r.status_code == 200 and len(r.data) > 500
+
+
+def test_line_chart_escapes_and_scales() -> None:
+    """Series names are escaped and points land inside the plot."""
+    svg = str(line_chart({"<b>arm</b>": [(0.0, 0.0), (10.0, 1.0)]}, title="t", y_min=0, y_max=1))
+    assert "<b>" not in svg and "&lt;b&gt;" in svg
+    assert "polyline" in svg
+    assert "no data yet" in str(line_chart({}, title="t"))
+
+
+def test_bar_chart_lists_every_class() -> None:
+    """Each histogram class gets a bar and its count."""
+    svg = str(bar_chart({"same": 5, "reordered": 2, "tool_lost": 0}, title="t"))
+    assert svg.count("<rect") == 3 and ">5<" in svg and "tool_lost" in svg
+
+
+def test_actions_from_dashboard_need_operator(client: FlaskClient) -> None:
+    """The API the dashboard's buttons call refuses a caller token and takes an operator's."""
+    seed(client)
+    r = client.post("/v1/bindings/summarizer/pause", json={"reason": "x"}, headers=auth(CALLER))
+    assert r.status_code == 403
+    r = client.post("/v1/bindings/summarizer/pause", json={"reason": "x"},
+                    headers=auth(OPERATOR))
+    assert r.status_code == 200

@@ -1,0 +1,172 @@
+"""The dashboard in headless Chromium: read the roles, roll one back from the page, see it.
+
+Uses Debian's chromium (installed here with apt-get when missing) driven by
+playwright; playwright's own browser download is never used.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from playwright.sync_api import Browser, Page, expect, sync_playwright
+from werkzeug.serving import BaseWSGIServer, make_server
+
+from router import create_app
+from tests.conftest import CALLER, OPERATOR, TOKENS, auth
+from tests.dashboard_seed import seed
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+#: Screenshots land here; set ROLEGATE_SCREENSHOTS=docs to refresh the README's picture.
+SHOTS = Path(os.environ.get("ROLEGATE_SCREENSHOTS", "")) if os.environ.get(
+    "ROLEGATE_SCREENSHOTS") else None
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium, installed with apt-get if missing; a clear failure if that fails."""
+    if not os.path.exists(CHROMIUM):
+        apt = shutil.which("apt-get")
+        if apt is None:
+            pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install it")
+        steps = [[apt, "update", "-q"], [apt, "install", "-y", "-q", "chromium"]]
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=600,
+                                  env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+            if done.returncode != 0:
+                pytest.fail(f"{' '.join(step)} failed ({done.returncode}): "
+                            f"{done.stderr[-2000:]}")
+        if not os.path.exists(CHROMIUM):
+            pytest.fail(f"apt-get install chromium succeeded but {CHROMIUM} is still missing")
+    return CHROMIUM
+
+
+@pytest.fixture(scope="module")
+def browser(chromium: str) -> Iterator[Browser]:
+    """One headless Chromium for the module."""
+    with sync_playwright() as pw:
+        launched = pw.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS,
+                                      headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh page (its own sessionStorage) at a desktop size."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    opened = context.new_page()
+    yield opened
+    context.close()
+
+
+@pytest.fixture
+def live(redis_url: str) -> Iterator[str]:
+    """The router on a loopback port with tokens set, seeded with three roles and traces."""
+    app = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True,
+                      "refresh_interval_s": 0.05})
+    server: BaseWSGIServer = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        with requests.Session() as session:
+            seed(session, url)
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+        app.extensions["rolegate"].cache.stop()
+
+
+def _shot(page: Page, name: str) -> None:
+    if SHOTS is not None:
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SHOTS / name), full_page=True)
+
+
+def _load_roles(page: Page, url: str, token: str) -> None:
+    page.goto(f"{url}/")
+    expect(page.locator("#content .placeholder")).to_be_visible()
+    page.fill("#token-input", token)
+    page.click("#token-save")
+    expect(page.locator("table.roles tbody tr")).to_have_count(3)
+
+
+def test_read_roles_and_roll_back_from_the_page(page: Page, live: str) -> None:
+    """The page lists the roles; Roll back with a reason and operator token zeroes the share."""
+    _load_roles(page, live, CALLER)
+    rows = page.locator("table.roles tbody tr")
+    assert [r.get_attribute("data-role") for r in rows.all()] == \
+        ["classifier", "extractor", "summarizer"]
+    summarizer = page.locator('tr[data-role="summarizer"]')
+    expect(summarizer.locator(".stage")).to_have_text("canary")
+    expect(summarizer.locator("td.share")).to_have_text("0.5")
+    expect(page.locator('tr[data-role="classifier"] .stage')).to_have_text("shadow")
+    _shot(page, "dashboard.png")
+
+    summarizer.locator('button[data-action="rollback"]').click()
+    dialog = page.locator("#action-dialog")
+    expect(dialog).to_be_visible()
+    page.fill("#action-reason", "pass rate dropping on the canary")
+    # The caller token the page was loaded with is not enough to act.
+    assert page.input_value("#action-token") == CALLER
+    page.click("#action-confirm")
+    expect(page.locator("#action-error")).to_contain_text("403")
+    expect(summarizer.locator("td.share")).to_have_text("0.5")
+
+    page.fill("#action-token", OPERATOR)
+    page.click("#action-confirm")
+    expect(dialog).to_be_hidden()
+    summarizer = page.locator('tr[data-role="summarizer"]')
+    expect(summarizer.locator("td.share")).to_have_text("0")
+    expect(summarizer.locator(".stage")).to_have_text("rolled_back")
+    expect(summarizer.locator("td.last")).to_contain_text("rollback by alice")
+    _shot(page, "dashboard-after-rollback.png")
+
+    r = requests.get(f"{live}/v1/bindings/summarizer/history?limit=1", headers=auth(CALLER),
+                     timeout=5)
+    entry = r.json()["entries"][0]
+    assert entry["action"] == "rollback" and entry["actor"] == "alice"
+    assert entry["reason"] == "pass rate dropping on the canary"
+    assert entry["binding"]["share"] == 0.0
+
+
+def test_role_page_charts_and_timeline(page: Page, live: str) -> None:
+    """A shadow role's page draws the pass-rate, CUSUM and trajectory charts and the history."""
+    _load_roles(page, live, OPERATOR)
+    page.click('tr[data-role="classifier"] a.role-link')
+    expect(page.locator("#content svg.chart")).to_have_count(3)
+    expect(page.locator("ol.timeline li")).to_have_count(2)
+    expect(page.locator("ol.timeline li").first).to_contain_text("start shadowing v4")
+    expect(page.locator("table.gate").first).to_contain_text("pass rate")
+    assert page.locator("#content svg.chart polyline").count() >= 2
+    _shot(page, "dashboard-role.png")
+    page.goto(f"{live}/roles/summarizer")
+    expect(page.locator("#content svg.chart")).to_have_count(2)
+    _shot(page, "dashboard-canary.png")
+
+
+def test_page_without_token_shows_no_data_and_cannot_act(page: Page, live: str) -> None:
+    """Without a token the page shows no roles, and the API refuses a tokenless action."""
+    page.goto(f"{live}/")
+    expect(page.locator("#content .placeholder")).to_be_visible()
+    assert page.locator("table.roles").count() == 0
+    status = page.evaluate("""async () => (await fetch('/v1/bindings/summarizer/rollback',
+        {method: 'POST', headers: {'Content-Type': 'application/json'},
+         body: JSON.stringify({reason: 'x'})})).status""")
+    assert status == 401
