@@ -201,6 +201,9 @@ class ToolProxy:
 class _ProxyHandler(BaseHTTPRequestHandler):
     owner: ToolProxy
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in two writes; without TCP_NODELAY the second waits
+    # for the client's delayed ACK (~40 ms a call on Linux keep-alive connections).
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Quiet: the trace is the log."""
