@@ -99,15 +99,15 @@ def regressions(
 
 def describe_loss(key: str, count: int, criterion: Criterion | None = None) -> str:
     """A one-line human reading of a loss: "12 cases lost the verifyIdentity call"."""
+    # Readers show the key beside the message, so the message names the behaviour.
     cases = f"{count} case{'s' if count != 1 else ''}"
     if criterion is not None:
         tool = criterion.params.get("tool")
         if criterion.kind == "required_tool" or (criterion.kind == "escalation" and tool):
-            where = f" ({key})" if criterion.kind == "escalation" else ""
-            return f"{cases} lost the {tool} call{where}"
+            return f"{cases} lost the {tool} call"
         if criterion.kind == "output_field":
-            return f"{cases} lost output field {'.'.join(criterion.params['path'])} ({key})"
-        return f"{cases} now fail {key}: {criterion.description}"
+            return f"{cases} lost output field {'.'.join(criterion.params['path'])}"
+        return f"{cases} now fail: {criterion.description}"
     if key.startswith("tool:"):
         return f"{cases} lost the {key.removeprefix('tool:')} call"
     return f"{cases} now fail {key}"

@@ -181,7 +181,7 @@ def test_regression_is_named_by_its_criterion_key() -> None:
     found = regressions(base, cand, criteria)
     assert [r.key for r in found] == ["escalation:high-value"]
     assert found[0].lost == 12
-    assert found[0].message.startswith("12 cases lost the verifyIdentity call")
+    assert found[0].message == "12 cases lost the verifyIdentity call"
     rates = tally(cand.values())
     assert rates["escalation:high-value"].rate == 0.0
     assert rates["escalation:high-value"].skipped == 18
