@@ -28,6 +28,7 @@ from router.api_traces import trace_store
 from router.auth import require
 from router.errors import BadRequest
 from router.gate_criteria import criteria_section
+from router.gate_sections import drift_section, paired_section
 
 bp = Blueprint("gate", __name__)
 
@@ -100,6 +101,8 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["arms"] = arms_section(ctx)
     view["comparison"] = comparison_section(ctx)
     view["by_criterion"] = criteria_section(ctx, ConfigStore(traces.connection))
+    view["paired"] = paired_section(ctx)
+    view["drift"] = drift_section(ctx)
     return view
 
 

@@ -31,6 +31,7 @@ BLUEPRINT_MODULES = (
     "router.api_traces",
     "router.api_gate",
     "router.api_lease",
+    "router.api_drift",
     "router.api_watch",
     "router.api_configs",
     "router.api_feedback",

@@ -1,0 +1,140 @@
+"""tick() against a real router on loopback: gate view sections, moves with If-Match, dry-run."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import requests
+from flask import Flask
+
+from gatekeeper.decide import Action, Decision
+from gatekeeper.loop import Gatekeeper, _act, tick
+from router.http import ApiClient
+from tests.conftest import GATEKEEPER, OPERATOR, auth
+from tests.population import Population
+from tests.servers import werkzeug_server
+
+POLICY = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.9, "alpha": 0.01,
+                         "min_stage_seconds": 0.0, "bake_seconds": 0.0},
+          "invariants": {"artifact_exists": ["out.md"], "forbidden_tools": ["delete_all"]}}
+
+
+def _create(url: str, role: str, candidate: str, stage: str = "shadow") -> None:
+    binding = {"current": "cfg-a", "candidate": candidate, "stage": stage, "share": 0.0,
+               "steps": [0.5, 1.0], "gate": POLICY}
+    with requests.put(f"{url}/v1/bindings/{role}", json=binding, headers=auth(OPERATOR),
+                      timeout=5) as answer:
+        assert answer.status_code == 201, answer.text
+
+
+@pytest.fixture
+def live(app: Flask) -> Iterator[str]:
+    """The router on a loopback port."""
+    with werkzeug_server(app) as url:
+        yield url
+
+
+@pytest.fixture
+def api(live: str) -> Iterator[ApiClient]:
+    """A gatekeeper-scope client."""
+    client = ApiClient(live, GATEKEEPER, attempts=2)
+    yield client
+    client.close()
+
+
+def test_gate_view_has_paired_and_drift(live: str, api: ApiClient) -> None:
+    """In shadow the gate view pairs current and shadow runs and shows drift detectors."""
+    _create(live, "r", "cfg-bad")
+    population = Population(live, ["r"], batch=40)
+    population.step()
+    view = api.get("/v1/roles/r/gate")
+    paired = view["paired"]
+    assert paired["pairs"] == 40
+    assert paired["flips"] == {"pass_to_fail": 4, "fail_to_pass": 0}
+    assert paired["trajectory"]["SAME"] == 40
+    assert paired["regressed_keys"] == ["job-1", "job-2", "job-21", "job-22"]
+    assert set(view["drift"]["candidate"]) == {"run_failure", "tool_error", "forbidden_call"}
+    assert view["drift"]["alert"] is False
+
+
+def test_tick_advances_healthy_and_rolls_back_regressed(live: str, api: ApiClient) -> None:
+    """One tick promotes a passing shadow and rolls back a failing one, each with If-Match."""
+    _create(live, "good", "cfg-good")
+    _create(live, "bad", "cfg-bad")
+    Population(live, ["good", "bad"], batch=40).step()
+    decisions = {d.role: d for d in tick(api, time.time())}
+    assert decisions["good"].action is Action.ADVANCE
+    assert decisions["good"].details["outcome"] == "applied"
+    assert decisions["bad"].action is Action.ROLLBACK
+    assert "pass rate" in decisions["bad"].reason
+    bad = api.get("/v1/bindings/bad")
+    assert bad["binding"]["stage"] == "rolled_back"
+    entry = api.get("/v1/bindings/bad/history")["entries"][0]
+    assert entry["actor"] == "gatekeeper" and entry["action"] == "rollback"
+    assert entry["details"]["gatekeeper"]["passes"] == 34
+    assert api.get("/v1/bindings/good")["binding"]["stage"] == "canary"
+
+
+def test_stale_decision_is_refused(live: str, api: ApiClient) -> None:
+    """A move made on a version someone else changed since is refused (409) and not applied."""
+    _create(live, "r", "cfg-good")
+    Population(live, ["r"], batch=40).step()
+    with requests.post(f"{live}/v1/bindings/r/pause", json={"reason": "human"},
+                       headers={**auth(OPERATOR), "If-Match": "1"}, timeout=5) as answer:
+        assert answer.status_code == 200
+    with requests.post(f"{live}/v1/bindings/r/resume", json={"reason": "human"},
+                       headers=auth(OPERATOR), timeout=5) as answer:
+        assert answer.status_code == 200
+    stale = Decision("r", Action.ADVANCE, 1, "shadow", "stale leader")
+    outcome = _act(api, stale, dry_run=False, notifier=None)
+    assert outcome.details["outcome"] == "refused"
+    assert api.get("/v1/bindings/r")["version"] == 3
+
+
+def test_paused_role_untouched_and_dry_run(live: str, api: ApiClient) -> None:
+    """A paused role is skipped; dry-run decides without writing anything."""
+    _create(live, "p", "cfg-bad")
+    _create(live, "d", "cfg-bad")
+    Population(live, ["p", "d"], batch=40).step()
+    with requests.post(f"{live}/v1/bindings/p/pause", json={"reason": "human"},
+                       headers=auth(OPERATOR), timeout=5) as answer:
+        assert answer.status_code == 200
+    decisions = {d.role: d for d in tick(api, time.time(), dry_run=True)}
+    assert decisions["p"].action is Action.SKIP
+    assert decisions["d"].action is Action.ROLLBACK
+    assert decisions["d"].details["outcome"] == "dry_run"
+    assert api.get("/v1/bindings/d")["version"] == 1
+    assert api.get("/v1/bindings/p")["binding"]["stage"] == "shadow"
+
+
+def test_gatekeeper_lease_handover(live: str, api: ApiClient) -> None:
+    """Only the lease holder ticks; after it releases, the other takes over."""
+    other = ApiClient(live, GATEKEEPER, attempts=2)
+    try:
+        first = Gatekeeper(api, interval=0.05, lease_ttl=5, holder="g1")
+        second = Gatekeeper(other, interval=0.05, lease_ttl=5, holder="g2")
+        assert first.acquire() and not second.acquire()
+        assert second.once() == []
+        first.release()
+        assert second.acquire() and second.leader
+        assert api.get("/v1/gatekeeper/lease")["holder"] == "g2"
+    finally:
+        other.close()
+
+
+def test_calibrate_endpoint_counts_false_alarms(live: str, api: ApiClient) -> None:
+    """Calibration replays the stored current runs: a smaller h never has fewer false alarms."""
+    _create(live, "c", "cfg-good")
+    population = Population(live, ["c"], batch=100)
+    population.step()
+    result = api.get("/v1/roles/c/drift/calibrate",
+                     params=[("config", "cfg-a"), ("h", 0.5), ("h", 20), ("shift", 0.01)])
+    assert result["runs"] == 100 and result["metric"] == "run_failure"
+    rows = {row["h"]: row for row in result["results"]}
+    assert rows[0.5]["p0"] == pytest.approx(0.05)
+    assert rows[0.5]["false_alarms"] >= 1 and rows[20]["false_alarms"] == 0
+    with requests.get(f"{live}/v1/roles/c/drift/calibrate", headers=auth(GATEKEEPER),
+                      timeout=5) as answer:
+        assert answer.status_code == 400 and answer.json()["error"]["details"]["field"] == "h"
