@@ -19,10 +19,14 @@ its own aggregate and the gate reads one hash instead of rescanning traces.
 Aggregates are not trimmed with the stream; they expire `window_ttl_s` after
 their last trace.
 
-One Lua call per (role, config, arm, epoch) group stores a whole batch: each
-trace whose run-id key is absent is appended and its key set; the group's
-summed increments, minus those of duplicates, go into the aggregate. A client
-retrying a run id therefore never counts twice.
+One Lua call per (role, config, arm, epoch) group stores a whole batch. The
+caller says which run ids it expects to be known already (none, at first); the
+script checks every run-id key, and if the guess was wrong it writes nothing
+and answers which are known, so the caller sums the increments of the new ones
+and calls again. Otherwise it appends each new trace, sets its run-id key and
+adds the group's summed increments to the aggregate, all in one atomic step. A
+client retrying a run id therefore never counts twice, and the common all-new
+batch costs one round trip carrying one summed set of increments.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from typing import Any
 
 import redis
 
-from bindings.errors import NotFound, StoreUnavailable
+from bindings.errors import Conflict, InvalidInput, NotFound, StoreUnavailable
 from bindings.models import Binding
 from gatekeeper.invariants import TraceVerdict
 from gatekeeper.trace import Trace
@@ -51,49 +55,45 @@ DEFAULT_RETENTION = 100_000
 RUN_TTL_S = 7 * 24 * 3600
 #: How long a stage's aggregate outlives its last trace.
 WINDOW_TTL_S = 30 * 24 * 3600
+#: Script calls per group before giving up on run ids that keep appearing.
+_ATTEMPTS = 4
 
 # KEYS: stream, window hash, tally hash, configs set, then one run-id key per trace
-# ARGV: maxlen, run ttl, window ttl, location prefix, config, n traces, n total fields,
-#       (field, value) * n fields  -- the group's summed increments
-#       (trace JSON, verdict JSON, "field\nvalue\n..." increments) * n traces
-# Returns per trace "N<location>" when stored, "D<location>" when already known.
+# ARGV: maxlen, run ttl, window ttl, location prefix, config, n traces,
+#       the summed increments of the traces expected new, as "field\nvalue\n...",
+#       (trace JSON, verdict JSON, "1" if expected known else "0") * n traces
+# Returns {"R", "0"|"1" per trace} without writing when the expectation was wrong;
+# else {"OK", per trace "N<location>" when stored or "D<location>" when known}.
 _INGEST = """
 local n = tonumber(ARGV[6])
-local f = tonumber(ARGV[7])
-local totals, order = {}, {}
-for i = 0, f - 1 do
-  local name = ARGV[8 + 2 * i]
-  totals[name] = tonumber(ARGV[9 + 2 * i])
-  order[i + 1] = name
+local known, wrong = {}, false
+for i = 1, n do
+  known[i] = redis.call('GET', KEYS[4 + i])
+  if (known[i] ~= false) ~= (ARGV[7 + 3 * i] == '1') then wrong = true end
 end
-local base = 8 + 2 * f
-local out, added = {}, 0
-for i = 0, n - 1 do
-  local run_key = KEYS[5 + i]
-  local at = base + 3 * i
-  local known = redis.call('GET', run_key)
-  if known then
-    out[i + 1] = 'D' .. known
-    for name, value in string.gmatch(ARGV[at + 2], '([^\\n]+)\\n(%-?%d+)') do
-      totals[name] = totals[name] - tonumber(value)
-    end
+if wrong then
+  local flags = {'R'}
+  for i = 1, n do flags[i + 1] = known[i] and '1' or '0' end
+  return flags
+end
+local out, added = {'OK'}, 0
+for i = 1, n do
+  if known[i] then
+    out[i + 1] = 'D' .. known[i]
   else
     local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-                          't', ARGV[at], 'v', ARGV[at + 1])
+                          't', ARGV[5 + 3 * i], 'v', ARGV[6 + 3 * i])
     local location = ARGV[4] .. id .. '"}'
-    redis.call('SET', run_key, location, 'EX', ARGV[2])
+    redis.call('SET', KEYS[4 + i], location, 'EX', ARGV[2])
     out[i + 1] = 'N' .. location
     added = added + 1
   end
 end
 if added > 0 then
-  for _, name in ipairs(order) do
-    local value = totals[name]
-    if value ~= 0 then
-      redis.call('HINCRBY', KEYS[2], name, value)
-      if name == 'n' or string.sub(name, 1, 5) == 'tool:' then
-        redis.call('HINCRBY', KEYS[3], name, value)
-      end
+  for name, value in string.gmatch(ARGV[7], '([^\\n]+)\\n(%-?%d+)') do
+    redis.call('HINCRBY', KEYS[2], name, value)
+    if name == 'n' or string.sub(name, 1, 5) == 'tool:' then
+      redis.call('HINCRBY', KEYS[3], name, value)
     end
   end
   redis.call('EXPIRE', KEYS[2], ARGV[3])
@@ -188,6 +188,44 @@ class Checked:
     epoch: str
 
 
+class _Group:
+    """The traces of one (role, config, arm, epoch) in a request, one script call's worth.
+
+    A run id repeated within the request is sent once; its repeats are answered
+    as duplicates of the first.
+    """
+
+    def __init__(self, role: str, config: str, arm: str, epoch: str) -> None:
+        self.role, self.config, self.arm, self.epoch = role, config, arm, epoch
+        self.items: list[Checked] = []
+        self.indices: list[int] = []
+        self.repeats: list[tuple[int, int]] = []  # (index in request, position in items)
+        self.expect_known: list[bool] | None = None
+        self._seen: dict[str, int] = {}
+
+    def take(self, index: int, item: Checked) -> None:
+        """Add the request's trace number `index`."""
+        first = self._seen.get(item.trace.run_id)
+        if first is not None:
+            self.repeats.append((index, first))
+            return
+        self._seen[item.trace.run_id] = len(self.items)
+        self.items.append(item)
+        self.indices.append(index)
+
+    def resolve(self, items: Sequence[Checked], answers: list[str],
+                results: list[Stored | None]) -> None:
+        """Fill `results` from the script's per-trace answers."""
+        for index, text in zip(self.indices, answers):
+            results[index] = Stored(run_id=items[index].trace.run_id, duplicate=text[0] == "D",
+                                    location=Location.parse(text[1:]))
+        for index, first in self.repeats:
+            earlier = results[self.indices[first]]
+            assert earlier is not None
+            results[index] = Stored(run_id=earlier.run_id, duplicate=True,
+                                    location=earlier.location)
+
+
 class TraceStore:
     """Stores traces idempotently with running aggregates; reads them back."""
 
@@ -204,49 +242,78 @@ class TraceStore:
     def add(self, items: Sequence[Checked]) -> list[Stored]:
         """Store checked traces; the result lines up with `items`.
 
-        All groups go in one pipelined round trip; each group is one atomic script.
+        All groups go in one pipelined round trip; each group is one atomic
+        script. Known run ids cost a second round trip for their group.
         """
-        groups: dict[tuple[str, str, str, str], list[int]] = {}
+        groups: dict[tuple[str, str, str, str], _Group] = {}
         for index, item in enumerate(items):
             t = item.trace
-            groups.setdefault((t.role, t.config, t.arm, item.epoch), []).append(index)
+            if any("\n" in tool for tool in t.tools):
+                # The script reads increments as "field\nvalue" lines.
+                raise InvalidInput(f"tools of run {t.run_id!r}: a tool name must not contain "
+                                   "a line break", run_id=t.run_id)
+            key = (t.role, t.config, t.arm, item.epoch)
+            group = groups.get(key)
+            if group is None:
+                group = groups[key] = _Group(*key)
+            group.take(index, item)
         results: list[Stored | None] = [None] * len(items)
-        with _redis_errors():
-            pipe = self.connection.pipeline(transaction=False)
-            for (role, config, arm, epoch), indices in groups.items():
-                keys, args = self._group_call(role, config, arm, epoch,
-                                              [items[i] for i in indices])
-                self._ingest(keys=keys, args=args, client=pipe)
-            answers = pipe.execute()
-        for indices, answer in zip(groups.values(), answers):
-            for index, raw in zip(indices, answer):
-                text = raw.decode() if isinstance(raw, bytes) else raw
-                results[index] = Stored(run_id=items[index].trace.run_id,
-                                        duplicate=text[0] == "D",
-                                        location=Location.parse(text[1:]))
-        return [r for r in results if r is not None]
+        pending = list(groups.values())
+        for _ in range(_ATTEMPTS):
+            answers = self._run([self._group_call(g) for g in pending])
+            retry = []
+            for group, answer in zip(pending, answers):
+                flags = [_text(a) for a in answer]
+                if flags[0] == "R":
+                    group.expect_known = [f == "1" for f in flags[1:]]
+                    retry.append(group)
+                    continue
+                group.resolve(items, flags[1:], results)
+            if not retry:
+                return [r for r in results if r is not None]
+            pending = retry
+        raise Conflict("run ids kept changing under a concurrent ingest; retry the request")
 
-    def _group_call(self, role: str, config: str, arm: str, epoch: str,
-                    items: Sequence[Checked]) -> tuple[list[str], list[Any]]:
-        per_trace: list[dict[str, int]] = [increments(i.trace, i.verdict) for i in items]
+    def _run(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        with _redis_errors():
+            try:
+                return self._evalsha(calls)
+            except redis.exceptions.NoScriptError:
+                # The server lost its script cache (restart, SCRIPT FLUSH): load and
+                # run again. Safe: a NOSCRIPT answer ran nothing.
+                self._ingest.sha = self.connection.script_load(_INGEST)
+                return self._evalsha(calls)
+
+    def _evalsha(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        # One round trip. redis-py's Script in a pipeline would first ask SCRIPT
+        # EXISTS on every execute: a second round trip per ingest request.
+        if len(calls) == 1:
+            keys, args = calls[0]
+            return [self.connection.evalsha(self._ingest.sha, len(keys), *keys, *args)]
+        pipe = self.connection.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.evalsha(self._ingest.sha, len(keys), *keys, *args)
+        answers: list[Any] = pipe.execute()
+        return answers
+
+    def _group_call(self, group: _Group) -> tuple[list[str], list[Any]]:
+        role, config, arm, epoch = group.role, group.config, group.arm, group.epoch
+        expect = group.expect_known or [False] * len(group.items)
         totals: dict[str, int] = {}
-        for inc in per_trace:
-            for name, value in inc.items():
-                totals[name] = totals.get(name, 0) + value
+        for item, known in zip(group.items, expect):
+            if not known:
+                for name, value in increments(item.trace, item.verdict).items():
+                    totals[name] = totals.get(name, 0) + value
         prefix = json.dumps({"config": config, "arm": arm, "epoch": epoch})[:-1] + ', "id": "'
         keys = [stream_key(role, config, arm), window_key(role, config, arm, epoch),
                 tally_key(role, config), configs_key(role)]
-        keys += [run_key(role, i.trace.run_id) for i in items]
+        keys += [run_key(role, item.trace.run_id) for item in group.items]
         args: list[Any] = [self.retention, self.run_ttl_s, self.window_ttl_s, prefix, config,
-                           len(items), len(totals)]
-        for name, value in totals.items():
-            args += (name, value)
-        for item, inc in zip(items, per_trace):
-            args += (
-                item.trace.model_dump_json(exclude_none=True),
-                json.dumps(item.verdict.to_json(), separators=(",", ":")),
-                "".join(f"{name}\n{value}\n" for name, value in inc.items()),
-            )
+                           len(group.items), _encode(totals)]
+        for item, known in zip(group.items, expect):
+            args += (item.trace.model_dump_json(exclude_none=True),
+                     json.dumps(item.verdict.to_json(), separators=(",", ":")),
+                     "1" if known else "0")
         return keys, args
 
     # -- reads ---------------------------------------------------------------
@@ -325,6 +392,11 @@ class TraceStore:
             out[config] = {"runs": fields.get("n", 0),
                            "tools": dict(sorted(tools.items(), key=lambda kv: (-kv[1], kv[0])))}
         return out
+
+
+def _encode(fields: dict[str, int]) -> str:
+    """Increments as the script reads them: "field\\nvalue\\n" pairs (field names hold no newline)."""
+    return "".join(f"{name}\n{value}\n" for name, value in fields.items())
 
 
 def _stored_trace(entry_id: bytes | str, fields: dict[bytes, bytes]) -> StoredTrace:

@@ -13,6 +13,7 @@ data never fails a run, and never trips the tripwire).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -41,8 +42,9 @@ CRITERIA: tuple[str, ...] = (
 )
 
 _HTML_TABLE = re.compile(r"<table\b", re.IGNORECASE)
-#: One cell of a markdown delimiter row: hyphens, optionally colon-aligned.
-_DELIMITER_CELL = re.compile(r":?-+:?")
+#: A markdown delimiter row: cells of hyphens, optionally colon-aligned, split by pipes.
+_DELIMITER_ROW = re.compile(
+    r"^[ \t]*\|?(?:[ \t]*:?-+:?[ \t]*\|)*[ \t]*:?-+:?[ \t]*\|?[ \t]*\r?$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,11 @@ class TraceVerdict:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what the ingest answer and the trace store carry)."""
+        # Built once: ingest needs it twice per trace (the store and the answer).
+        return dict(self._json)
+
+    @functools.cached_property
+    def _json(self) -> dict[str, Any]:
         return {
             "passed": self.passed,
             "blocking": self.blocking,
@@ -109,14 +116,14 @@ def contains_table(text: str) -> bool:
         return True
     if "|" not in text:
         return False
-    lines = text.splitlines()
-    for header, delimiter in zip(lines, lines[1:]):
-        if "|" not in header or "|" not in delimiter:
+    # Find candidate delimiter rows with one regex pass, then check the header above.
+    for match in _DELIMITER_ROW.finditer(text):
+        delimiter = match.group(0)
+        if "|" not in delimiter or match.start() == 0:
             continue
-        cells = _cells(delimiter)
-        # GFM: the delimiter row has only alignment cells, as many as the header.
-        if cells and all(_DELIMITER_CELL.fullmatch(c) for c in cells) \
-                and len(_cells(header)) == len(cells):
+        header = text[text.rfind("\n", 0, match.start() - 1) + 1:match.start() - 1]
+        # GFM: the header row has as many cells as the delimiter row.
+        if "|" in header and len(_cells(header)) == len(_cells(delimiter)):
             return True
     return False
 
@@ -130,15 +137,43 @@ def _cells(line: str) -> list[str]:
     return [cell.strip() for cell in body.split("|")]
 
 
+@dataclass(frozen=True)
+class _Compiled:
+    """An Invariants policy with its tool lists turned into sets, built once per policy."""
+
+    artifacts: tuple[str, ...]
+    table: bool
+    forbidden: frozenset[str]
+    allowed: frozenset[str] | None
+    required: tuple[str, ...]
+    max_steps: int | None
+    max_cost_usd: float | None
+
+
+@functools.lru_cache(maxsize=256)
+def _compile(invariants: Invariants) -> _Compiled:
+    allowed = invariants.allowed_tools
+    return _Compiled(
+        artifacts=invariants.artifact_exists,
+        table=invariants.must_contain_table,
+        forbidden=frozenset(invariants.forbidden_tools),
+        allowed=None if allowed is None else frozenset(allowed),
+        required=invariants.required_tools,
+        max_steps=invariants.max_steps,
+        max_cost_usd=invariants.max_cost_usd,
+    )
+
+
 def check(trace: Trace, invariants: Invariants) -> TraceVerdict:
     """Judge one trace against the role's invariants."""
+    policy = _compile(invariants)  # ingest checks every trace: build the sets once
     criteria: dict[str, bool] = {}
     missing: tuple[str, ...] = ()
-    if invariants.artifact_exists:
+    if policy.artifacts:
         produced = set(trace.artifacts)
-        missing = tuple(p for p in invariants.artifact_exists if p not in produced)
+        missing = tuple(p for p in policy.artifacts if p not in produced)
         criteria[ARTIFACT_EXISTS] = not missing
-    if invariants.must_contain_table:
+    if policy.table:
         criteria[MUST_CONTAIN_TABLE] = contains_table(trace.output_text)
 
     reported = tools_reported(trace)
@@ -146,25 +181,23 @@ def check(trace: Trace, invariants: Invariants) -> TraceVerdict:
     lost: tuple[str, ...] = ()
     if reported:
         called = dict.fromkeys(trace.tools)  # first-call order, no repeats
-        if invariants.forbidden_tools:
-            banned = set(invariants.forbidden_tools)
-            hits = [t for t in called if t in banned]
+        if policy.forbidden:
+            hits = [t for t in called if t in policy.forbidden]
             criteria[FORBIDDEN_TOOLS] = not hits
             forbidden.extend(hits)
-        if invariants.allowed_tools is not None:
-            allowed = set(invariants.allowed_tools)
-            outside = [t for t in called if t not in allowed]
+        if policy.allowed is not None:
+            outside = [t for t in called if t not in policy.allowed]
             criteria[ALLOWED_TOOLS] = not outside
             # An out-of-allowlist call counts as a forbidden call (issue 3).
             forbidden.extend(t for t in outside if t not in forbidden)
-        if invariants.required_tools:
-            lost = tuple(t for t in invariants.required_tools if t not in called)
+        if policy.required:
+            lost = tuple(t for t in policy.required if t not in called)
             criteria[REQUIRED_TOOLS] = not lost
 
-    if invariants.max_steps is not None:
-        criteria[MAX_STEPS] = trace.step_count <= invariants.max_steps
-    if invariants.max_cost_usd is not None:
-        criteria[MAX_COST_USD] = trace.cost_usd <= invariants.max_cost_usd
+    if policy.max_steps is not None:
+        criteria[MAX_STEPS] = trace.step_count <= policy.max_steps
+    if policy.max_cost_usd is not None:
+        criteria[MAX_COST_USD] = trace.cost_usd <= policy.max_cost_usd
 
     return TraceVerdict(
         passed=all(criteria.values()),

@@ -51,34 +51,38 @@ def cost_bucket(micros: int) -> int:
 
 
 def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
-    """The fields one trace adds to a window."""
+    """The fields one trace adds to a window (only non-zero ones: the hash stays small)."""
+    # Plain dict work: this runs once per ingested trace, on the hot path.
     cost = round(trace.cost_usd * MICROS)
-    out: Counter[str] = Counter({
-        "n": 1,
-        "passes": int(verdict.passed),
-        "forbidden": int(bool(verdict.forbidden)),
-        "blocking": int(verdict.blocking),
-        "answered": int(trace.answered),
-        "calls": trace.step_count,
-        "tool_errors": trace.tool_errors,
-        "error_runs": int(trace.tool_errors > 0),
-        "cost_micros": cost,
-        "tokens": trace.tokens,
-        "latency_ms": round(trace.latency_s * 1000),
-        f"{STEPS}{trace.step_count}": 1,
-        f"{COST}{cost_bucket(cost)}": 1,
-    })
+    steps = trace.step_count
+    out = {"n": 1, f"{STEPS}{steps}": 1, f"{COST}{cost_bucket(cost)}": 1}
+    if verdict.passed:
+        out["passes"] = 1
+    if verdict.forbidden:
+        out["forbidden"] = 1
+        for tool in verdict.forbidden:
+            out[FORBID + tool] = 1
+    if verdict.forbidden or verdict.required_lost:
+        out["blocking"] = 1
+        for tool in verdict.required_lost:
+            out[LOST + tool] = 1
+    if trace.answered:
+        out["answered"] = 1
+    if trace.tool_errors:
+        out["tool_errors"] = trace.tool_errors
+        out["error_runs"] = 1
+    for name, value in (("calls", steps), ("cost_micros", cost), ("tokens", trace.tokens),
+                        ("latency_ms", round(trace.latency_s * 1000))):
+        if value:
+            out[name] = value
     for name, held in verdict.criteria.items():
-        out[f"{CRIT_N}{name}"] += 1
-        out[f"{CRIT_PASS}{name}"] += int(held)
+        out[CRIT_N + name] = 1
+        if held:
+            out[CRIT_PASS + name] = 1
     for tool in trace.tools:
-        out[f"{TOOL}{tool}"] += 1
-    for tool in verdict.forbidden:
-        out[f"{FORBID}{tool}"] += 1
-    for tool in verdict.required_lost:
-        out[f"{LOST}{tool}"] += 1
-    # Zero counts are noise in a Redis hash; keep only what moves.
-    return {k: v for k, v in out.items() if v}
+        key = TOOL + tool
+        out[key] = out.get(key, 0) + 1
+    return out
 
 
 class WindowStats:

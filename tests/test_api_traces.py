@@ -279,3 +279,15 @@ def test_tools_tally_per_config(client: FlaskClient) -> None:
         "cfg_a": {"runs": 1, "tools": {"read": 2, "search": 1}},
         "cfg_b": {"runs": 1, "tools": {"read": 1, "web_write": 1}},
     }
+
+
+def test_bare_list_body_and_line_break_tool(client: FlaskClient) -> None:
+    """A bare JSON list is a batch; a tool name with a line break is refused by index."""
+    make_role(client)
+    r = post(client, [trace("l1"), trace("l2")])
+    assert r.status_code == 200 and r.json["accepted"] == 2
+    r = post(client, [trace("l3"), trace("l4", tools=["read\nn\n9"])])
+    assert r.status_code == 207
+    assert r.json["results"][1]["error"]["details"] == {"field": "tools"}
+    gate = client.get("/v1/roles/summarizer/gate", headers=auth(CALLER)).json
+    assert gate["arms"]["current"]["n"] == 3

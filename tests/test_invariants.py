@@ -53,6 +53,8 @@ def test_artifact_exists() -> None:
     ("| a | b | c |\n|---|---|", False),
     ("just prose, a pipe | here\n---", False),
     ("", False),
+    ("a|b\r\n-|-\r\n1|2", True),
+    ("-" * 100_000 + "|", False),
 ])
 def test_contains_table(text: str, expected: bool) -> None:
     """Markdown pipe tables (header + delimiter row) and HTML tables are detected."""

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import redis
 
-from bindings.errors import NotFound
+from bindings.errors import InvalidInput, NotFound
 from bindings.models import Invariants
 from bindings.traces import Checked, TraceStore, stream_key
 from gatekeeper.invariants import check
@@ -127,3 +127,19 @@ def test_lookup_by_run_id(store: TraceStore) -> None:
 def test_stream_key_has_role_hash_tag() -> None:
     """Every trace key carries the role as a Redis Cluster hash tag."""
     assert stream_key("summarizer", "cfg", "shadow") == "rolegate:{summarizer}:traces:cfg:shadow"
+
+
+def test_script_reloaded_after_noscript(redis_conn: redis.Redis) -> None:
+    """When the server does not know the ingest script, it is loaded and the write goes through."""
+    store = TraceStore(redis_conn)
+    store._ingest.sha = "0" * 40  # as if Redis restarted and lost its script cache
+    (outcome,) = store.add([checked(trace("r1"))])
+    assert not outcome.duplicate
+    assert store.window("summarizer", "cfg_b", "candidate", "100.000000").n == 1
+
+
+def test_tool_name_with_line_break_refused(store: TraceStore) -> None:
+    """A tool name with a line break is refused before anything is written."""
+    with pytest.raises(InvalidInput):
+        store.add([checked(trace("r1")), checked(trace("r2", tools=["a\nn\n5"]))])
+    assert store.length("summarizer", "cfg_b", "candidate") == 0
