@@ -136,6 +136,8 @@ def put_binding(role: str) -> ResponseReturnValue:
         if expected not in (None, 0):
             raise NotFound(f"no binding for role {role!r} to replace", role=role,
                            current_version=0)
+        if binding.stage is Stage.SHADOW:
+            require_offline_pass(role, binding)
         binding = binding.with_changes(stage_since=time.time())
         return _written(store.write(role, binding, expected_version=0, actor=actor(),
                                     action="create", reason=reason), 201)
@@ -148,6 +150,10 @@ def put_binding(role: str) -> ResponseReturnValue:
         raise Conflict(f"role {role!r} is at version {existing.version}, not {expected}",
                        role=role, current_version=existing.version, expected_version=expected)
     old = existing.binding
+    if binding.stage is Stage.SHADOW and (old.stage, old.candidate) != (Stage.SHADOW,
+                                                                       binding.candidate):
+        # Writing a shadow stage directly is a way into shadow too.
+        require_offline_pass(role, binding)
     moved = (old.stage, old.share, old.candidate) != (binding.stage, binding.share,
                                                       binding.candidate)
     binding = binding.with_changes(stage_since=time.time() if moved else old.stage_since)

@@ -18,7 +18,7 @@ import requests
 
 from bindings.errors import RolegateError
 from bindings.models import GatePolicy
-from gatekeeper.suite.compare import SuiteComparison, compare_results
+from gatekeeper.suite.compare import SuiteComparison, compare_results, resource_deltas
 from gatekeeper.suite.judge import DEFAULT_FLOOR, JudgeSettings, PairwiseJudge, judge_suites
 from gatekeeper.suite.report import (
     RESULTS_FILE,
@@ -165,8 +165,11 @@ def suite() -> None:
 @click.option("--agent", required=True, help="The agent command (adapter protocol).")
 @click.option("--record", type=click.Path(file_okay=False), default=None,
               help="Save each run's tool calls as fixtures in this directory.")
+@click.option("--baseline", type=click.Path(exists=True), default=None,
+              help="A stored result to warn against (latency +20%, tokens +15%).")
 @_common
 def run_command(suite_dir: str, config_path: str, agent: str, record: str | None,
+                baseline: str | None,
                 repeats: int | None, weight: str | None, parallel: int, timeout: float,
                 max_runs: int | None, max_cost: float | None, replay: str | None,
                 policy: str | None, out: str | None, post: bool, role: str | None, url: str,
@@ -177,9 +180,13 @@ def run_command(suite_dir: str, config_path: str, agent: str, record: str | None
     try:
         options = _options(repeats, weight, parallel, timeout, max_runs, max_cost, record,
                            replay, role)
+        before = load_result(baseline) if baseline else None
         result = run_config(suite_dir, config_path, agent, options, _load_policy(policy), quiet)
     except (UsageProblem, RolegateError, ValueError) as exc:
         _fail(str(exc))
+    if before is not None:
+        _resources, warnings = resource_deltas(before, result)
+        result = result.model_copy(update={"warnings": [*result.warnings, *warnings]})
     out_dir = Path(out) if out else Path("suite-results") / result.config
     write_result(result, out_dir)
     click.echo(result_markdown(result))
@@ -202,10 +209,7 @@ def _side(path: str, suite_dir: str | None, agent: str | None, options: RunOptio
           policy: GatePolicy, quiet: bool) -> SuiteResult:
     location = Path(path)
     if _is_result(location):
-        try:
-            return load_result(location)
-        except ValueError as exc:
-            raise UsageProblem(f"{path}: not a suite result: {exc}") from None
+        return load_result(location)
     if suite_dir is None or agent is None:
         raise UsageProblem(f"{path} is a config, so --suite and --agent are needed to run it")
     return run_config(suite_dir, path, agent, options, policy, quiet)

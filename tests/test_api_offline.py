@@ -81,3 +81,17 @@ def test_roles_without_the_requirement_enter_shadow_freely(client: FlaskClient) 
     _create(client, require=False)
     r = _promote(client)
     assert r.status_code == 200 and r.json["binding"]["stage"] == "shadow"
+
+
+def test_writing_a_shadow_stage_directly_needs_the_pass_too(client: FlaskClient) -> None:
+    """PUT of a binding already in shadow is checked like a promote into shadow."""
+    body = {"current": "cfg_a", "candidate": "cfg_b", "stage": "shadow",
+            "gate": {"require_offline_pass": True}}
+    r = client.put(f"/v1/bindings/{ROLE}", json=body, headers=auth(OPERATOR))
+    assert r.status_code == 409 and r.json["error"]["details"]["missing"] == "offline_pass"
+    _create(client, require=True)
+    r = client.put(f"/v1/bindings/{ROLE}", json=body, headers={**auth(OPERATOR), "If-Match": "1"})
+    assert r.status_code == 409
+    _post(client, True)
+    r = client.put(f"/v1/bindings/{ROLE}", json=body, headers={**auth(OPERATOR), "If-Match": "1"})
+    assert r.status_code == 200 and r.json["binding"]["stage"] == "shadow"

@@ -66,7 +66,7 @@ def test_errors_exit_2(tmp_path: Path) -> None:
 
 
 def test_compare_stored_results_exits_1_on_a_regression(tmp_path: Path) -> None:
-    """compare over two stored results blocks the regressed config and lists it by input."""
+    """compare over stored results blocks the regressed config, listed by input; run --baseline warns."""
     for name, config in (("good", GOOD), ("bad", REGRESSED)):
         _run("run", SUITE, "--config", config, "--agent", EXAMPLE_AGENT, "--quiet",
              "--weight", "minor", "--out", str(tmp_path / name))
@@ -81,6 +81,10 @@ def test_compare_stored_results_exits_1_on_a_regression(tmp_path: Path) -> None:
     assert code == 0 and "may proceed" in out
     code, _, err = _run("compare", str(tmp_path / "good"), REGRESSED)
     assert code == 2 and "--suite and --agent" in err
+    code, out, _ = _run("run", SUITE, "--config", REGRESSED, "--agent", EXAMPLE_AGENT, "--quiet",
+                        "--repeats", "1", "--baseline", str(tmp_path / "good"),
+                        "--out", str(tmp_path / "warned"))
+    assert code == 1 and "- resource ceiling: mean tokens +" in out
 
 
 def test_post_sends_the_verdict_and_unlocks_shadow(app: Flask, tmp_path: Path) -> None:

@@ -173,18 +173,21 @@ def test_side_effecting_tool_is_never_executed_in_eval_mode(
 
 def test_eval_mode_hands_out_placeholder_credentials(
         tmp_path: Path, counting_tool: CountingTool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The agent sees placeholders, never the real secret, and read-only tools get them too."""
+    """The agent sees placeholders, never a real secret or the router token; tools get them too."""
     monkeypatch.setenv("REAL_CHAT_TOKEN", "s3cret-real")
+    monkeypatch.setenv("ROLEGATE_TOKEN", "router-token")
     tools = {"lookup": {"kind": "http", "url": counting_tool.url, "credential": "CHAT_TOKEN"}}
     suite = make_suite(tmp_path / "suite", [_scenario(repeats=1)], seeds=SEEDS, tools=tools,
                        credentials={"CHAT_TOKEN": "REAL_CHAT_TOKEN"})
-    config = make_config(tmp_path, "cfg", report_env=["CHAT_TOKEN", "REAL_CHAT_TOKEN"],
+    config = make_config(tmp_path, "cfg", report_env=["CHAT_TOKEN", "REAL_CHAT_TOKEN",
+                                                      "ROLEGATE_TOKEN"],
                          calls=[["lookup", {"q": "x"}]])
     record = SuiteRunner(suite, config, AGENT, RunOptions(), progress=None).run().records[0]
     assert record.trace is not None
     text = record.trace.output_text
     assert f"CHAT_TOKEN={PLACEHOLDER_PREFIX}" in text
     assert "REAL_CHAT_TOKEN=\n" in text and "s3cret-real" not in text
+    assert "ROLEGATE_TOKEN=\n" in text
     assert counting_tool.calls == 1
     assert counting_tool.authorization[0] is not None
     assert counting_tool.authorization[0].startswith(f"Bearer {PLACEHOLDER_PREFIX}")

@@ -90,8 +90,14 @@ def agent_request(context: RunContext, scenario: Scenario, repeat: int, config: 
 def agent_environment(request: Mapping[str, Any], config: AgentConfig,
                       credential_vars: Mapping[str, str],
                       base: Mapping[str, str]) -> dict[str, str]:
-    """The agent's environment: `base` without real secrets, plus the protocol variables."""
-    env = {k: v for k, v in base.items() if k not in set(credential_vars.values())}
+    """The agent's environment: `base` without real secrets, plus the protocol variables.
+
+    The catalog's credential variables and every inherited `ROLEGATE_*` variable
+    (the router token, the judge's key) are dropped: an agent under test gets
+    only what the protocol hands it.
+    """
+    secret = set(credential_vars.values())
+    env = {k: v for k, v in base.items() if k not in secret and not k.startswith("ROLEGATE_")}
     env.update({
         "ROLEGATE_RUN_ID": request["run_id"],
         "ROLEGATE_TASK": request["task"],

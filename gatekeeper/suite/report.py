@@ -12,8 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from gatekeeper.suite import by_criterion
 from gatekeeper.suite.compare import SuiteComparison
+from gatekeeper.suite.scenario import SuiteError
 from gatekeeper.suite.verdict import SuiteResult
 
 RESULTS_FILE = "results.json"
@@ -42,7 +45,15 @@ def load_result(path: Path | str) -> SuiteResult:
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_FILE
-    return SuiteResult.model_validate_json(path.read_text(encoding="utf-8"))
+    try:
+        return SuiteResult.model_validate_json(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SuiteError(f"{path}: cannot read: {exc.strerror}", file=str(path)) from None
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        field = ".".join(str(p) for p in err.get("loc", ())) or "(file)"
+        raise SuiteError(f"{path}: not a suite result: {field}: {err.get('msg')}",
+                         file=str(path), field=field) from None
 
 
 def result_markdown(result: SuiteResult) -> str:
@@ -69,6 +80,8 @@ def result_markdown(result: SuiteResult) -> str:
     lines += ["", *by_criterion.rates_markdown([result])]
     if result.reasons:
         lines += ["", "## Why it failed", ""] + [f"- {r}" for r in result.reasons]
+    if result.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in result.warnings]
     return "\n".join(lines) + "\n"
 
 
@@ -141,6 +154,8 @@ def result_html(result: SuiteResult) -> str:
         sections.append(f"<p class='fail'>Stopped early: {html.escape(result.stopped)}</p>")
     if result.reasons:
         sections.append("<h2>Why it failed</h2>" + _list(result.reasons))
+    if result.warnings:
+        sections.append("<h2>Warnings</h2>" + _list(result.warnings))
     sections.append("<h2>Runs</h2>" + _html_table(
         ["scenario", "repeat", "result", "tools", "failed", "intercepted"], runs))
     return _html_page(f"Offline suite: {result.config}", result.passed, sections)

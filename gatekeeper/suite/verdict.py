@@ -60,6 +60,8 @@ class SuiteResult(BaseModel):
     replayed: bool = False
     passed: bool
     reasons: list[str] = Field(default_factory=list)
+    #: Things worth a look that do not fail the gate (e.g. resource ceilings against a baseline).
+    warnings: list[str] = Field(default_factory=list)
     suite_gate: dict[str, Any]
     scenarios: list[ScenarioResult]
     runs: list[RunRecord]
