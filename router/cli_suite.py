@@ -182,13 +182,16 @@ def run_command(suite_dir: str, config_path: str, agent: str, record: str | None
                            replay, role)
         before = load_result(baseline) if baseline else None
         result = run_config(suite_dir, config_path, agent, options, _load_policy(policy), quiet)
-    except (UsageProblem, RolegateError, ValueError) as exc:
+    except (UsageProblem, RolegateError, ValueError, OSError) as exc:
         _fail(str(exc))
     if before is not None:
         _resources, warnings = resource_deltas(before, result)
         result = result.model_copy(update={"warnings": [*result.warnings, *warnings]})
     out_dir = Path(out) if out else Path("suite-results") / result.config
-    write_result(result, out_dir)
+    try:
+        write_result(result, out_dir)
+    except OSError as exc:
+        _fail(f"writing the reports to {out_dir}: {exc}")
     click.echo(result_markdown(result))
     click.echo(f"reports: {out_dir / RESULTS_FILE} (+ summary.md, report.html)")
     _post_or_fail(post, role, url, token, result)
@@ -244,7 +247,7 @@ def compare_command(baseline: str, candidate: str, suite_dir: str | None, agent:
         gate_policy = _load_policy(policy)
         base = _side(baseline, suite_dir, agent, options, gate_policy, quiet)
         cand = _side(candidate, suite_dir, agent, options, gate_policy, quiet)
-    except (UsageProblem, RolegateError, ValueError) as exc:
+    except (UsageProblem, RolegateError, ValueError, OSError) as exc:
         _fail(str(exc))
     comparison = compare_results(base, cand, alpha=gate_policy.thresholds.alpha)
     if judge_url:
@@ -261,7 +264,10 @@ def compare_command(baseline: str, candidate: str, suite_dir: str | None, agent:
             comparison = compare_results(base, cand, alpha=gate_policy.thresholds.alpha,
                                          judge=verdicts)
     out_dir = Path(out) if out else Path("suite-results") / f"{cand.config}-vs-{base.config}"
-    write_comparison(comparison, out_dir)
+    try:
+        write_comparison(comparison, out_dir)
+    except OSError as exc:
+        _fail(f"writing the reports to {out_dir}: {exc}")
     click.echo(comparison_markdown(comparison))
     click.echo(f"reports: {out_dir / 'comparison.json'} (+ comparison.md, comparison.html)")
     _post_or_fail(post, role, url, token, cand, comparison)

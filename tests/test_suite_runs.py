@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -102,6 +103,17 @@ def test_a_run_over_its_timeout_is_killed_and_fails(tmp_path: Path) -> None:
     assert not record.passed and record.trace is None
     assert record.error == "timed out after 0.5 s"
     assert record.checks["criteria"] == {"agent_ok": False}
+
+
+def test_a_timeout_kills_the_agents_children_too(tmp_path: Path) -> None:
+    """A shell wrapper's child holding the pipes is killed with it; the suite does not wait."""
+    suite = make_suite(tmp_path / "suite", [_scenario(repeats=1)], seeds=SEEDS)
+    config = make_config(tmp_path, "cfg")
+    started = time.monotonic()
+    run = SuiteRunner(suite, config, "/bin/sh -c 'sleep 30; echo {}'", RunOptions(timeout_s=0.3),
+                      progress=None).run()
+    assert time.monotonic() - started < 10
+    assert run.records[0].error == "timed out after 0.3 s"
 
 
 def test_crashing_agent_and_bad_output_fail_the_run(tmp_path: Path) -> None:

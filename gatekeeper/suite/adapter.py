@@ -15,7 +15,7 @@ It prints one JSON object on stdout (the whole output, or its last line): a trac
 in the `Trace` model, where every field the suite knows better may be left out.
 The suite fills in run_id, role, config, arm and scenario; takes the steps from
 the tool proxy (what was really called, not what the agent says it called); lists
-the workspace's files as artifacts; and stamps what it can derive. One extractor
+the workspace's files as artifacts (whatever the agent claims); and stamps what it can derive. One extractor
 for both lanes: the result is validated by the same `Trace` model the router uses.
 """
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Mapping
@@ -138,7 +139,8 @@ def build_trace(reported: dict[str, Any], context: RunContext, scenario: Scenari
         data["steps"] = [call.step().model_dump() for call in context.calls]
         for derived in ("tools", "step_count", "tool_errors"):
             data.pop(derived, None)
-    data.setdefault("artifacts", context.workspace.files())
+    # The workspace is the truth about what the run produced, not the agent's claim.
+    data["artifacts"] = context.workspace.files()
     if "output_text" not in data:
         # Invariants read the output text; without one, the artifacts the scenario
         # requires are the output.
@@ -166,17 +168,32 @@ def run_agent(argv: list[str], request: dict[str, Any], env: Mapping[str, str], 
     """
     started = time.perf_counter()
     try:
-        proc = subprocess.run(argv, input=json.dumps(request), capture_output=True, text=True,
-                              env=dict(env), cwd=cwd, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        raise AgentFailure(f"timed out after {timeout_s:g} s") from None
+        # Its own session, so a timeout kills the agent's children too (a shell wrapper's
+        # child would otherwise keep the pipes open and the suite waiting).
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=dict(env), cwd=cwd,
+                                start_new_session=True)
     except OSError as exc:
         raise AgentFailure(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+    try:
+        stdout, stderr = proc.communicate(json.dumps(request), timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise AgentFailure(f"timed out after {timeout_s:g} s") from None
     wall = time.perf_counter() - started
-    tail = proc.stderr[-2000:]
+    tail = stderr[-2000:]
     if proc.returncode != 0:
         raise AgentFailure(f"exited with status {proc.returncode}: {tail[-300:].strip()}")
-    return parse_output(proc.stdout[-MAX_OUTPUT_CHARS:]), wall, tail
+    return parse_output(stdout[-MAX_OUTPUT_CHARS:]), wall, tail
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """Kill the agent and everything it started, then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # it ended on its own between the timeout and the kill
+    proc.communicate()
 
 
 def collect(argv: list[str], request: dict[str, Any], env: Mapping[str, str],

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from statistics import fmean
 from typing import Annotated, Any, Literal
 
+import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tenacity import (
     RetryError,
@@ -166,6 +167,9 @@ class PairwiseJudge:
             content = reply["choices"][0]["message"]["content"]
         except ApiError as exc:
             raise InvalidAnswer(f"judge answered {exc.status}: {exc.message}") from None
+        except requests.RequestException as exc:
+            # ApiClient already retried the connection; the pair becomes a judge error.
+            raise InvalidAnswer(f"judge unreachable: {type(exc).__name__}") from None
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise InvalidAnswer(f"not a chat-completions reply: {exc!r}") from None
         if not isinstance(content, str):

@@ -235,8 +235,17 @@ class _ProxyHandler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802 - stdlib name
         """Answer one tool call for one run."""
-        length = int(self.headers.get("Content-Length") or 0)
-        raw = self.rfile.read(min(length, MAX_BODY_BYTES)) if length else b""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            self.close_connection = True
+            self._send(400, {"error": "bad Content-Length"})
+            return
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            self._send(413, {"error": f"arguments over {MAX_BODY_BYTES} bytes"})
+            return
+        raw = self.rfile.read(length) if length > 0 else b""
         context, parts = self._route()
         if context is None or len(parts) != 4:
             self._send(404, {"error": "no such run or path"})
