@@ -54,7 +54,8 @@ def acquire() -> ResponseReturnValue:
     """Take or renew the lease for `holder`; 409 when someone else holds it."""
     body = parse(LeaseRequest, json_body(allow_empty=False))
     leases = _leases()
-    if not leases.acquire(body.holder, round(body.ttl_s * 1000)):
+    # At least 1 ms: a ttl_s under half a millisecond would round to PX 0, which Redis refuses.
+    if not leases.acquire(body.holder, max(1, round(body.ttl_s * 1000))):
         state = leases.state()
         raise Conflict("the gatekeeper lease is held by another holder",
                        holder=state.holder, ttl_ms=state.ttl_ms)
