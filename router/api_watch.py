@@ -53,6 +53,8 @@ class ChangeNotifier:
         self.connection = connection
         self.ticks = 0
         self.subscribed = False
+        #: Set by stop(): waiting watches answer at once instead of holding threads.
+        self.stopped = False
         self._condition = threading.Condition()
         self._owner_pid: int | None = None
         self._stop = threading.Event()
@@ -66,8 +68,10 @@ class ChangeNotifier:
             return self.ticks
 
     def stop(self, timeout: float = 3.0) -> None:
-        """Stop the listener thread (tests; workers just exit)."""
+        """Stop the listener thread and release every waiting watch (tests; workers just exit)."""
         self._stop.set()
+        self.stopped = True
+        self._bump()
         thread = self._thread
         if thread is not None and thread.is_alive():
             thread.join(timeout)
@@ -135,9 +139,12 @@ def watch() -> ResponseReturnValue:
     generation = store.generation()
     while generation == known:
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if remaining <= 0 or changes.stopped:
             return _not_modified(generation)
         since = changes.wait(since, min(remaining, RECHECK_S))
+        if changes.stopped:
+            # Shutting down: answer without another Redis read.
+            return _not_modified(generation)
         generation = store.generation()
     generation, records = store.snapshot()
     response = jsonify({

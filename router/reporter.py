@@ -41,6 +41,8 @@ class ReportStats:
     sent: int
     #: Pushed out of a full queue before they could be sent.
     dropped: int
+    #: Of `sent`, the retries of a run the router already had (stored once).
+    duplicates: int
     #: Refused by the router as invalid; logged with the reason.
     rejected: int
     #: Still unsent when close() gave up after flush_timeout.
@@ -73,6 +75,7 @@ class TraceReporter:
         self._sent = 0
         self._dropped = 0
         self._rejected = 0
+        self._duplicates = 0
         self._unsent = 0
         self._failed_attempts = 0
         self._closing = False
@@ -100,7 +103,8 @@ class TraceReporter:
         with self._condition:
             return ReportStats(
                 queued=len(self._queue) + self._in_flight, sent=self._sent,
-                dropped=self._dropped, rejected=self._rejected, unsent=self._unsent,
+                dropped=self._dropped, duplicates=self._duplicates, rejected=self._rejected,
+                unsent=self._unsent,
                 failed_attempts=self._failed_attempts,
             )
 
@@ -165,7 +169,8 @@ class TraceReporter:
         """POST one batch; True when the router has decided on every trace in it."""
         body = {"traces": [t.model_dump(mode="json", exclude_none=True) for t in batch]}
         try:
-            answer = self.api.post(TRACES_PATH, body)
+            # 207: some traces refused (each result says why), the rest stored.
+            answer = self.api.post(TRACES_PATH, body, ok=(200, 207))
         except (requests.ConnectionError, requests.Timeout) as exc:
             log.warning("sending %d traces failed, will retry: %s", len(batch), exc)
             return False
@@ -178,22 +183,19 @@ class TraceReporter:
             with self._condition:
                 self._rejected += len(batch)
             return True
-        rejected = _rejected_count(answer)
+        refused = _count(answer, "refused")
         with self._condition:
-            self._rejected += rejected
-            self._sent += len(batch) - rejected
-        if rejected:
-            log.error("router refused %d of %d traces: %s", rejected, len(batch), answer)
+            self._rejected += refused
+            self._duplicates += _count(answer, "duplicates")
+            self._sent += len(batch) - refused
+        if refused:
+            reasons = [r.get("error", {}).get("message") for r in answer.get("results", ())
+                       if isinstance(r, Mapping) and r.get("status") == "refused"]
+            log.error("router refused %d of %d traces: %s", refused, len(batch), reasons[:5])
         return True
 
 
-def _rejected_count(answer: Any) -> int:
-    """How many traces a `POST /v1/traces` answer refused."""
-    if not isinstance(answer, Mapping):
-        return 0
-    rejected = answer.get("rejected")
-    if isinstance(rejected, int):
-        return rejected
-    if isinstance(rejected, list):
-        return len(rejected)
-    return 0
+def _count(answer: Any, field: str) -> int:
+    """A count from a `POST /v1/traces` answer (0 when absent)."""
+    value = answer.get(field) if isinstance(answer, Mapping) else None
+    return value if isinstance(value, int) else 0

@@ -171,7 +171,7 @@ def test_rollback_is_seen_within_the_refresh_interval(router: LiveRouter) -> Non
         rollback(router, "r")
         took = wait_for(lambda: all(client.resolve("r", k)["arm"] == "current" for k in keys),
                         step=0.005)
-        assert took < interval + 0.25
+        assert took < interval + 0.4  # one interval, plus the fetch on a loaded machine
         assert client.resolve("r", keys[0])["stage"] == "rolled_back"
 
 
