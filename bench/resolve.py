@@ -1,0 +1,259 @@
+"""Resolve against a bare constant-JSON endpoint, same app, same gunicorn config, one run.
+
+    python -m bench.resolve [--duration 3] [--rounds 2] [--worker-classes gthread,sync]
+
+Starts a private embedded valkey-server (the one `rolegate serve` uses), seeds
+bindings.example.json, then for each worker class runs gunicorn with
+deploy/gunicorn.conf.py serving the real router plus `/bench/bare` (a constant
+JSON answer of the same size, no auth, no Redis). A keep-alive load generator
+(client processes x threads, on loopback) alternates the two endpoints for
+`--rounds` rounds, so drift on this shared machine hits both alike, and prints
+req/s, p50 and p99 for each, and resolve/bare. Resolve is authenticated with a
+caller token and uses 1,000 different job keys, as real callers would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import multiprocessing
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from array import array
+from collections.abc import Iterator
+from contextlib import contextmanager
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import redis
+from flask import Flask
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "deploy" / "gunicorn.conf.py"
+TOKEN = "bench-caller-token"
+ROLE = "summarizer"
+#: The same shape and about the same size as a resolve answer.
+BARE_ANSWER = {"role": ROLE, "config": "summarizer@2026-10-02", "arm": "current",
+               "stage": "canary", "share": 0.1, "shadow": None, "version": 1,
+               "key": "job-000", "stale": False}
+
+
+def bench_app() -> Flask:
+    """The real router with one extra constant endpoint (gunicorn imports this)."""
+    from router import create_app
+
+    app = create_app()
+
+    @app.get("/bench/bare")
+    def bare() -> dict[str, Any]:
+        return BARE_ANSWER
+
+    return app
+
+
+# -- load generator ----------------------------------------------------------------
+
+
+def _client_thread(port: int, paths: list[str], headers: dict[str, str], deadline: float,
+                   latencies: array[float], errors: list[int]) -> None:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    i = 0
+    try:
+        while True:
+            now = time.perf_counter()
+            if now >= deadline:
+                return
+            conn.request("GET", paths[i % len(paths)], headers=headers)
+            response = conn.getresponse()
+            response.read()
+            latencies.append(time.perf_counter() - now)
+            if response.status != 200:
+                errors[0] += 1
+            if response.will_close:
+                conn.close()  # the next request reconnects (sync workers close each time)
+            i += 1
+    finally:
+        conn.close()
+
+
+def _client_process(port: int, paths: list[str], headers: dict[str, str], start: float,
+                    duration: float, threads: int, out: Connection) -> None:
+    while time.time() < start:  # start together with the other client processes
+        time.sleep(0.001)
+    deadline = time.perf_counter() + duration
+    per_thread = [array("d") for _ in range(threads)]
+    errors = [0]
+    workers = [threading.Thread(target=_client_thread,
+                                args=(port, paths, headers, deadline, lat, errors))
+               for lat in per_thread]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    merged = array("d")
+    for lat in per_thread:
+        merged.extend(lat)
+    out.send((merged.tobytes(), errors[0]))
+    out.close()
+
+
+def drive(port: int, paths: list[str], headers: dict[str, str], duration: float,
+          processes: int, threads: int) -> tuple[array[float], int]:
+    """Run the load for `duration` seconds; return every latency and the error count."""
+    ctx = multiprocessing.get_context("fork")
+    start = time.time() + 0.2
+    pipes, procs = [], []
+    for _ in range(processes):
+        receive, send = ctx.Pipe(duplex=False)
+        proc = ctx.Process(target=_client_process,
+                           args=(port, paths, headers, start, duration, threads, send))
+        proc.start()
+        send.close()
+        pipes.append(receive)
+        procs.append(proc)
+    latencies = array("d")
+    errors = 0
+    for receive, proc in zip(pipes, procs):
+        raw, errs = receive.recv()
+        receive.close()
+        proc.join()
+        chunk = array("d")
+        chunk.frombytes(raw)
+        latencies.extend(chunk)
+        errors += errs
+    return latencies, errors
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """The q-th percentile (0..100) of already sorted values, nearest rank."""
+    if not sorted_values:
+        return float("nan")
+    index = min(len(sorted_values) - 1, max(0, round(q / 100 * len(sorted_values)) - 1))
+    return sorted_values[index]
+
+
+# -- servers -----------------------------------------------------------------------
+
+
+@contextmanager
+def private_redis() -> Iterator[str]:
+    """A private embedded valkey-server seeded with bindings.example.json; yield its URL."""
+    from bindings.store import BindingStore
+    from router.cli_serve import load_binding_file, seed_bindings
+    from router.embedded import EmbeddedRedis
+
+    with tempfile.TemporaryDirectory(prefix="rolegate-bench-") as data_dir:
+        server = EmbeddedRedis(data_dir, appendfsync="no")
+        url = server.start()
+        try:
+            connection = redis.Redis.from_url(url)
+            seed_bindings(BindingStore(connection),
+                          load_binding_file(ROOT / "bindings.example.json"), "example")
+            connection.close()
+            yield url
+        finally:
+            server.stop()
+
+
+@contextmanager
+def gunicorn(redis_url: str, worker_class: str, workers: int) -> Iterator[int]:
+    """gunicorn with deploy/gunicorn.conf.py serving bench_app(); yield its port."""
+    from router.embedded import free_port
+
+    port = free_port()
+    env = {**os.environ, "REDIS_URL": redis_url, "ROLEGATE_TOKENS": f"bench={TOKEN}:caller",
+           "ROLEGATE_WORKER_CLASS": worker_class}
+    env.pop("ROLEGATE_ACCESS_LOG", None)
+    argv = [sys.executable, "-m", "gunicorn", "--config", str(CONFIG),
+            "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "bench.resolve:bench_app()"]
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not _ready(port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"gunicorn ({worker_class}) did not start")
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def _ready(port: int) -> bool:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+        try:
+            conn.request("GET", "/healthz")
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+    except OSError:
+        return False
+
+
+# -- the run -----------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the benchmark and print its table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=3.0, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=2, help="alternations of bare/resolve")
+    parser.add_argument("--worker-classes", default="gthread,sync")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--processes", type=int, default=2, help="client processes")
+    parser.add_argument("--threads", type=int, default=4, help="connections per client process")
+    args = parser.parse_args(argv)
+
+    endpoints = {
+        "bare": ([f"/bench/bare?key=job-{i:03d}" for i in range(1000)], {}),
+        "resolve": ([f"/v1/resolve/{ROLE}?key=job-{i:03d}" for i in range(1000)],
+                    {"Authorization": f"Bearer {TOKEN}"}),
+    }
+    print(f"cpus={os.cpu_count()} workers={args.workers} clients={args.processes}x{args.threads} "
+          f"keep-alive, {args.rounds} rounds x {args.duration:g}s per endpoint, loopback")
+    results: dict[str, dict[str, tuple[float, float, float, int]]] = {}
+    with private_redis() as url:
+        for worker_class in args.worker_classes.split(","):
+            with gunicorn(url, worker_class, args.workers) as port:
+                for name, (paths, headers) in endpoints.items():  # warm both up
+                    drive(port, paths, headers, 0.5, args.processes, args.threads)
+                totals: dict[str, tuple[array[float], int]] = {
+                    name: (array("d"), 0) for name in endpoints}
+                for _ in range(args.rounds):
+                    for name, (paths, headers) in endpoints.items():
+                        latencies, errors = drive(port, paths, headers, args.duration,
+                                                  args.processes, args.threads)
+                        totals[name][0].extend(latencies)
+                        totals[name] = (totals[name][0], totals[name][1] + errors)
+            results[worker_class] = {}
+            for name, (latencies, errors) in totals.items():
+                ordered = sorted(latencies)
+                rps = len(ordered) / (args.duration * args.rounds)
+                results[worker_class][name] = (rps, percentile(ordered, 50) * 1e3,
+                                               percentile(ordered, 99) * 1e3, errors)
+
+    print(f"{'worker':<8} {'endpoint':<9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+    for worker_class, rows in results.items():
+        for name, (rps, p50, p99, errors) in rows.items():
+            print(f"{worker_class:<8} {name:<9} {rps:>8.0f} {p50:>8.2f} {p99:>8.2f} {errors:>7}")
+    for worker_class, rows in results.items():
+        ratio = rows["resolve"][0] / rows["bare"][0]
+        verdict = "meets" if ratio >= 0.9 else "misses"
+        print(f"{worker_class}: resolve/bare req/s = {ratio:.2f} ({verdict} the 0.9 target); "
+              f"p50 {rows['resolve'][1] / rows['bare'][1]:.2f}x, "
+              f"p99 {rows['resolve'][2] / rows['bare'][2]:.2f}x")
+    if "gthread" in results and "sync" in results:
+        print(f"gthread/sync resolve req/s = "
+              f"{results['gthread']['resolve'][0] / results['sync']['resolve'][0]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
