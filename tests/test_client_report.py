@@ -6,6 +6,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,3 +231,23 @@ def test_a_malformed_trace_fails_in_the_caller(router: LiveRouter) -> None:
         with pytest.raises(ValueError):
             client.report({"run_id": "x", "role": "r"})
         assert client.report_stats().queued == 0
+
+
+def test_the_documented_three_lines_work(router: LiveRouter, redis_conn: redis.Redis) -> None:
+    """The adoption example in docs/client.md runs as written and reports its trace."""
+    put_role(router, "summarizer", current="a")
+    text = (Path(__file__).resolve().parent.parent / "docs" / "client.md").read_text()
+    block = text.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(block.strip().splitlines()) == 3
+
+    def my_agent(config: str, job_id: str, on_tool: Any) -> str:
+        on_tool("search", {"q": job_id})
+        return f"answer from {config}"
+
+    scope: dict[str, Any] = {"Client": Client, "token": CALLER, "STAMPS": STAMPS,
+                             "job_id": "job-9", "my_agent": my_agent}
+    exec(block.replace("http://rolegate:8000", router.url), scope)  # noqa: S102
+    scope["client"].close()
+    stored = [s.trace for s in TraceStore(redis_conn).read("summarizer", "a", "current")]
+    assert [(t.tools, t.key, t.output_text) for t in stored] == [
+        (("search",), "job-9", "answer from a")]
