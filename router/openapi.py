@@ -24,7 +24,11 @@ from router.api_bindings import _Action as ActionRequest
 from router.api_configs import CheckRequest, PutConfig
 from bindings.configs import CONFIG_ID_PATTERN, ConfigRecord
 from gatekeeper.criteria import CriteriaDiff
+from router.openapi_more import MORE_PATHS
 from router.openapi_paths import ERROR_STATUSES, PATHS, RESOLUTION
+from router.api_feedback import FeedbackRequest
+from router.api_lease import LeaseRequest, ReleaseRequest
+from bindings.offline import OfflineVerdict, StoredOfflineVerdict
 
 bp = Blueprint("openapi", __name__)
 
@@ -48,7 +52,14 @@ MODELS: list[tuple[type[BaseModel], Any]] = [
     (CheckRequest, "validation"),
     (ConfigRecord, "serialization"),
     (CriteriaDiff, "serialization"),
+    (FeedbackRequest, "validation"),
+    (OfflineVerdict, "validation"),
+    (StoredOfflineVerdict, "serialization"),
+    (LeaseRequest, "validation"),
+    (ReleaseRequest, "validation"),
 ]
+#: Every described operation: {path: {method: operation}}.
+OPERATIONS = {**PATHS, **MORE_PATHS}
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -84,6 +95,7 @@ def model_schemas(models: list[tuple[type[BaseModel], Any]] | None = None) -> di
     key_map, top = models_json_schema(models or MODELS, ref_template=REF)
     schemas: dict[str, Any] = dict(top.get("$defs", {}))
     schemas["Error"] = ERROR_SCHEMA
+    schemas["ErrorDetail"] = ERROR_SCHEMA["properties"]["error"]
     schemas["Resolution"] = RESOLUTION
     # Some answers are a model's fields plus a few more; models forbid extra keys,
     # so these are copies of the model's schema with the extra properties added.
@@ -132,7 +144,7 @@ def _responses(operation: dict[str, Any]) -> dict[str, Any]:
 
 
 def _operation(path: str, method: str, params: list[dict[str, Any]]) -> dict[str, Any]:
-    described = PATHS.get(path, {}).get(method)
+    described = OPERATIONS.get(path, {}).get(method)
     if described is None:
         return {
             "summary": f"{method.upper()} {path} (not yet described)",
