@@ -48,6 +48,8 @@ BINDINGS_PATH = "/v1/bindings"
 WATCH_PATH = "/v1/bindings/watch"
 #: Upper bound the router puts on one watch (router/api_watch.py MAX_TIMEOUT_S).
 MAX_WATCH_TIMEOUT = 25.0
+#: Pause before a failed watch is tried again.
+WATCH_RETRY_S = 0.5
 
 _monotonic = time.monotonic
 #: One role, precompiled: (current answer, candidate answer or None, share).
@@ -281,10 +283,11 @@ class Client:
                 log.warning("the router has no %s; polling instead", WATCH_PATH)
                 self.subscribe = False
             self._failed(exc)
-            self._stop.wait(self.refresh_interval)
+            self._stop.wait(min(self.refresh_interval, WATCH_RETRY_S))
         except _FETCH_ERRORS as exc:
             self._failed(exc)
-            self._stop.wait(self.refresh_interval)
+            # A subscriber promised sub-second changes: retry soon, whatever the interval.
+            self._stop.wait(min(self.refresh_interval, WATCH_RETRY_S))
 
     def _take(self, response: requests.Response) -> None:
         if response.status_code == 200:
