@@ -1,0 +1,167 @@
+"""End to end: real Redis, a live router, gatekeeper processes and an agent population.
+
+A healthy candidate walks shadow -> canary steps -> full -> stable with no human;
+a 10-point regression is rolled back; a forbidden call rolls back at once; killing
+the leader hands the lease to the other gatekeeper, and no move is applied twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import IO, Any
+
+import pytest
+import requests
+from flask import Flask
+
+from tests.conftest import GATEKEEPER, OPERATOR, auth
+from tests.population import Population
+from tests.servers import ROOT, base_env, wait_for, werkzeug_server
+
+pytestmark = pytest.mark.slow
+
+LEASE_TTL = 1.0
+POLICY = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.9, "alpha": 0.01,
+                         "min_stage_seconds": 0.2, "bake_seconds": 0.4},
+          "invariants": {"artifact_exists": ["out.md"], "forbidden_tools": ["delete_all"]}}
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    events: list[dict[str, Any]]
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        length = int(self.headers.get("Content-Length", 0))
+        self.events.append(json.loads(self.rfile.read(length)))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        return None
+
+
+@contextmanager
+def webhook_receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """A loopback HTTP server that keeps every JSON body POSTed to it."""
+    events: list[dict[str, Any]] = []
+    handler = type("Receiver", (_Receiver,), {"events": events})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/hook", events
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@contextmanager
+def gatekeeper(url: str, holder: str, webhook: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`rolegate gatekeeper` as its own process; SIGTERM (then SIGKILL) when done."""
+    log: IO[bytes] = tempfile.TemporaryFile()
+    argv = [sys.executable, "-m", "router.cli", "gatekeeper", "--interval", "0.1",
+            "--lease-ttl", str(LEASE_TTL), "--holder", holder, "--webhook", webhook, "-v"]
+    env = base_env(ROLEGATE_URL=url, ROLEGATE_TOKEN=GATEKEEPER, ROLEGATE_RETRY_NO_WAIT="1")
+    proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+        log.seek(0)
+        output = log.read().decode(errors="replace")
+        log.close()
+        if os.environ.get("ROLEGATE_TEST_VERBOSE"):
+            print(f"--- gatekeeper {holder} ---\n{output[-6000:]}")
+
+
+def _create(url: str, role: str, candidate: str) -> None:
+    binding = {"current": "cfg-a", "candidate": candidate, "stage": "shadow", "share": 0.0,
+               "steps": [0.3, 0.6, 1.0], "gate": POLICY}
+    with requests.put(f"{url}/v1/bindings/{role}", json=binding, headers=auth(OPERATOR),
+                      timeout=5) as answer:
+        assert answer.status_code == 201, answer.text
+
+
+def _get(url: str, path: str) -> Any:
+    with requests.get(f"{url}{path}", headers=auth(GATEKEEPER), timeout=5) as answer:
+        answer.raise_for_status()
+        return answer.json()
+
+
+def _stage(url: str, role: str) -> str:
+    return str(_get(url, f"/v1/bindings/{role}")["binding"]["stage"])
+
+
+def test_autonomous_rollouts_and_leader_failover(app: Flask) -> None:
+    """Healthy -> stable, regressed and forbidden -> rolled back, leader killed -> taken over."""
+    with werkzeug_server(app) as url, webhook_receiver() as (hook, events):
+        for role, candidate in (("healthy", "cfg-good"), ("regressed", "cfg-bad"),
+                                ("forbidden", "cfg-forbid")):
+            _create(url, role, candidate)
+        with gatekeeper(url, "g1", hook) as first:
+            wait_for(lambda: _get(url, "/v1/gatekeeper/lease")["holder"] == "g1", 20,
+                     "g1 to take the lease")
+            with gatekeeper(url, "g2", hook) as second, \
+                    Population(url, ["healthy", "regressed", "forbidden"]) as population:
+                wait_for(lambda: _stage(url, "forbidden") == "rolled_back", 10,
+                         "the forbidden call to roll back")
+                wait_for(lambda: _stage(url, "regressed") == "rolled_back", 10,
+                         "the regressed candidate to roll back")
+                # Webhooks are delivered in the background, within moments.
+                wait_for(lambda: any(e["kind"] == "rollback" and e["role"] == "regressed"
+                                     for e in list(events)), 5, "the rollback webhook event")
+                # Kill the leader mid-rollout, without a chance to release its lease.
+                wait_for(lambda: _stage(url, "healthy") in ("canary", "full"), 10,
+                         "healthy to reach canary")
+                first.send_signal(signal.SIGKILL)
+                killed = time.monotonic()
+                wait_for(lambda: _get(url, "/v1/gatekeeper/lease")["holder"] == "g2",
+                         LEASE_TTL + 3, "g2 to take over the lease")
+                took_over = time.monotonic() - killed
+                wait_for(lambda: _stage(url, "healthy") == "stable", 20, "healthy to stable")
+                assert population.errors == []
+                # SIGTERM: the current tick finishes, the lease is released, exit 0.
+                second.send_signal(signal.SIGTERM)
+                assert second.wait(10) == 0
+                assert _get(url, "/v1/gatekeeper/lease")["holder"] is None
+
+        assert took_over <= LEASE_TTL + 1.0
+        healthy = _get(url, "/v1/bindings/healthy")["binding"]
+        assert healthy["current"] == "cfg-good" and healthy["candidate"] is None
+        entries = list(reversed(_get(url, "/v1/bindings/healthy/history")["entries"]))
+        walk = [(e["action"], e["binding"]["stage"], e["binding"]["share"]) for e in entries]
+        # Exactly one move per step, by gatekeepers only: nothing applied twice.
+        assert walk == [("create", "shadow", 0.0), ("promote", "canary", 0.3),
+                        ("promote", "canary", 0.6), ("promote", "full", 1.0),
+                        ("promote", "stable", 0.0)]
+        assert {e["actor"] for e in entries[1:]} == {"gatekeeper"}
+        assert all("gate passed" in e["reason"] for e in entries[1:])
+
+        regressed = _get(url, "/v1/bindings/regressed/history")["entries"]
+        assert [e["action"] for e in regressed] == ["rollback", "create"]
+        assert regressed[0]["actor"] == "gatekeeper"
+        assert "pass rate" in regressed[0]["reason"]
+        forbidden = _get(url, "/v1/bindings/forbidden/history")["entries"]
+        assert [e["action"] for e in forbidden] == ["rollback", "create"]
+        assert "delete_all" in json.dumps(forbidden[0])
+
+        kinds = {(e["kind"], e["role"]) for e in events}
+        assert ("stage_change", "healthy") in kinds
