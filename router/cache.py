@@ -35,6 +35,8 @@ class BindingCache:
         self.stale = False
         self.last_refresh = 0.0
         self._lock = threading.Lock()
+        #: Held while a process loads its first copy and starts its polling thread.
+        self._start_lock = threading.Lock()
         self._owner_pid: int | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -97,15 +99,18 @@ class BindingCache:
         pid = os.getpid()
         if self._owner_pid == pid:
             return
-        with self._lock:
+        with self._start_lock:
             if self._owner_pid == pid:
                 return
-            self._owner_pid = pid
             self._stop = threading.Event()
-        self.refresh()
-        thread = threading.Thread(target=self._run, name="rolegate-binding-cache", daemon=True)
-        thread.start()
-        self._thread = thread
+            # Load before anyone sees this process as started: the requests
+            # racing in on a fresh worker wait here instead of finding no table.
+            self.refresh()
+            thread = threading.Thread(target=self._run, name="rolegate-binding-cache",
+                                      daemon=True)
+            thread.start()
+            self._thread = thread
+            self._owner_pid = pid
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

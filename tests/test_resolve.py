@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,3 +103,28 @@ def test_resolves_stay_up_stale_while_redis_is_down(own_redis: OwnRedis, outage_
                       "the rollback to reach the router")
     assert answer["config"] == "cfg_a" and answer["version"] == 2 and answer["stale"] is False
     assert client.get("/healthz").status_code == 200
+
+
+def test_first_resolves_racing_into_a_fresh_worker_all_answer(redis_url: str) -> None:
+    """Concurrent first requests to a fresh app wait for its first load instead of failing."""
+    setup = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True})
+    setup.test_client().put("/v1/bindings/summarizer", json=CANARY, headers=auth(OPERATOR))
+    setup.extensions["rolegate"].redis.close()
+    fresh = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True})
+    barrier = threading.Barrier(8)
+    statuses: list[int] = []
+
+    def first_request() -> None:
+        client = fresh.test_client()
+        barrier.wait()
+        statuses.append(client.get("/v1/resolve/summarizer?key=k",
+                                   headers=auth(CALLER)).status_code)
+
+    threads = [threading.Thread(target=first_request) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    fresh.extensions["rolegate"].cache.stop()
+    fresh.extensions["rolegate"].redis.close()
+    assert statuses == [200] * 8
