@@ -106,7 +106,8 @@ def compile_role(role: str, record: VersionedBinding) -> _Entry:
 
     The answers are built from `bindings.routing.resolve` itself and checked
     against it on probe keys, so a change to the server's routing cannot
-    silently diverge from this shortcut: it fails loudly here instead.
+    silently diverge from this shortcut: the snapshot is refused instead (the
+    client keeps its last one and says stale).
     """
     binding = record.binding
     answer = resolve(role, binding, record.version, "")
@@ -119,7 +120,8 @@ def compile_role(role: str, record: VersionedBinding) -> _Entry:
     for probe in _PROBE_KEYS:
         expected = resolve(role, binding, record.version, probe)
         if _answer(role, entry, probe, False) != expected:
-            raise RuntimeError(f"client routing disagrees with bindings.routing for {role!r}")
+            log.error("client routing disagrees with bindings.routing for %r", role)
+            raise ValueError(f"client routing disagrees with bindings.routing for {role!r}")
     return entry
 
 
@@ -132,7 +134,8 @@ def _answer(role: str, entry: _Entry, key: str, stale: bool) -> dict[str, Any]:
     return answer
 
 
-_PROBE_KEYS = tuple(f"probe-{n}" for n in range(32))
+#: Enough keys that a canary of 10% almost surely has some on each arm.
+_PROBE_KEYS = tuple(f"probe-{n}" for n in range(24))
 
 
 class Client:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -89,3 +90,11 @@ def canary(router: LiveRouter, role: str, share: float) -> None:
 def rollback(router: LiveRouter, role: str) -> None:
     """Roll `role` back to its current config."""
     router.api("POST", f"/v1/bindings/{role}/rollback", json={"reason": "test"})
+
+
+def refused_url() -> str:
+    """A loopback URL whose port refuses connections (nothing listened there a moment ago)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"

@@ -13,10 +13,12 @@ import pytest
 import requests
 from flask import Flask
 
+from bindings.models import Binding, VersionedBinding
+from bindings.routing import resolve
 from router.api_resolve import resolve_role
 from router.client import Client, SnapshotTooOld, SnapshotUnavailable
 from tests.conftest import CALLER, auth
-from tests.live import LiveRouter, canary, put_role, rollback, wait_for
+from tests.live import LiveRouter, canary, put_role, refused_url, rollback, wait_for
 from tests.live import router  # noqa: F401  (the pytest fixture the tests below take)
 
 
@@ -227,3 +229,24 @@ def test_client_imports_without_flask() -> None:
     code = ("import sys, router.client; "
             "assert 'flask' not in sys.modules, sorted(m for m in sys.modules if 'flask' in m)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_every_stage_and_share_resolves_as_routing_does() -> None:
+    """Client.resolve equals bindings.routing.resolve for each stage and many shares and keys."""
+    bindings = {"stable": Binding(current="a"),
+                "shadow": Binding(current="a", candidate="b", stage="shadow"),
+                "full": Binding(current="a", candidate="b", stage="full", share=1.0),
+                "back": Binding(current="a", candidate="b", stage="rolled_back")}
+    for share in (0.0001, 0.01, 0.1, 0.5, 0.9, 0.9999):
+        bindings[f"canary-{share}"] = Binding(current="a", candidate="b", stage="canary",
+                                              share=share)
+    roles = {role: VersionedBinding(role=role, version=n + 1, binding=binding, updated_at=0.0,
+                                    updated_by="test").model_dump(mode="json")
+             for n, (role, binding) in enumerate(bindings.items())}
+    with Client(refused_url(), CALLER, bootstrap={"generation": 9, "roles": roles},
+                refresh_interval=60) as client:
+        for n, (role, binding) in enumerate(bindings.items()):
+            for key in (f"{role}-{k}" for k in range(1_000)):
+                assert client.resolve(role, key) == resolve(role, binding, n + 1, key,
+                                                             stale=True)
+
