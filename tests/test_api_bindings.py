@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -217,3 +218,27 @@ def test_healthz_reports_redis(client: FlaskClient) -> None:
     """/healthz is 200 with redis ok while Redis answers."""
     r = client.get("/healthz")
     assert r.status_code == 200 and r.json["checks"]["redis"]["ok"] is True
+
+
+def test_two_http_writers_racing_on_one_version_one_wins_one_409(app: Flask) -> None:
+    """Two PUTs sent at once with the same If-Match: exactly one 200, the other 409."""
+    _create(app.test_client())
+    for version in range(1, 11):
+        barrier = threading.Barrier(2)
+        statuses: list[int] = []
+
+        def put(description: str) -> None:
+            client = app.test_client()
+            barrier.wait()
+            r = client.put("/v1/bindings/summarizer", json={**CANARY, "description": description},
+                           headers={**OP, "If-Match": str(version)})
+            statuses.append(r.status_code)
+
+        threads = [threading.Thread(target=put, args=(name,)) for name in ("x", "y")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sorted(statuses) == [200, 409], statuses
+    history = app.test_client().get("/v1/bindings/summarizer/history", headers=OP).json
+    assert len(history["entries"]) == 11
