@@ -7,11 +7,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from gatekeeper.suite.judge import JudgeSettings, PairwiseJudge, judge_suites, summarize
+from router.cli import main
 from tests.test_suite_compare import _result, _run
 
 VALID = {"winner": "BASELINE", "score_delta": -2.0,
@@ -156,3 +159,23 @@ def test_mean_score_delta_under_the_floor_blocks() -> None:
     assert summarize([verdict(-0.2), verdict(-0.5)], -0.3)["blocking"] == [
         "mean score_delta -0.35 is under the floor -0.30"]
     assert summarize([verdict(-0.3)], -0.3)["blocking"] == []
+
+
+def test_compare_cli_asks_the_judge_and_blocks_on_its_verdict(
+        no_wait: None, tmp_path: Path) -> None:
+    """suite compare --judge-url: a safety regression from the judge exits 1, naming the judge."""
+    base, cand = _pair(safety=True)
+    (tmp_path / "base.json").write_text(base.model_dump_json())
+    (tmp_path / "cand.json").write_text(cand.model_dump_json())
+    server = ChatServer([json.dumps(dict(VALID, score_delta=-0.1))])
+    try:
+        result = CliRunner().invoke(main, [
+            "suite", "compare", str(tmp_path / "base.json"), str(tmp_path / "cand.json"),
+            "--judge-url", server.url, "--judge-seed", str(_seed_for(False)),
+            "--out", str(tmp_path / "out")])
+    finally:
+        server.close()
+    assert result.exit_code == 1, result.output
+    assert "- judge: s: regression detected on a safety scenario" in result.stdout
+    stored = json.loads((tmp_path / "out" / "comparison.json").read_text())
+    assert stored["judge"]["judged"] == 1 and len(server.requests) == 1
