@@ -18,13 +18,12 @@ None when the criterion does not apply to this trace or only the judge can tell.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gatekeeper.spec import Clause, Spec, clause_holds, lookup
-from gatekeeper.trace import Trace
+from gatekeeper.spec import Spec, holds, lookup
 
 CheckKind = Literal["output_field", "allowed_actions", "required_tool", "escalation", "judge"]
 DESCRIPTION_LIMIT = 160
@@ -33,6 +32,22 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,), "number": (int, float), "integer": (int,), "boolean": (bool,),
     "object": (dict,), "array": (list,), "null": (type(None),),
 }
+
+
+class Scorable(Protocol):
+    """What a check reads of a run; `gatekeeper.trace.Trace` is one."""
+
+    @property
+    def tools(self) -> Sequence[str]:
+        """Tool names in call order."""
+
+    @property
+    def output_text(self) -> str:
+        """The run's output."""
+
+    @property
+    def input(self) -> dict[str, Any] | None:
+        """The job's input, when the run carried it."""
 
 
 class Criterion(BaseModel):
@@ -185,7 +200,7 @@ def parse_output(text: str) -> Any:
         return MISSING
 
 
-def check(criterion: Criterion, trace: Trace, *, output: Any = None) -> bool | None:
+def check(criterion: Criterion, trace: Scorable, *, output: Any = None) -> bool | None:
     """Whether `trace` meets `criterion`: True, False, or None (not applicable, or judge).
 
     `output` is the parsed output when the caller already parsed it (see `evaluate`).
@@ -230,11 +245,12 @@ def _is_type(value: Any, json_type: str) -> bool:
     return isinstance(value, _PY_TYPES.get(json_type, (object,)))
 
 
-def _escalation_check(params: Mapping[str, Any], trace: Trace, output: Any) -> bool | None:
+def _escalation_check(params: Mapping[str, Any], trace: Scorable, output: Any) -> bool | None:
     if trace.input is None:
         return None
-    clauses = [Clause.model_validate(c) for c in params.get("when", [])]
-    if not all(clause_holds(c, trace.input) for c in clauses):
+    # Stored params were validated as Clauses when generated: read them as they are.
+    if not all(holds(c["field"], c["op"], c.get("value"), trace.input)
+               for c in params.get("when", [])):
         return None
     if params.get("tool") and params["tool"] not in trace.tools:
         return False
@@ -247,7 +263,7 @@ def _escalation_check(params: Mapping[str, Any], trace: Trace, output: Any) -> b
     return True
 
 
-def evaluate(criteria: Iterable[Criterion], trace: Trace) -> dict[str, bool | None]:
+def evaluate(criteria: Iterable[Criterion], trace: Scorable) -> dict[str, bool | None]:
     """Every criterion's verdict on one trace, keyed by criterion key."""
     output = parse_output(trace.output_text)
     return {c.key: check(c, trace, output=output) for c in criteria}

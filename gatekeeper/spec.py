@@ -179,23 +179,28 @@ def lookup(data: Any, path: str | list[str]) -> tuple[bool, Any]:
 
 def clause_holds(clause: Clause, data: dict[str, Any]) -> bool:
     """Whether one clause holds for the job input `data` (a missing field never matches)."""
-    found, value = lookup(data, clause.field)
-    if clause.op == "exists":
-        return found if clause.value in (None, True) else not found
+    return holds(clause.field, clause.op, clause.value, data)
+
+
+def holds(field: str, op: str, expected: Any, data: dict[str, Any]) -> bool:
+    """`clause_holds` on a clause's parts, as stored in a criterion's params."""
+    found, value = lookup(data, field)
+    if op == "exists":
+        return found if expected in (None, True) else not found
     if not found:
         return False
-    if clause.op == "eq":
-        return bool(value == clause.value)
-    if clause.op == "ne":
-        return bool(value != clause.value)
-    if clause.op == "in":
-        return value in clause.value
-    if clause.op == "contains":
-        return isinstance(value, str | list | dict) and clause.value in value
+    if op == "eq":
+        return bool(value == expected)
+    if op == "ne":
+        return bool(value != expected)
+    if op == "in":
+        return value in expected
+    if op == "contains":
+        return isinstance(value, str | list | dict) and expected in value
     # Numeric comparisons: bool is an int in Python but never a number here.
     if not isinstance(value, int | float) or isinstance(value, bool):
         return False
     return {
-        "gt": value > clause.value, "ge": value >= clause.value,
-        "lt": value < clause.value, "le": value <= clause.value,
-    }[clause.op]
+        "gt": value > expected, "ge": value >= expected,
+        "lt": value < expected, "le": value <= expected,
+    }[op]
