@@ -17,8 +17,9 @@ from bindings.models import Binding, VersionedBinding
 from bindings.routing import resolve
 from router.api_resolve import resolve_role
 from router.client import Client, SnapshotTooOld, SnapshotUnavailable
-from tests.conftest import CALLER, auth
+from tests.conftest import CALLER, OPERATOR, TOKENS, auth
 from tests.live import LiveRouter, canary, put_role, refused_url, rollback, wait_for
+from tests.servers import base_env, gunicorn
 from tests.live import router  # noqa: F401  (the pytest fixture the tests below take)
 
 
@@ -250,3 +251,23 @@ def test_every_stage_and_share_resolves_as_routing_does() -> None:
                 assert client.resolve(role, key) == resolve(role, binding, n + 1, key,
                                                              stale=True)
 
+
+
+@pytest.mark.slow
+def test_subscribed_client_under_gunicorn_sees_a_rollback_under_a_second(redis_url: str) -> None:
+    """Behind real gunicorn workers (forked after boot) a watch still wakes on a rollback."""
+    env = base_env(REDIS_URL=redis_url, ROLEGATE_TOKENS=TOKENS, ROLEGATE_LOG_LEVEL="warning")
+    with gunicorn(env, workers=2) as url, requests.Session() as http:
+        http.headers.update(auth(OPERATOR))
+        put = http.put(f"{url}/v1/bindings/r", json={"current": "a", "candidate": "b"}, timeout=5)
+        assert put.status_code == 201, put.text
+        assert http.post(f"{url}/v1/bindings/r/canary", json={"share": 0.5, "reason": "t"},
+                         timeout=5).ok
+        with Client(url, CALLER, refresh_interval=60, subscribe=True, watch_timeout=2) as client:
+            wait_for(lambda: client.resolve("r", "k")["stage"] == "canary")
+            time.sleep(0.2)  # the watch is waiting in a worker now
+            started = time.monotonic()
+            assert http.post(f"{url}/v1/bindings/r/rollback", json={"reason": "t"},
+                             timeout=5).ok
+            wait_for(lambda: client.resolve("r", "k")["stage"] == "rolled_back", step=0.002)
+            assert time.monotonic() - started < 1.0
