@@ -101,6 +101,30 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
             cases={"type": "array", "items": OBJECT}))},
         "errors": (400, *AUTH, 404, 503),
     }},
+    "/v1/roles/{role}/drift/calibrate": {"get": {
+        "summary": "False CUSUM alarms per h over the newest stored runs of (config, arm).",
+        "scopes": ("caller", "gatekeeper"),
+        "parameters": [
+            {"name": "h", "in": "query", "required": True,
+             "schema": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0,
+                                                   "maximum": 1e6}, "minItems": 1}},
+            {"name": "config", "in": "query", "required": False, "schema": {"type": "string"}},
+            {"name": "arm", "in": "query", "required": False,
+             "schema": {"enum": ["current", "candidate", "shadow"]}},
+            {"name": "metric", "in": "query", "required": False,
+             "schema": {"enum": ["run_failure", "tool_error", "forbidden_call"]}},
+            {"name": "shift", "in": "query", "required": False,
+             "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
+            {"name": "p0", "in": "query", "required": False,
+             "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
+            {"name": "runs", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": 100000}},
+        ],
+        "responses": {"200": json_response("One row per h.", _obj(
+            "role", "config", "arm", "metric", "shift", "runs", "results",
+            results={"type": "array", "items": OBJECT}))},
+        "errors": (400, *AUTH, 404, 503),
+    }},
     "/v1/roles/{role}/offline": {
         "post": {
             "summary": "Store an offline suite's verdict for one config of the role.",

@@ -33,7 +33,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 #: Long-polls hold a request for seconds by design; fuzzing them only slows the run.
 SLOW_OPERATIONS = ("/v1/bindings/watch",)
 #: Examples per operation and mode: enough to hit each status, small enough for < 60 s.
-EXAMPLES = int(os.environ.get("ROLEGATE_FUZZ_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("ROLEGATE_FUZZ_EXAMPLES", "10"))
 
 
 def test_spec_is_openapi_31_and_describes_every_route(app: Flask, client: FlaskClient) -> None:
