@@ -52,6 +52,16 @@ control_socket_disable = not os.environ.get("ROLEGATE_CONTROL_SOCKET")
 if not control_socket_disable:
     control_socket = os.environ["ROLEGATE_CONTROL_SOCKET"]
 
+# --- Metrics -----------------------------------------------------------------
+# prometheus-client sums every worker's counters from files in this directory
+# (its multiprocess mode), so /metrics is right whichever worker answers. It is
+# read when prometheus_client is first imported, so it is set here, in the
+# master, before any worker imports the app; on_starting empties it, so a
+# restart does not add the last run's counts. Two routers on one host need two
+# data directories anyway (each has its own embedded Redis there).
+os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR",
+                      os.path.join(_env("ROLEGATE_DATA_DIR", ".rolegate"), "prometheus"))
+
 # --- Server hooks ------------------------------------------------------------
 # The master starts the embedded Redis (when REDIS_URL is unset) and loads the
 # seed bindings once, before any worker forks; workers inherit REDIS_URL.
@@ -60,8 +70,17 @@ if not control_socket_disable:
 def on_starting(server: Any) -> None:
     """Before the workers fork: embedded Redis if needed, then the seed file."""
     from router.cli_serve import master_starting
+    from router.metrics import clear_multiproc_dir
 
+    clear_multiproc_dir()
     master_starting(server.log)
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """A worker is gone: fold its gauges out of the metrics (its counters stay summed)."""
+    from router.metrics import mark_worker_dead
+
+    mark_worker_dead(worker.pid)
 
 
 def on_exit(server: Any) -> None:

@@ -116,28 +116,23 @@ def test_redis_errors_counted() -> None:
         app.extensions["rolegate"].cache.stop()
 
 
-GUNICORN_CONF = """
-from router.metrics import clear_multiproc_dir, mark_worker_dead
-
-def on_starting(server):
-    clear_multiproc_dir()
-
-def child_exit(server, worker):
-    mark_worker_dead(worker.pid)
-"""
+GUNICORN_CONF = Path(__file__).resolve().parent.parent / "deploy" / "gunicorn.conf.py"
 
 
 @pytest.fixture
 def gunicorn_router(redis_url: str, tmp_path: Path) -> Iterator[str]:
-    """Two gunicorn sync workers sharing a prometheus multiprocess directory."""
+    """Two workers under the deploy gunicorn config, which sets up multiprocess metrics."""
     port = _free_port()
-    conf = tmp_path / "gunicorn_test.conf.py"
-    conf.write_text(GUNICORN_CONF)
-    env = {**os.environ, "REDIS_URL": redis_url, "ROLEGATE_TOKENS": TOKENS,
-           "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prom"), "ROLEGATE_REFRESH_INTERVAL": "0.05"}
+    stale = tmp_path / "prometheus"
+    stale.mkdir()
+    # A leftover from an earlier run: on_starting must clear it, not add it up.
+    (stale / "counter_99999.db").write_bytes(b"\0" * 16)
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    env.update({"REDIS_URL": redis_url, "ROLEGATE_TOKENS": TOKENS,
+                "ROLEGATE_DATA_DIR": str(tmp_path), "ROLEGATE_REFRESH_INTERVAL": "0.05",
+                "ROLEGATE_WORKERS": "2", "ROLEGATE_BIND": f"127.0.0.1:{port}"})
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "-c", str(conf), "-w", "2", "-b", f"127.0.0.1:{port}",
-         "router:create_app()"],
+        [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "router:create_app()"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
@@ -151,6 +146,7 @@ def gunicorn_router(redis_url: str, tmp_path: Path) -> Iterator[str]:
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise AssertionError("gunicorn did not come up") from None
                 time.sleep(0.05)
+        assert not (stale / "counter_99999.db").exists(), "on_starting left old metrics"
         yield url
     finally:
         proc.terminate()
