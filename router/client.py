@@ -20,6 +20,7 @@ This module must not import Flask: callers install rolegate for the client only.
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
@@ -197,6 +198,9 @@ class Client:
             ApiClient(url, token, timeout=timeout, attempts=report_attempts,
                       max_delay=min(10.0, flush_timeout)),
             max_queue=max_queue, batch_size=batch_size, flush_timeout=flush_timeout)
+        # An agent that exits without close() still gets its traces sent: atexit
+        # runs while daemon threads are alive (bounded by flush_timeout).
+        atexit.register(self._reporter.close)
         self._thread = threading.Thread(target=self._run, name="rolegate-client-refresh",
                                         daemon=True)
         self._thread.start()
@@ -373,6 +377,7 @@ class Client:
         waiting for it is bounded by `timeout`, after which the daemon thread
         ends by itself when the watch answers, and closes its connection.
         """
+        atexit.unregister(self._reporter.close)
         self._reporter.close()
         self._stop.set()
         if self._thread.is_alive():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -251,3 +253,19 @@ def test_the_documented_three_lines_work(router: LiveRouter, redis_conn: redis.R
     stored = [s.trace for s in TraceStore(redis_conn).read("summarizer", "a", "current")]
     assert [(t.tools, t.key, t.output_text) for t in stored] == [
         (("search",), "job-9", "answer from a")]
+
+
+def test_an_agent_that_exits_without_close_still_sends(router: LiveRouter,
+                                                       redis_conn: redis.Redis) -> None:
+    """Traces queued by a process that exits without close() are sent on the way out."""
+    put_role(router, "r", current="a")
+    script = (
+        "import sys\n"
+        "from router.client import Client\n"
+        "client = Client(sys.argv[1], sys.argv[2])\n"
+        "for n in range(5):\n"
+        f"    client.report({{'run_id': f'exit-{{n}}', 'role': 'r', 'config': 'a',"
+        f" 'arm': 'current', 'stamps': {STAMPS!r}}})\n"
+    )
+    subprocess.run([sys.executable, "-c", script, router.url, CALLER], check=True, timeout=60)
+    assert sorted(stored_run_ids(redis_conn)) == [f"exit-{n}" for n in range(5)]
