@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
 import pytest
 import requests
+from click.testing import CliRunner
 from flask import Flask
 
 from gatekeeper.decide import Action, Decision
 from gatekeeper.loop import Gatekeeper, _act, tick
+from router.cli import main
 from router.http import ApiClient
 from tests.conftest import GATEKEEPER, OPERATOR, auth
 from tests.population import Population
@@ -138,3 +141,26 @@ def test_calibrate_endpoint_counts_false_alarms(live: str, api: ApiClient) -> No
     with requests.get(f"{live}/v1/roles/c/drift/calibrate", headers=auth(GATEKEEPER),
                       timeout=5) as answer:
         assert answer.status_code == 400 and answer.json()["error"]["details"]["field"] == "h"
+
+
+def test_cli_once_dry_run_and_calibrate(live: str, api: ApiClient) -> None:
+    """`gatekeeper --once --dry-run` prints decisions, changes nothing; calibrate prints rows."""
+    _create(live, "r", "cfg-bad")
+    Population(live, ["r"], batch=40).step()
+    runner = CliRunner()
+    result = runner.invoke(main, ["gatekeeper", "--once", "--dry-run", "--url", live,
+                                  "--token", GATEKEEPER])
+    assert result.exit_code == 0, result.output
+    decision = json.loads(result.output.strip().splitlines()[0])
+    assert decision["role"] == "r" and decision["action"] == "rollback"
+    assert decision["details"]["outcome"] == "dry_run"
+    assert api.get("/v1/bindings/r")["version"] == 1
+    assert api.get("/v1/gatekeeper/lease")["holder"] is None
+    calibrated = runner.invoke(main, ["gatekeeper", "calibrate", "r", "--config", "cfg-a",
+                                      "--h", "2", "--h", "8", "--url", live,
+                                      "--token", GATEKEEPER])
+    assert calibrated.exit_code == 0, calibrated.output
+    rows = json.loads(calibrated.output)["results"]
+    assert [row["h"] for row in rows] == [2.0, 8.0]
+    refused = runner.invoke(main, ["gatekeeper", "--once", "--url", live, "--token", "nope"])
+    assert refused.exit_code == 2
