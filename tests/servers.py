@@ -78,7 +78,7 @@ def werkzeug_server(app: Flask) -> Iterator[str]:
 
 @contextmanager
 def process(argv: list[str], env: Mapping[str, str], url: str, *,
-            timeout: float = 20.0, cwd: Path = ROOT) -> Iterator[subprocess.Popen[bytes]]:
+            timeout: float = 60.0, cwd: Path = ROOT) -> Iterator[subprocess.Popen[bytes]]:
     """Run `argv` until `url` answers /healthz; stop it with SIGTERM afterwards.
 
     Its output goes to a temporary file that is printed if it fails to start.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -11,9 +12,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from router.embedded import EmbeddedError, EmbeddedRedis
+from router.embedded import LOCK_FILE, EmbeddedError, EmbeddedRedis
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
-from tests.servers import ROOT, base_env, gunicorn, rolegate_serve
+from tests.servers import ROOT, base_env, free_port, gunicorn, process, rolegate_serve
 
 EXAMPLE = ROOT / "bindings.example.json"
 CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.5}
@@ -122,3 +123,44 @@ def test_one_data_dir_is_served_by_one_embedded_server(tmp_path: Path) -> None:
     again = EmbeddedRedis(tmp_path)
     again.start()
     again.stop()
+
+
+def test_embedded_server_stops_when_the_master_is_killed(tmp_path: Path) -> None:
+    """SIGKILL on gunicorn's master still stops the embedded server, and data survives."""
+    data_dir = tmp_path / "data"
+    env = base_env(ROLEGATE_DATA_DIR=str(data_dir), ROLEGATE_TOKENS=TOKENS)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [sys.executable, "-m", "router.cli", "serve", "--port", str(port), "--workers", "1",
+            "--seed", str(EXAMPLE)]
+    with process(argv, env, url) as master:
+        r = requests.post(f"{url}/v1/bindings/summarizer/pause", json={"reason": "freeze"},
+                          headers=auth(OPERATOR), timeout=5)
+        assert r.status_code == 200
+        master.kill()
+        master.wait(10)
+        deadline = time.monotonic() + 10
+        while _valkey_processes(data_dir):
+            assert time.monotonic() < deadline, "the embedded server outlived a killed master"
+            time.sleep(0.05)
+    # Gunicorn's orphaned worker (which inherited the data dir's lock) notices its
+    # master is gone and exits; then the directory is free for a new start.
+    deadline = time.monotonic() + 15
+    while not _lock_free(data_dir / LOCK_FILE):
+        assert time.monotonic() < deadline, "the data dir stayed locked"
+        time.sleep(0.1)
+    with rolegate_serve(env) as again:
+        record = requests.get(f"{again}/v1/bindings/summarizer", headers=auth(OPERATOR),
+                              timeout=5).json()
+        assert record["binding"]["paused"] is True and record["version"] == 2
+
+
+def _lock_free(path: Path) -> bool:
+    """True if nobody holds the embedded server's lock on `path`."""
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return True
