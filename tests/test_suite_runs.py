@@ -27,19 +27,24 @@ def _scenario(**overrides: object) -> dict[str, object]:
 
 
 def test_each_run_gets_a_fresh_workspace_with_only_its_seed_files(tmp_path: Path) -> None:
-    """A file written by one run is absent from the next; the seed file is always there."""
+    """A file written by one run is absent from the next; seeds are there; workspaces are removed."""
     suite = make_suite(tmp_path / "suite", [_scenario()], seeds=SEEDS)
-    config = make_config(tmp_path, "cfg", report_answers=True, calls=[
-        ["list_files", {}],
-        ["write_file", {"path": "out/result.md", "content": "x"}],
-    ])
+    config = make_config(tmp_path, "cfg", report_answers=True, report_env=["ROLEGATE_WORKSPACE"],
+                         calls=[["list_files", {}],
+                                ["write_file", {"path": "out/result.md", "content": "x"}]])
     run = SuiteRunner(suite, config, AGENT, RunOptions(parallel=1), progress=None).run()
     assert len(run.records) == 3
+    places = set()
     for record in run.records:
         assert record.trace is not None
-        listed = json.loads(record.trace.output_text)[0]["result"]["files"]
+        where, answers = record.trace.output_text.split("\n", 1)
+        places.add(where)
+        # Each run had its own directory, and none outlives the suite.
+        assert not Path(where.removeprefix("ROLEGATE_WORKSPACE=")).exists()
+        listed = json.loads(answers)[0]["result"]["files"]
         assert listed == ["input/a.md"]
         assert record.trace.artifacts == ("input/a.md", "out/result.md")
+    assert len(places) == 3
 
 
 def test_writes_outside_the_workspace_are_refused(tmp_path: Path) -> None:

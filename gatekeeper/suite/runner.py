@@ -166,6 +166,9 @@ class SuiteRunner:
                                              adapter.inherited_environment())
         self.base_env = adapter.inherited_environment()
         self.schema_hash = suite.tools.catalog_hash()
+        #: Removes finished workspaces off the runs' critical path (rmtree is slow on
+        #: some filesystems); `run()` waits for it, so nothing outlives the suite.
+        self._janitor: ThreadPoolExecutor | None = None
         # Criteria from the config's spec (issue 8), scored beside the invariants.
         self.criteria = suite_criteria(suite.root, config.data)
 
@@ -178,6 +181,19 @@ class SuiteRunner:
         result = SuiteRun(self.suite, self.config, self.options, planned,
                           started_at=time.time())
         progress = Progress(len(jobs), self.progress_stream)
+        self._janitor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="workspace-rm")
+        try:
+            self._run_jobs(jobs, result, progress)
+        finally:
+            self._janitor.shutdown(wait=True)
+            self._janitor = None
+        result.records.sort(key=lambda r: (r.scenario, r.repeat))
+        result.finished_at = time.time()
+        progress.finish(f"suite stopped early: {result.stopped}" if result.stopped else None)
+        return result
+
+    def _run_jobs(self, jobs: list[tuple[Scenario, int]], result: SuiteRun,
+                  progress: Progress) -> None:
         spent = 0.0
         with ToolProxy() as proxy, \
                 ThreadPoolExecutor(max_workers=max(1, self.options.parallel)) as pool:
@@ -200,10 +216,12 @@ class SuiteRunner:
                     result.records.append(record)
                     spent += record.trace.cost_usd if record.trace else 0.0
                     progress.advance(record.passed)
-        result.records.sort(key=lambda r: (r.scenario, r.repeat))
-        result.finished_at = time.time()
-        progress.finish(f"suite stopped early: {result.stopped}" if result.stopped else None)
-        return result
+
+    def _dispose(self, workspace: Workspace) -> None:
+        if self._janitor is not None:
+            self._janitor.submit(workspace.close)
+        else:
+            workspace.close()
 
     def _budget_stop(self, started: int, spent: float) -> str | None:
         max_runs, max_cost = self.options.max_runs, self.options.max_cost_usd
@@ -218,7 +236,8 @@ class SuiteRunner:
         run_id = f"{scenario.id}.r{repeat}.{uuid.uuid4().hex[:10]}"
         replay = replay_for(self.fixtures, scenario.id, repeat) if self.fixtures is not None \
             else None
-        with Workspace(self.suite, scenario) as workspace:
+        workspace = Workspace(self.suite, scenario)
+        try:
             context = RunContext(run_id=run_id, workspace=workspace, catalog=self.suite.tools,
                                  eval_mode=self.options.eval_mode, replay=replay,
                                  credentials=self.credentials)
@@ -239,6 +258,8 @@ class SuiteRunner:
             if self.options.record_dir is not None and outcome.trace is not None:
                 record_fixture(self.options.record_dir, context, scenario=scenario.id,
                                repeat=repeat, config=self.config.name)
+        finally:
+            self._dispose(workspace)
         misses = tuple(context.replay_misses)
         passed, checks = judge_run(scenario, outcome.trace, outcome.error, misses)
         checks |= run_checks(self.criteria, self.suite.root, scenario, outcome.trace)
