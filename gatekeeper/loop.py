@@ -28,6 +28,11 @@ from router.http import ApiClient, ApiError
 
 log = logging.getLogger("rolegate.gatekeeper")
 
+#: The router's tripwire writes as this actor; its rollbacks are relayed as webhook events.
+TRIPWIRE_ACTOR = "tripwire"
+#: Only tripwire rollbacks younger than this are relayed (not old ones after a restart).
+TRIPWIRE_RELAY_S = 600.0
+
 #: HTTP statuses that mean "the world moved under this decision": drop it, re-read next tick.
 REFUSALS = (404, 409, 412, 428)
 
@@ -53,7 +58,24 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
         decision = decide(role, record, evidence_from_view(view), now)
         decisions.append(_act(api, decision, dry_run=dry_run, notifier=notifier))
         _alert(decision, view, notifier, alerted)
+        _relay_tripwire(record, now, notifier, alerted)
     return decisions
+
+
+def _relay_tripwire(record: VersionedBinding, now: float, notifier: Notifier | None,
+                    announced: set[str] | None) -> None:
+    """Announce a recent rollback the router's tripwire made (it has no webhooks of its own)."""
+    if notifier is None or announced is None or record.updated_by != TRIPWIRE_ACTOR:
+        return
+    if now - record.updated_at > TRIPWIRE_RELAY_S:
+        return
+    key = f"{record.role}|tripwire|{record.version}"
+    if key in announced:
+        return
+    announced.add(key)
+    notifier.emit(ROLLBACK, record.role, action="rollback", by=TRIPWIRE_ACTOR,
+                  version=record.version, to_stage=record.binding.stage.value,
+                  candidate=record.binding.candidate)
 
 
 def _act(api: ApiClient, decision: Decision, *, dry_run: bool,

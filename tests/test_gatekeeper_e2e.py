@@ -126,8 +126,9 @@ def test_autonomous_rollouts_and_leader_failover(app: Flask) -> None:
                 wait_for(lambda: _stage(url, "regressed") == "rolled_back", 10,
                          "the regressed candidate to roll back")
                 # Webhooks are delivered in the background, within moments.
-                wait_for(lambda: any(e["kind"] == "rollback" and e["role"] == "regressed"
-                                     for e in list(events)), 5, "the rollback webhook event")
+                wait_for(lambda: {"regressed", "forbidden"} <= {
+                    e["role"] for e in list(events) if e["kind"] == "rollback"}, 5,
+                    "the rollback webhook events")
                 # Kill the leader mid-rollout, without a chance to release its lease.
                 wait_for(lambda: _stage(url, "healthy") in ("canary", "full"), 10,
                          "healthy to reach canary")
@@ -162,6 +163,8 @@ def test_autonomous_rollouts_and_leader_failover(app: Flask) -> None:
         forbidden = _get(url, "/v1/bindings/forbidden/history")["entries"]
         assert [e["action"] for e in forbidden] == ["rollback", "create"]
         assert "delete_all" in json.dumps(forbidden[0])
+        assert forbidden[0]["actor"] in ("tripwire", "gatekeeper")
 
         kinds = {(e["kind"], e["role"]) for e in events}
         assert ("stage_change", "healthy") in kinds
+        assert ("rollback", "forbidden") in kinds  # the tripwire's, relayed by the gatekeeper
