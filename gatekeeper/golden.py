@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from gatekeeper.trace import Trace
 
@@ -173,6 +173,32 @@ def accepted_outcome(trace: Trace) -> Any:
         return trace.output_text
 
 
+def with_inline(traces: Sequence[Trace], stored: Mapping[str, Sequence[Feedback]]
+                ) -> tuple[dict[str, list[Feedback]], dict[str, str]]:
+    """Stored feedback plus any a caller reported on the trace itself (`trace.feedback`).
+
+    An inline entry is `{"tier", "reviewer"?, "correction"?, "note"?}`. Returns the
+    merged feedback and, per run id, why an inline entry could not be read: those
+    cases go to a human (pass it to `select` as `unreadable`).
+    """
+    merged = {run_id: list(notes) for run_id, notes in stored.items()}
+    unreadable: dict[str, str] = {}
+    for trace in traces:
+        raw = trace.feedback
+        if not raw or "tier" not in raw:
+            continue
+        data = {"reviewer": "caller", **raw, "run_id": trace.run_id,
+                "time": trace.time if trace.time is not None else 0.0}
+        try:
+            entry = Feedback.model_validate(data)
+        except ValidationError as exc:
+            message = exc.errors(include_url=False)[0].get("msg", "invalid")
+            unreadable[trace.run_id] = f"unreadable inline feedback: {message}"
+            continue
+        merged.setdefault(trace.run_id, []).append(entry)
+    return merged, unreadable
+
+
 def select(
     traces: Iterable[Trace],
     feedback: Mapping[str, Sequence[Feedback]],
@@ -184,6 +210,7 @@ def select(
     min_age_s: float = DEFAULT_MIN_AGE_S,
     window_s: float = DEFAULT_WINDOW_S,
     seed: str = "golden",
+    unreadable: Mapping[str, str] | None = None,
 ) -> GoldenSet:
     """Sample a golden set from `traces` of one role, with `feedback` keyed by run_id.
 
@@ -191,7 +218,7 @@ def select(
     and within `window_s` of `now`, with an input to rebuild them from, are
     eligible. No-feedback cases younger than `min_age_s` are left out. Within a
     tier the order is a hash of (seed, run_id): a stable sample that new traffic
-    does not reshuffle.
+    does not reshuffle. Runs in `unreadable` are flagged with that reason.
     """
     quotas = {**DEFAULT_QUOTAS, **(quotas or {})}
     excluded = dict.fromkeys(("other_config", "old_policy", "stale", "too_recent",
@@ -214,6 +241,8 @@ def select(
             continue
         notes = tuple(sorted(feedback.get(trace.run_id, ()), key=lambda f: f.time))
         tier, problem = classify(notes)
+        if unreadable and trace.run_id in unreadable:
+            tier, problem = None, unreadable[trace.run_id]
         if tier is None:
             flagged.append(Flagged(trace.run_id, problem or "ambiguous", notes))
             continue

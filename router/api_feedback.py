@@ -142,9 +142,11 @@ def golden_sample(role: str) -> ResponseReturnValue:
     since = max(policy_since or 0.0, now - window)
     traces = [stored.trace for arm in ARMS
               for stored in trace_store().read(role, config, arm, since=since)]
-    notes = feedback_store().many(role, (t.run_id for t in traces))
+    notes, unreadable = golden.with_inline(
+        traces, feedback_store().many(role, (t.run_id for t in traces)))
     sample = golden.select(traces, notes, config=config, now=now, policy_since=policy_since,
-                           quotas=quotas, min_age_s=min_age, window_s=window, seed=seed)
+                           quotas=quotas, min_age_s=min_age, window_s=window, seed=seed,
+                           unreadable=unreadable)
     body = sample.as_dict()
     for case, out in zip(sample.cases, body["cases"]):
         out["trace"] = case.trace.model_dump(mode="json")

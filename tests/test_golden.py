@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gatekeeper.golden import Feedback, select, to_scenario
+from gatekeeper.golden import Feedback, select, to_scenario, with_inline
 from gatekeeper.reference import score
 from gatekeeper.suite.scenario import Scenario
 from gatekeeper.trace import Trace
@@ -157,3 +157,17 @@ def test_reference_scoring_is_field_by_field_for_structured_output() -> None:
     assert score("not json", expected).score == 0.0
     assert score("Refunded.", "Refunded the order.").mode == "judge"
     assert score("Refunded.", "Refunded the order.").score is None
+
+
+def test_feedback_reported_on_the_trace_counts_and_bad_entries_are_flagged() -> None:
+    """A trace's own `feedback` joins the stored feedback; an unreadable one sends the case to a human."""
+    corrected = trace("inline", 5).model_copy(update={"feedback": {
+        "tier": "negative", "correction": {"decision": "deny"}, "reviewer": "desk"}})
+    broken = trace("broken", 5).model_copy(update={"feedback": {
+        "tier": "positive", "correction": {"decision": "deny"}}})
+    notes, unreadable = with_inline([corrected, broken], {})
+    golden = select([corrected, broken], notes, config="cfg_a", now=NOW, unreadable=unreadable)
+    assert [(c.trace.run_id, c.tier, c.reference) for c in golden.cases] == [
+        ("inline", "negative_corrected", {"decision": "deny"})]
+    assert golden.flagged[0].run_id == "broken"
+    assert golden.flagged[0].reason.startswith("unreadable inline feedback")
