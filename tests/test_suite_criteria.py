@@ -20,7 +20,8 @@ from bindings.configs import ConfigStore
 from bindings.models import GatePolicy
 from gatekeeper.spec import Spec
 from gatekeeper.suite.compare import compare_results
-from gatekeeper.suite.report import comparison_markdown, result_markdown
+from gatekeeper.suite.report import (comparison_html, comparison_markdown, result_html,
+                                     result_markdown)
 from gatekeeper.suite.runner import RunOptions, SuiteRunner
 from gatekeeper.suite.scenario import load_config, load_suite
 from gatekeeper.suite.verdict import SuiteResult, evaluate_run
@@ -109,3 +110,6 @@ def test_candidate_losing_a_policy_step_is_named_by_its_criterion(
     assert "## Regressions by criterion" in text and "lost the verifyIdentity call" in text
     assert "| `escalation:high-value` | 100% (3/3) | 0% (0/3) |" in text
     assert "## By criterion" in result_markdown(cand)
+    html = comparison_html(comparison)
+    assert "<h2>By criterion</h2>" in html and "<td>escalation:high-value</td>" in html
+    assert "<h2>By criterion</h2>" in result_html(cand)

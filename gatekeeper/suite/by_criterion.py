@@ -149,12 +149,24 @@ def criterion_comparison(base: SuiteResult, cand: SuiteResult,
     }
 
 
+def section_tallies(section: Mapping[str, Any]) -> dict[str, dict[str, Tally]]:
+    """`criterion_comparison`'s rates read back as tallies, per config."""
+    return {label: {k: Tally(v["passed"], v["failed"], v["skipped"]) for k, v in rates.items()}
+            for label, rates in section.get("rates", {}).items()}
+
+
+def rates_rows(by_config: Mapping[str, Mapping[str, Tally]]) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of the per-criterion table, for the HTML reports."""
+    keys = sorted({key for tallies in by_config.values() for key in tallies})
+    rows = [[key, *("–" if (t := by_config[c].get(key)) is None or t.rate is None
+                    else f"{t.rate:.0%} ({t.passed}/{t.n})" for c in by_config)]
+            for key in keys]
+    return ["criterion", *by_config], rows
+
+
 def comparison_markdown(section: Mapping[str, Any]) -> list[str]:
     """Markdown lines for `criterion_comparison`'s output: the table, then the regressions."""
-    by_config = {label: {k: Tally(v["passed"], v["failed"], v["skipped"])
-                         for k, v in rates.items()}
-                 for label, rates in section.get("rates", {}).items()}
-    table = rates_table(by_config)
+    table = rates_table(section_tallies(section))
     lines = ["## By criterion", "", *table, ""] if table else []
     found = [Regression(key=r["key"], lost=r["lost"], gained=r["gained"],
                         cases=tuple(r["cases"]), message=r["message"])

@@ -150,6 +150,9 @@ def result_html(result: SuiteResult) -> str:
                 f"{result.planned_runs} runs.</p>",
                 _html_table(["scenario", "runs", "pass rate", "forbidden rate", "p95 steps",
                              "verdict"], rows)]
+    headers, rows = by_criterion.rates_rows({result.config: by_criterion.criterion_rates(result)})
+    if rows:
+        sections.append("<h2>By criterion</h2>" + _html_table(headers, rows))
     if result.stopped:
         sections.append(f"<p class='fail'>Stopped early: {html.escape(result.stopped)}</p>")
     if result.reasons:
@@ -180,6 +183,9 @@ def comparison_html(comp: SuiteComparison) -> str:
             [[s["id"], s["task"], json.dumps(s["seed_files"]),
               f"{_pct(s['baseline_pass_rate'])} -> {_pct(s['candidate_pass_rate'])}",
               json.dumps(s["failed_criteria"])] for s in comp.regressed]))
+    headers, rows = by_criterion.rates_rows(by_criterion.section_tallies(comp.by_criterion))
+    if rows:
+        sections.append("<h2>By criterion</h2>" + _html_table(headers, rows))
     if comp.by_criterion.get("regressions"):
         sections.append("<h2>Regressions by criterion</h2>" + _list(
             [f"{r['key']}: {r['message']}" for r in comp.by_criterion["regressions"]]))
