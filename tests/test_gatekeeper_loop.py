@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -13,10 +14,11 @@ from flask import Flask
 
 from gatekeeper.decide import Action, Decision
 from gatekeeper.loop import Gatekeeper, _act, tick
+from gatekeeper.webhooks import Notifier
 from router.cli import main
 from router.http import ApiClient
-from tests.conftest import GATEKEEPER, OPERATOR, auth
-from tests.population import Population
+from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
+from tests.population import STAMPS, Population
 from tests.servers import werkzeug_server
 
 POLICY = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.9, "alpha": 0.01,
@@ -164,3 +166,44 @@ def test_cli_once_dry_run_and_calibrate(live: str, api: ApiClient) -> None:
     assert [row["h"] for row in rows] == [2.0, 8.0]
     refused = runner.invoke(main, ["gatekeeper", "--once", "--url", live, "--token", "nope"])
     assert refused.exit_code == 2
+
+
+class _Recorder(Notifier):
+    """A notifier with no URLs that keeps what it was asked to send."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.sent: list[dict[str, Any]] = []
+
+    def emit(self, kind: str, role: str, **payload: Any) -> dict[str, Any]:
+        event = super().emit(kind, role, **payload)
+        self.sent.append(event)
+        return event
+
+
+def test_drifting_stable_current_raises_one_alert(live: str, api: ApiClient) -> None:
+    """A stable current whose tool-error rate jumps is flagged in the view and alerted once."""
+    binding = {"current": "cfg-a", "gate": POLICY}
+    with requests.put(f"{live}/v1/bindings/s", json=binding, headers=auth(OPERATOR),
+                      timeout=5) as answer:
+        assert answer.status_code == 201
+    traces = []
+    for i in range(200):
+        step = {"tool": "search", **({"error": "timeout"} if i >= 100 else {})}
+        traces.append({"run_id": f"s-{i}", "role": "s", "config": "cfg-a", "arm": "current",
+                       "key": f"job-{i}", "steps": [step], "artifacts": ["out.md"],
+                       "stamps": STAMPS})
+    with requests.post(f"{live}/v1/traces", json={"traces": traces},
+                       headers=auth(CALLER), timeout=10) as answer:
+        assert answer.status_code == 200, answer.text
+    view = api.get("/v1/roles/s/gate")
+    assert view["drift"]["alert"] is True
+    assert {"arm": "current", "metric": "tool_error"} in view["drift"]["alarms"]
+    recorder, alerted = _Recorder(), set[str]()
+    for _ in range(2):
+        decisions = tick(api, time.time(), notifier=recorder, alerted=alerted)
+    assert decisions[0].action is Action.SKIP
+    assert decisions[0].alerts == ("drift on current cfg-a: tool_error",)
+    alarms = [e for e in recorder.sent if e["kind"] == "alarm"]
+    assert len(alarms) == 1 and alarms[0]["metric"] == "tool_error"
+    assert alarms[0]["cusum"]["alarm"] is True
