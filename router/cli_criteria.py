@@ -20,8 +20,9 @@ from urllib.parse import quote, urlencode
 import click
 from pydantic import ValidationError
 
-from gatekeeper.criteria import Criterion
+from gatekeeper.criteria import Criterion, generate as generate_criteria
 from gatekeeper.golden import Case, SAMPLE_TIERS, to_scenario
+from gatekeeper.spec import Spec
 from gatekeeper.suite.scenario import Scenario
 from gatekeeper.trace import Trace
 from router.cli_common import EXIT_REFUSED, EXIT_USAGE, api_command, echo_json
@@ -79,6 +80,15 @@ def generate(api: ApiClient, role: str, config: str | None, spec_file: Path | No
             sys.exit(EXIT_USAGE)
         body = spec if isinstance(spec, dict) and "spec" in spec else {"spec": spec}
         api.put(f"/v1/configs/{_q(config)}", body)
+    else:
+        record = api.get(f"/v1/configs/{_q(config)}")
+        fresh = [c.model_dump(mode="json") for c in generate_criteria(Spec.model_validate(
+            record["spec"]))]
+        if fresh != record["criteria"]:
+            # Stored by an older generator: store what this one makes of the same spec.
+            api.put(f"/v1/configs/{_q(config)}", {"spec": record["spec"],
+                                                   "description": record["description"]},
+                    version=record["version"])
     stored = api.get(f"/v1/configs/{_q(config)}/criteria")
     diff = None
     if binding["current"] != config:

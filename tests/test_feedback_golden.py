@@ -16,7 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
-from bindings.configs import ConfigStore
+from bindings.configs import ConfigStore, config_key
 from gatekeeper.spec import Spec
 from gatekeeper.suite.scenario import load_suite
 from router.cli import main
@@ -172,3 +172,17 @@ def test_criteria_generate_registers_spec_and_shows_diff(refunds: FlaskClient, s
     result = CliRunner().invoke(main, ["criteria", "generate", "refunds", "--config", "nope"],
                                 env=env)
     assert result.exit_code == 1 and "no spec registered" in result.output
+
+
+def test_criteria_generate_restores_criteria_from_the_stored_spec(
+        refunds: FlaskClient, server: str, redis_conn: redis.Redis) -> None:
+    """Without --spec, criteria that differ from what the stored spec generates are regenerated."""
+    raw = json.loads(redis_conn.hget(config_key("cfg_a"), "record"))
+    raw["criteria"] = raw["criteria"][:1]  # as an older generator might have left them
+    redis_conn.hset(config_key("cfg_a"), "record", json.dumps(raw))
+    env = {"ROLEGATE_URL": server, "ROLEGATE_TOKEN": OPERATOR}
+    result = CliRunner().invoke(main, ["criteria", "generate", "refunds"], env=env)
+    assert result.exit_code == 0, result.output
+    assert "cfg_a: 3 criteria (version 2)" in result.output
+    again = CliRunner().invoke(main, ["criteria", "generate", "refunds"], env=env)
+    assert "cfg_a: 3 criteria (version 2)" in again.output
