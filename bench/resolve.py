@@ -1,6 +1,6 @@
 """Resolve against a bare constant-JSON endpoint, same app, same gunicorn config, one run.
 
-    python -m bench.resolve [--duration 3] [--rounds 2] [--worker-classes gthread,sync]
+    python -m bench.resolve [--duration 2] [--rounds 4] [--worker-classes gthread,sync]
 
 Starts a private embedded valkey-server (the one `rolegate serve` uses), seeds
 bindings.example.json, then for each worker class runs gunicorn with
@@ -141,8 +141,12 @@ def percentile(sorted_values: list[float], q: float) -> float:
 
 
 @contextmanager
-def private_redis() -> Iterator[str]:
-    """A private embedded valkey-server seeded with bindings.example.json; yield its URL."""
+def private_redis() -> Iterator[tuple[str, str]]:
+    """A private embedded valkey-server seeded with bindings.example.json.
+
+    Yields its URL and its data directory (the routers' data dir too, so their
+    metrics files stay out of the checkout's .rolegate/).
+    """
     from bindings.store import BindingStore
     from router.cli_serve import load_binding_file, seed_bindings
     from router.embedded import EmbeddedRedis
@@ -155,19 +159,20 @@ def private_redis() -> Iterator[str]:
             seed_bindings(BindingStore(connection),
                           load_binding_file(ROOT / "bindings.example.json"), "example")
             connection.close()
-            yield url
+            yield url, data_dir
         finally:
             server.stop()
 
 
 @contextmanager
-def gunicorn(redis_url: str, worker_class: str, workers: int) -> Iterator[int]:
+def gunicorn(redis_url: str, data_dir: str, worker_class: str, workers: int) -> Iterator[int]:
     """gunicorn with deploy/gunicorn.conf.py serving bench_app(); yield its port."""
     from router.embedded import free_port
 
     port = free_port()
     env = {**os.environ, "REDIS_URL": redis_url, "ROLEGATE_TOKENS": f"bench={TOKEN}:caller",
-           "ROLEGATE_WORKER_CLASS": worker_class}
+           "ROLEGATE_WORKER_CLASS": worker_class, "ROLEGATE_DATA_DIR": data_dir}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     env.pop("ROLEGATE_ACCESS_LOG", None)
     argv = [sys.executable, "-m", "gunicorn", "--config", str(CONFIG),
             "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "bench.resolve:bench_app()"]
@@ -203,8 +208,8 @@ def _ready(port: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--duration", type=float, default=3.0, help="seconds per measurement")
-    parser.add_argument("--rounds", type=int, default=2, help="alternations of bare/resolve")
+    parser.add_argument("--duration", type=float, default=2.0, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=4, help="alternations of bare/resolve")
     parser.add_argument("--worker-classes", default="gthread,sync")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--processes", type=int, default=2, help="client processes")
@@ -219,9 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cpus={os.cpu_count()} workers={args.workers} clients={args.processes}x{args.threads} "
           f"keep-alive, {args.rounds} rounds x {args.duration:g}s per endpoint, loopback")
     results: dict[str, dict[str, tuple[float, float, float, int]]] = {}
-    with private_redis() as url:
+    with private_redis() as (url, data_dir):
         for worker_class in args.worker_classes.split(","):
-            with gunicorn(url, worker_class, args.workers) as port:
+            with gunicorn(url, data_dir, worker_class, args.workers) as port:
                 for name, (paths, headers) in endpoints.items():  # warm both up
                     drive(port, paths, headers, 0.5, args.processes, args.threads)
                 totals: dict[str, tuple[array[float], int]] = {
