@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -130,19 +131,23 @@ def gunicorn_router(redis_url: str, tmp_path: Path) -> Iterator[str]:
     env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
     env.update({"REDIS_URL": redis_url, "ROLEGATE_TOKENS": TOKENS,
                 "ROLEGATE_DATA_DIR": str(tmp_path), "ROLEGATE_REFRESH_INTERVAL": "0.05",
-                "ROLEGATE_WORKERS": "2", "ROLEGATE_BIND": f"127.0.0.1:{port}"})
+                "ROLEGATE_WORKERS": "2", "ROLEGATE_BIND": f"127.0.0.1:{port}",
+                # Sync workers take one request at a time, so concurrent requests
+                # must spread over both (gthread may let one worker take them all).
+                "ROLEGATE_WORKER_CLASS": "sync"})
     proc = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "-c", str(GUNICORN_CONF), "router:create_app()"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + 30
         while True:
             try:
-                requests.get(f"{url}/healthz", timeout=1).close()
+                requests.get(f"{url}/healthz", timeout=2).close()
                 break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
+                # Refused until the master listens; slow while a worker still boots.
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise AssertionError("gunicorn did not come up") from None
                 time.sleep(0.05)
@@ -160,24 +165,31 @@ def test_counters_sum_over_gunicorn_workers(gunicorn_router: str) -> None:
         r = admin.put(f"{url}/v1/bindings/m-workers", json={"current": "a", "candidate": "b"},
                       headers=auth(OPERATOR), timeout=5)
         assert r.status_code == 201, r.text
-    workers = set()
-    total = 40
     deadline = time.monotonic() + 5
-    served = 0
-    while served < total:
-        # A fresh connection each time, so the kernel hands requests to either worker.
-        r = requests.get(f"{url}/v1/resolve/m-workers?key=k{served}", headers=auth(CALLER),
-                         timeout=5)
-        if r.status_code == 404 and time.monotonic() < deadline:
-            continue  # this worker's copy has not seen the new role yet
+
+    def one(i: int) -> str | None:
+        while True:
+            r = requests.get(f"{url}/v1/resolve/m-workers?key=k{i}", headers=auth(CALLER),
+                             timeout=5)
+            # A 404 (not counted) while this worker's copy has yet to see the new role.
+            if r.status_code != 404 or time.monotonic() > deadline:
+                break
         assert r.status_code == 200, r.text
-        workers.add(r.headers.get("X-Rolegate-Worker"))
-        served += 1
+        return r.headers.get("X-Rolegate-Worker")
+
+    workers: set[str | None] = set()
+    total = 0
+    until = time.monotonic() + 15
+    with ThreadPoolExecutor(4) as pool:
+        # The second worker may still be booting when the first answers: keep
+        # sending concurrent batches until both have served (or time is up).
+        while len(workers) < 2 and time.monotonic() < until:
+            workers |= set(pool.map(one, range(total, total + 40)))
+            total += 40
     for _ in range(6):
         text = requests.get(f"{url}/metrics", timeout=5).text
         assert value(text, "rolegate_resolves_total", role="m-workers", arm="current") == total
-    if None not in workers:
-        assert len(workers) == 2, "both workers should have served"
+    assert len(workers) == 2, "both workers should have served"
 
 
 STAMPS = {"agent_version": "1", "instruction_hash": "i", "model_id": "m", "tool_schema_hash": "t"}
