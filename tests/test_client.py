@@ -116,11 +116,11 @@ def test_max_age_is_enforced(router: LiveRouter) -> None:
                 client.resolve("r", "k")
             except SnapshotTooOld as exc:
                 assert "max_age=0.3s" in exc.message and exc.status == 503
+                assert exc.details["age_s"] > 0.3
                 return True
             return False
 
-        waited = wait_for(refused, timeout=3.0)
-        assert waited >= 0.2
+        wait_for(refused, timeout=3.0)
         router.start()
         wait_for(lambda: not client.stale)
         assert client.resolve("r", "k")["stale"] is False
