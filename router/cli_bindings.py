@@ -45,6 +45,17 @@ def _summary(record: dict[str, Any]) -> str:
             f"candidate {candidate}{paused}")
 
 
+def _post_move(api: ApiClient, role: str, move: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST a rollout move against the version just read (If-Match).
+
+    The client retries a request that timed out; with If-Match, a retry of a
+    move the server already applied gets a 409 instead of moving a second step.
+    """
+    version = api.get(role_path(role))["version"]
+    answer: dict[str, Any] = api.post(role_path(role, f"/{move}"), body, version=version)
+    return answer
+
+
 @click.group()
 def bindings() -> None:
     """Read, import and export the binding table."""
@@ -155,7 +166,7 @@ def export(api: ApiClient, output: str | None) -> None:
 @api_command
 def canary(api: ApiClient, role: str, share: float, reason: str) -> None:
     """Route SHARE (0..1] of ROLE's jobs to its candidate; 1 means full."""
-    click.echo(_summary(api.post(role_path(role, "/canary"), {"share": share, "reason": reason})))
+    click.echo(_summary(_post_move(api, role, "canary", {"share": share, "reason": reason})))
 
 
 @click.command()
@@ -169,7 +180,7 @@ def rollback(api: ApiClient, role: str, to_version: int | None, reason: str) -> 
     body: dict[str, Any] = {"reason": reason}
     if to_version is not None:
         body["to_version"] = to_version
-    click.echo(_summary(api.post(role_path(role, "/rollback"), body)))
+    click.echo(_summary(_post_move(api, role, "rollback", body)))
 
 
 def _move(name: str, help_text: str) -> click.Command:
@@ -178,7 +189,7 @@ def _move(name: str, help_text: str) -> click.Command:
     @click.option("--reason", required=True, help="Why; recorded in history.")
     @api_command
     def command(api: ApiClient, role: str, reason: str) -> None:
-        click.echo(_summary(api.post(role_path(role, f"/{name}"), {"reason": reason})))
+        click.echo(_summary(_post_move(api, role, name, {"reason": reason})))
 
     return command
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from flask import Flask
+from flask import Flask, request
 
 from router.cli import main
 from tests.conftest import CALLER, OPERATOR
@@ -110,12 +110,32 @@ def test_refusals_exit_1(live_url: str, tmp_path: Path) -> None:
 
 def test_usage_and_connection_errors_exit_2(live_url: str) -> None:
     """Bad usage, a rejected token and an unreachable server exit 2."""
+    run(live_url, "bindings", "import", str(EXAMPLE))
     assert run(live_url, "rollback", "summarizer").exit_code == 2  # --reason missing
     assert run(live_url, "canary", "summarizer", "lots").exit_code == 2
     assert run(live_url, "bindings", "list", token="wrong").exit_code == 2
     assert run(live_url, "canary", "summarizer", "0.5", token=CALLER).exit_code == 2
     dead = run(f"http://127.0.0.1:{free_port()}", "bindings", "list")
     assert dead.exit_code == 2 and "cannot reach" in dead.stderr
+
+
+def test_moves_send_if_match_with_the_version_they_read(app: Flask) -> None:
+    """Each CLI move is a compare-and-set: its POST carries If-Match with the version read."""
+    seen: list[tuple[str, str | None]] = []
+
+    @app.before_request
+    def record() -> None:
+        if request.method == "POST":
+            seen.append((request.path, request.headers.get("If-Match")))
+
+    with werkzeug_server(app) as url:
+        run(url, "bindings", "import", str(EXAMPLE))
+        assert run(url, "canary", "summarizer", "0.3").exit_code == 0
+        assert run(url, "promote", "summarizer", "--reason", "gate ok").exit_code == 0
+        assert run(url, "rollback", "summarizer", "--reason", "undo").exit_code == 0
+    assert seen == [("/v1/bindings/summarizer/canary", "1"),
+                    ("/v1/bindings/summarizer/promote", "2"),
+                    ("/v1/bindings/summarizer/rollback", "3")]
 
 
 def test_url_and_token_options_override_environment(live_url: str) -> None:
