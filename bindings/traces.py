@@ -202,6 +202,9 @@ class _Group:
         self.repeats: list[tuple[int, int]] = []  # (index in request, position in items)
         self.expect_known: list[bool] | None = None
         self._seen: dict[str, int] = {}
+        #: The stored location JSON up to the stream id, which the script appends.
+        self.prefix = json.dumps({"config": config, "arm": arm, "epoch": epoch})[:-1] \
+            + ', "id": "'
 
     def take(self, index: int, item: Checked) -> None:
         """Add the request's trace number `index`."""
@@ -216,9 +219,15 @@ class _Group:
     def resolve(self, items: Sequence[Checked], answers: list[str],
                 results: list[Stored | None]) -> None:
         """Fill `results` from the script's per-trace answers."""
+        start = 1 + len(self.prefix)
         for index, text in zip(self.indices, answers):
-            results[index] = Stored(run_id=items[index].trace.run_id, duplicate=text[0] == "D",
-                                    location=Location.parse(text[1:]))
+            if text[0] == "N":
+                # Stored just now under this group's location: only the id is new.
+                where = Location(self.config, self.arm, self.epoch, text[start:-2])
+                results[index] = Stored(items[index].trace.run_id, False, where)
+            else:
+                results[index] = Stored(items[index].trace.run_id, True,
+                                        Location.parse(text[1:]))
         for index, first in self.repeats:
             earlier = results[self.indices[first]]
             assert earlier is not None
@@ -304,7 +313,7 @@ class TraceStore:
             if not known:
                 for name, value in increments(item.trace, item.verdict).items():
                     totals[name] = totals.get(name, 0) + value
-        prefix = json.dumps({"config": config, "arm": arm, "epoch": epoch})[:-1] + ', "id": "'
+        prefix = group.prefix
         keys = [stream_key(role, config, arm), window_key(role, config, arm, epoch),
                 tally_key(role, config), configs_key(role)]
         keys += [run_key(role, item.trace.run_id) for item in group.items]
@@ -312,7 +321,7 @@ class TraceStore:
                            len(group.items), _encode(totals)]
         for item, known in zip(group.items, expect):
             args += (item.trace.model_dump_json(exclude_none=True),
-                     json.dumps(item.verdict.to_json(), separators=(",", ":")),
+                     item.verdict.json_text,
                      "1" if known else "0")
         return keys, args
 

@@ -14,6 +14,7 @@ data never fails a run, and never trips the tripwire).
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -78,6 +79,11 @@ class TraceVerdict:
         """A JSON-ready dict (what the ingest answer and the trace store carry)."""
         # Built once: ingest needs it twice per trace (the store and the answer).
         return dict(self._json)
+
+    @functools.cached_property
+    def json_text(self) -> str:
+        """`to_json()` serialized compactly, built once (the store and the answer share it)."""
+        return json.dumps(self._json, separators=(",", ":"))
 
     @functools.cached_property
     def _json(self) -> dict[str, Any]:

@@ -18,6 +18,7 @@ rolled-back binding at once (other workers within their refresh interval).
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -128,7 +129,8 @@ def _parse_fast(raw: bytes) -> list[Trace] | None:
     return traces if 0 < len(traces) <= MAX_BATCH else None
 
 
-def _parse_each(items: list[Any], results: list[dict[str, Any] | None]) -> list[tuple[int, Trace]]:
+def _parse_each(items: list[Any],
+                results: list[dict[str, Any] | str | None]) -> list[tuple[int, Trace]]:
     """Validate each item on its own, recording a refusal in `results` for each bad one."""
     valid: list[tuple[int, Trace]] = []
     for index, item in enumerate(items):
@@ -152,7 +154,7 @@ def ingest() -> ResponseReturnValue:
     """Validate, check, store and (on a breach) trip; answer each trace's outcome."""
     fast = _parse_fast(request.get_data(cache=True))
     if fast is not None:
-        results: list[dict[str, Any] | None] = [None] * len(fast)
+        results: list[dict[str, Any] | str | None] = [None] * len(fast)
         valid = list(enumerate(fast))
     else:
         items = _items(json_body(allow_empty=False))
@@ -188,11 +190,15 @@ def ingest() -> ResponseReturnValue:
     # For the metrics hook: what was newly stored, by role and arm.
     g.ingested = [(c.trace.role, c.trace.arm) for c, o in zip(checked, stored) if not o.duplicate]
     trips = _tripwire(checked, stored, now)
+    duplicates = 0
     for index, item, outcome in zip(positions, checked, stored):
-        results[index] = {"index": index, "run_id": item.trace.run_id,
-                          "status": "duplicate" if outcome.duplicate else "accepted",
-                          "verdict": item.verdict.to_json()}
-    return _answer([r for r in results if r is not None], trips)
+        duplicates += outcome.duplicate
+        status = "duplicate" if outcome.duplicate else "accepted"
+        # Serialized here, with the verdict text the store already built: a batch
+        # answer holds one of these per trace, and jsonify would encode them again.
+        results[index] = (f'{{"index":{index},"run_id":{json.dumps(item.trace.run_id)},'
+                          f'"status":"{status}","verdict":{item.verdict.json_text}}}')
+    return _answer([r for r in results if r is not None], duplicates, trips)
 
 
 def _refused(index: int, trace: Trace, code: str, message: str,
@@ -225,23 +231,21 @@ def _tripwire(checked: list[Checked], stored: list[Any], now: float) -> list[dic
     return fired
 
 
-def _answer(results: list[dict[str, Any]], trips: list[dict[str, Any]]) -> ResponseReturnValue:
-    refused = [r for r in results if r["status"] == "refused"]
-    duplicates = sum(1 for r in results if r["status"] == "duplicate")
-    body: dict[str, Any] = {
-        "accepted": len(results) - len(refused) - duplicates,
-        "duplicates": duplicates,
-        "refused": len(refused),
-        "results": results,
-        "tripwire": trips,
-    }
-    if not refused:
-        return jsonify(body), 200
-    if len(refused) < len(results):
-        return jsonify(body), 207
-    summary = refused[0]["error"]["message"] if len(refused) == 1 else \
-        f"all {len(refused)} traces were refused"
-    body["error"] = {"code": "invalid", "message": summary,
-                     "details": {"refused": [{"index": r["index"], "reason": r["error"]["message"]}
-                                             for r in refused]}}
-    return jsonify(body), 422
+def _answer(results: list[dict[str, Any] | str], duplicates: int,
+            trips: list[dict[str, Any]]) -> ResponseReturnValue:
+    """Answer 200, 207 or 422; `results` are refusals (dicts) and stored outcomes (JSON text)."""
+    refused = [r for r in results if isinstance(r, dict)]
+    if refused and len(refused) == len(results):
+        summary = refused[0]["error"]["message"] if len(refused) == 1 else \
+            f"all {len(refused)} traces were refused"
+        body = {"accepted": 0, "duplicates": 0, "refused": len(refused), "results": refused,
+                "tripwire": trips,
+                "error": {"code": "invalid", "message": summary, "details": {"refused": [
+                    {"index": r["index"], "reason": r["error"]["message"]} for r in refused]}}}
+        return jsonify(body), 422
+    parts = [r if isinstance(r, str) else json.dumps(r, separators=(",", ":")) for r in results]
+    text = (f'{{"accepted":{len(results) - len(refused) - duplicates},'
+            f'"duplicates":{duplicates},"refused":{len(refused)},'
+            f'"results":[{",".join(parts)}],"tripwire":{json.dumps(trips)}}}\n')
+    return current_app.response_class(text, status=207 if refused else 200,
+                                      mimetype="application/json")

@@ -1,0 +1,246 @@
+"""Trace ingest throughput and gate latency, against one gunicorn router, in one run.
+
+    .venv/bin/python bench/ingest.py [--seconds 5] [--clients 4] [--batch 500] [--window 100000]
+
+Starts its own redis-server and gunicorn (deploy/gunicorn.conf.py, 2 gthread
+workers) on free loopback ports; touches no other Redis. The app is the real
+router plus one bare endpoint, `POST /bench/bare`, that returns a constant JSON
+body without reading the request: the floor every request pays (gunicorn,
+Flask, the app's before/after-request hooks). Then, with `--clients` client
+processes on keep-alive connections, each for `--seconds`:
+
+1. bare and single-trace POSTs, alternated twice (the machine is shared: the
+   alternation spreads drift over both), the same single-trace body for both;
+2. batched POSTs of `--batch` traces each (every run_id unique);
+3. tops the candidate window up to `--window` traces, then times
+   `GET /v1/roles/<role>/gate` (median of 15) over that window.
+
+Prints traces/s batched, single-POST and bare rates and their ratio, and the
+gate's latency. Targets (issue 3): >= 10,000 traces/s batched; single >= 0.8 x
+bare; gate < 0.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.client_resolve import free_port, redis_server, wait_until  # noqa: E402
+
+OPERATOR = "bench-operator"
+CALLER = "bench-caller"
+ROLE = "summarizer"
+HEADERS = {"Authorization": f"Bearer {CALLER}", "Content-Type": "application/json"}
+GATE = {"thresholds": {"min_samples": 50, "min_pass_rate": 0.9, "p95_step_ceiling": 12,
+                       "max_mean_cost_usd": 0.04},
+        "invariants": {"artifact_exists": ["output/result.md"], "must_contain_table": True,
+                       "forbidden_tools": ["web_write", "external_egress"],
+                       "max_steps": 12, "max_cost_usd": 0.04}}
+OUTPUT = ("Summary of the quarter.\n\n| region | revenue | growth |\n|---|---:|---:|\n"
+          "| north | 1200 | 4% |\n| south | 900 | -1% |\n")
+
+
+def bench_app() -> Any:
+    """The router app plus the bare constant-JSON endpoint (gunicorn's app factory)."""
+    from flask import jsonify
+
+    from router import create_app
+
+    app = create_app()
+    constant = {"accepted": 1, "duplicates": 0, "refused": 0, "results": [], "tripwire": []}
+
+    @app.post("/bench/bare")
+    def bare() -> Any:
+        return jsonify(constant)
+
+    return app
+
+
+def trace_template(arm: str, tools_n: int) -> dict[str, Any]:
+    """One realistic trace body with RUNID where the run id goes."""
+    tools = ["read_file", "search", "read_file", "summarize", "write_file"][:tools_n]
+    return {
+        "run_id": "RUNID", "role": ROLE, "config": "cfg_b" if arm != "current" else "cfg_a",
+        "arm": arm, "key": "job-RUNID", "tools": tools, "tool_errors": 0, "answered": True,
+        "cost_usd": 0.0123, "tokens": 1840, "latency_s": 4.2,
+        "artifacts": ["output/result.md"], "output_text": OUTPUT,
+        "stamps": {"agent_version": "2026.07.06", "instruction_hash": "sha256:9f2c",
+                   "model_id": "model-x", "tool_schema_hash": "sha256:11ab"},
+    }
+
+
+def batch_template(size: int) -> str:
+    """A batch body whose run ids are RUNID-<i>, to be made unique by one replace."""
+    traces = []
+    for i in range(size):
+        body = json.dumps(trace_template("candidate", 3 + i % 3))
+        traces.append(body.replace("RUNID", f"RUNID-{i}"))
+    return '{"traces": [' + ",".join(traces) + "]}"
+
+
+@contextmanager
+def gunicorn_router(redis_url: str) -> Iterator[str]:
+    """The bench app under deploy/gunicorn.conf.py on a free port; yields its URL."""
+    port = free_port()
+    env = dict(os.environ, REDIS_URL=redis_url, ROLEGATE_BIND=f"127.0.0.1:{port}",
+               ROLEGATE_WORKERS="2", ROLEGATE_LOG_LEVEL="warning",
+               ROLEGATE_TOKENS=f"{OPERATOR}:operator,{CALLER}:caller")
+    gunicorn = str(Path(sys.executable).with_name("gunicorn"))
+    process = subprocess.Popen(
+        [gunicorn, "-c", str(ROOT / "deploy" / "gunicorn.conf.py"), "--chdir", str(ROOT),
+         "bench.ingest:bench_app()"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _healthy(url), "gunicorn")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(15)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return requests.get(f"{url}/healthz", timeout=0.5).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def _client(args: tuple[int, str, str, str, float, float]) -> tuple[int, float]:
+    """One client process: POST `template` (RUNID made unique) until the deadline."""
+    worker, port, path, template, start_at, seconds = args
+    connection = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
+    done = 0
+    while time.time() < start_at:
+        time.sleep(0.001)
+    deadline = start_at + seconds
+    while time.time() < deadline:
+        body = template.replace("RUNID", f"w{worker}-{start_at}-{done}")
+        connection.request("POST", path, body=body, headers=HEADERS)
+        response = connection.getresponse()
+        response.read()
+        if response.status != 200:
+            raise SystemExit(f"{path} answered {response.status}")
+        done += 1
+    connection.close()
+    return done, time.time() - start_at
+
+
+def phase(pool: Any, port: int, path: str, template: str, clients: int,
+          seconds: float) -> float:
+    """Requests per second over `seconds` with `clients` concurrent keep-alive clients."""
+    start_at = time.time() + 0.3
+    jobs = [(w, str(port), path, template, start_at, seconds) for w in range(clients)]
+    results = pool.map(_client, jobs)
+    total = sum(done for done, _ in results)
+    elapsed = max(spent for _, spent in results)
+    return total / elapsed
+
+
+def window_n(redis_url: str) -> int:
+    """Traces in the candidate arm's current-stage window, read from its aggregate."""
+    from bindings.store import BindingStore
+    from bindings.traces import TraceStore, epoch_of
+
+    connection = redis.Redis.from_url(redis_url)
+    try:
+        binding = BindingStore(connection).get(ROLE).binding
+        return TraceStore(connection).window(ROLE, "cfg_b", "candidate", epoch_of(binding)).n
+    finally:
+        connection.close()
+
+
+def time_gate(url: str, redis_url: str, rounds: int = 15) -> None:
+    """Time GET /gate, and the aggregate part of it in-process, over the filled window."""
+    from bindings.store import BindingStore
+    from bindings.traces import TraceStore
+    from router.api_gate import arms_section, comparison_section, gate_context
+
+    session = requests.Session()
+    timings, n = [], 0
+    for _ in range(rounds):
+        started = time.perf_counter()
+        r = session.get(f"{url}/v1/roles/{ROLE}/gate", headers=HEADERS, timeout=60)
+        timings.append(time.perf_counter() - started)
+        r.raise_for_status()
+        n = r.json()["arms"]["candidate"]["n"]
+    session.close()
+    connection = redis.Redis.from_url(redis_url)
+    store, traces = BindingStore(connection), TraceStore(connection)
+    core = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        ctx = gate_context(store, traces, ROLE, time.time())
+        arms_section(ctx), comparison_section(ctx)
+        core.append(time.perf_counter() - started)
+    connection.close()
+    print(f"  gate over window n={n:,}: aggregates+verdicts+comparison (in-process) median "
+          f"{statistics.median(core) * 1e3:.1f} ms, max {max(core) * 1e3:.1f} ms")
+    print(f"  GET /v1/roles/{ROLE}/gate (every section): median "
+          f"{statistics.median(timings) * 1e3:.1f} ms, max {max(timings) * 1e3:.1f} ms"
+          f"   (target < 500 ms)")
+
+
+def main() -> None:
+    """Run every phase against one private router and print the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--batch", type=int, default=500)
+    parser.add_argument("--window", type=int, default=100_000)
+    args = parser.parse_args()
+
+    single = json.dumps(trace_template("current", 4))
+    batch = batch_template(args.batch)
+    with redis_server() as redis_url, gunicorn_router(redis_url) as url:
+        port = int(url.rsplit(":", 1)[1])
+        op = {"Authorization": f"Bearer {OPERATOR}"}
+        requests.put(f"{url}/v1/bindings/{ROLE}", headers=op, timeout=10, json={
+            "current": "cfg_a", "candidate": "cfg_b", "gate": GATE}).raise_for_status()
+        requests.post(f"{url}/v1/bindings/{ROLE}/canary", headers=op, timeout=10,
+                      json={"share": 0.1, "reason": "bench"}).raise_for_status()
+        time.sleep(0.5)  # every worker's binding copy sees the canary
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(args.clients) as pool:
+            print(f"ingest bench: 2 gunicorn gthread workers, {args.clients} client processes, "
+                  f"{args.seconds:g} s per phase, {os.cpu_count()} cores (shared)")
+            bare_rates, single_rates = [], []
+            for _ in range(2):
+                bare_rates.append(phase(pool, port, "/bench/bare", single, args.clients,
+                                        args.seconds))
+                single_rates.append(phase(pool, port, "/v1/traces", single, args.clients,
+                                          args.seconds))
+            batches = phase(pool, port, "/v1/traces", batch, args.clients, args.seconds)
+            bare, one = statistics.mean(bare_rates), statistics.mean(single_rates)
+            print(f"  bare constant-JSON POST   {bare:9.0f} req/s   "
+                  f"(rounds: {', '.join(f'{r:.0f}' for r in bare_rates)})")
+            print(f"  single-trace POST         {one:9.0f} req/s   "
+                  f"(rounds: {', '.join(f'{r:.0f}' for r in single_rates)})")
+            print(f"  single / bare             {one / bare:9.2f}      (target >= 0.80)")
+            print(f"  batched POST ({args.batch}/req)   {batches * args.batch:9.0f} traces/s "
+                  f"({batches:.1f} req/s; target >= 10,000)", flush=True)
+            # Fill the candidate window up to --window traces (untimed), then time the gate.
+            while window_n(redis_url) < args.window:
+                phase(pool, port, "/v1/traces", batch, args.clients, 2.0)
+        time_gate(url, redis_url)
+
+
+if __name__ == "__main__":
+    main()
