@@ -155,6 +155,8 @@ class Gatekeeper:
         self.echo = echo
         self.clock = clock
         self.leader = False
+        #: Ticks this process has run (as leader, or dry).
+        self.ticks = 0
         self.alerted: set[str] = set()
         self._stop = threading.Event()
 
@@ -195,11 +197,16 @@ class Gatekeeper:
         self.leader = False
 
     def once(self) -> list[Decision]:
-        """One tick under the lease; [] when another gatekeeper leads."""
-        if not self.acquire():
+        """One tick under the lease; [] when another gatekeeper leads.
+
+        A dry run writes nothing, so it neither needs nor takes the lease (and
+        never keeps the real leader from acting).
+        """
+        if not self.dry_run and not self.acquire():
             return []
         decisions = tick(self.api, self.clock(), dry_run=self.dry_run,
                          notifier=self.notifier, alerted=self.alerted)
+        self.ticks += 1
         if self.echo is not None:
             for decision in decisions:
                 self.echo(decision)

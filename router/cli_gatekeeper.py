@@ -58,13 +58,12 @@ def gatekeeper(ctx: click.Context, once: bool, dry_run: bool, interval: float,
     try:
         with api_errors(url):
             if once:
-                if not keeper.acquire():
-                    click.echo("another gatekeeper holds the lease; nothing done", err=True)
-                    return
                 try:
                     keeper.once()
                 finally:
                     keeper.release()
+                if keeper.ticks == 0:
+                    click.echo("another gatekeeper holds the lease; nothing done", err=True)
                 return
             keeper.install_signal_handlers()
             keeper.run()

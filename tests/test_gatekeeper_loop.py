@@ -158,6 +158,15 @@ def test_cli_once_dry_run_and_calibrate(live: str, api: ApiClient) -> None:
     assert decision["details"]["outcome"] == "dry_run"
     assert api.get("/v1/bindings/r")["version"] == 1
     assert api.get("/v1/gatekeeper/lease")["holder"] is None
+    # Another leader holds the lease: a real --once does nothing, a dry run still reports.
+    api.post("/v1/gatekeeper/lease", {"holder": "leader", "ttl_s": 30})
+    blocked = runner.invoke(main, ["gatekeeper", "--once", "--url", live, "--token", GATEKEEPER])
+    assert blocked.exit_code == 0 and "another gatekeeper holds the lease" in blocked.output
+    assert api.get("/v1/bindings/r")["version"] == 1
+    dry = runner.invoke(main, ["gatekeeper", "--once", "--dry-run", "--url", live,
+                               "--token", GATEKEEPER])
+    assert dry.exit_code == 0 and '"action": "rollback"' in dry.output
+    assert api.get("/v1/gatekeeper/lease")["holder"] == "leader"
     calibrated = runner.invoke(main, ["gatekeeper", "calibrate", "r", "--config", "cfg-a",
                                       "--h", "2", "--h", "8", "--url", live,
                                       "--token", GATEKEEPER])
