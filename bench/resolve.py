@@ -8,7 +8,8 @@ deploy/gunicorn.conf.py serving the real router plus `/bench/bare` (a constant
 JSON answer of the same size, no auth, no Redis). A keep-alive load generator
 (client processes x threads, on loopback) alternates the two endpoints for
 `--rounds` rounds, so drift on this shared machine hits both alike, and prints
-req/s, p50 and p99 for each, and resolve/bare. Resolve is authenticated with a
+req/s, p50, p99 and the workers' CPU time per request for each (steadier than
+req/s on a machine shared with other work), and resolve/bare. Resolve is authenticated with a
 caller token and uses 1,000 different job keys, as real callers would.
 """
 
@@ -165,8 +166,9 @@ def private_redis() -> Iterator[tuple[str, str]]:
 
 
 @contextmanager
-def gunicorn(redis_url: str, data_dir: str, worker_class: str, workers: int) -> Iterator[int]:
-    """gunicorn with deploy/gunicorn.conf.py serving bench_app(); yield its port."""
+def gunicorn(redis_url: str, data_dir: str, worker_class: str,
+             workers: int) -> Iterator[tuple[int, int]]:
+    """gunicorn with deploy/gunicorn.conf.py serving bench_app(); yield (port, master pid)."""
     from router.embedded import free_port
 
     port = free_port()
@@ -184,10 +186,28 @@ def gunicorn(redis_url: str, data_dir: str, worker_class: str, workers: int) -> 
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise SystemExit(f"gunicorn ({worker_class}) did not start")
             time.sleep(0.1)
-        yield port
+        yield port, proc.pid
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def server_cpu_seconds(master: int) -> float:
+    """CPU time (user + system) used so far by the gunicorn master's worker processes.
+
+    On a machine shared with other work, CPU per request is a steadier measure
+    of what an endpoint costs than req/s, which moves with everyone's load.
+    """
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # After the command name: state, ppid, ..., utime is field 14, stime 15 (1-based).
+        if int(fields[1]) == master:
+            ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _ready(port: int) -> bool:
@@ -223,40 +243,51 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(f"cpus={os.cpu_count()} workers={args.workers} clients={args.processes}x{args.threads} "
           f"keep-alive, {args.rounds} rounds x {args.duration:g}s per endpoint, loopback")
-    results: dict[str, dict[str, tuple[float, float, float, int]]] = {}
+    results: dict[str, dict[str, tuple[float, float, float, int, float]]] = {}
     with private_redis() as (url, data_dir):
         for worker_class in args.worker_classes.split(","):
-            with gunicorn(url, data_dir, worker_class, args.workers) as port:
+            with gunicorn(url, data_dir, worker_class, args.workers) as (port, master):
                 for name, (paths, headers) in endpoints.items():  # warm both up
                     drive(port, paths, headers, 0.5, args.processes, args.threads)
-                totals: dict[str, tuple[array[float], int]] = {
-                    name: (array("d"), 0) for name in endpoints}
+                latencies = {name: array("d") for name in endpoints}
+                errors = dict.fromkeys(endpoints, 0)
+                cpu = dict.fromkeys(endpoints, 0.0)
                 for _ in range(args.rounds):
                     for name, (paths, headers) in endpoints.items():
-                        latencies, errors = drive(port, paths, headers, args.duration,
-                                                  args.processes, args.threads)
-                        totals[name][0].extend(latencies)
-                        totals[name] = (totals[name][0], totals[name][1] + errors)
+                        before = server_cpu_seconds(master)
+                        measured, failed = drive(port, paths, headers, args.duration,
+                                                 args.processes, args.threads)
+                        cpu[name] += server_cpu_seconds(master) - before
+                        latencies[name].extend(measured)
+                        errors[name] += failed
             results[worker_class] = {}
-            for name, (latencies, errors) in totals.items():
-                ordered = sorted(latencies)
+            for name in endpoints:
+                ordered = sorted(latencies[name])
                 rps = len(ordered) / (args.duration * args.rounds)
+                cpu_us = cpu[name] / max(1, len(ordered)) * 1e6
                 results[worker_class][name] = (rps, percentile(ordered, 50) * 1e3,
-                                               percentile(ordered, 99) * 1e3, errors)
+                                               percentile(ordered, 99) * 1e3, errors[name],
+                                               cpu_us)
 
-    print(f"{'worker':<8} {'endpoint':<9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7}")
+    print(f"{'worker':<8} {'endpoint':<9} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'errors':>7} {'server cpu us/req':>18}")
     for worker_class, rows in results.items():
-        for name, (rps, p50, p99, errors) in rows.items():
-            print(f"{worker_class:<8} {name:<9} {rps:>8.0f} {p50:>8.2f} {p99:>8.2f} {errors:>7}")
+        for name, (rps, p50, p99, failed, cpu_us) in rows.items():
+            print(f"{worker_class:<8} {name:<9} {rps:>8.0f} {p50:>8.2f} {p99:>8.2f} "
+                  f"{failed:>7} {cpu_us:>18.0f}")
     for worker_class, rows in results.items():
         ratio = rows["resolve"][0] / rows["bare"][0]
-        verdict = "meets" if ratio >= 0.9 else "misses"
-        print(f"{worker_class}: resolve/bare req/s = {ratio:.2f} ({verdict} the 0.9 target); "
+        cpu_ratio = rows["bare"][4] / rows["resolve"][4]
+        print(f"{worker_class}: resolve/bare req/s = {ratio:.2f}"
+              f" ({'meets' if ratio >= 0.9 else 'misses'} the 0.9 target); "
+              f"by server CPU per request = {cpu_ratio:.2f}; "
               f"p50 {rows['resolve'][1] / rows['bare'][1]:.2f}x, "
               f"p99 {rows['resolve'][2] / rows['bare'][2]:.2f}x")
     if "gthread" in results and "sync" in results:
         print(f"gthread/sync resolve req/s = "
-              f"{results['gthread']['resolve'][0] / results['sync']['resolve'][0]:.2f}")
+              f"{results['gthread']['resolve'][0] / results['sync']['resolve'][0]:.2f}; "
+              f"by server CPU per request = "
+              f"{results['sync']['resolve'][4] / results['gthread']['resolve'][4]:.2f}")
     return 0
 
 
