@@ -24,9 +24,11 @@ bind = [_env("ROLEGATE_BIND", "127.0.0.1:8080")]
 backlog = int(_env("ROLEGATE_BACKLOG", "2048"))
 
 # --- Worker processes --------------------------------------------------------
-# One worker per core. gthread with keep-alive served ~1.4x the requests of the
-# sync worker for short resolves on this 2-core machine (bench/resolve.py
-# measures both): clients reuse connections instead of paying a handshake each.
+# One worker per core. gthread rather than sync: it keeps connections alive, so
+# callers resolving in a loop skip a TCP handshake each, and a slow client ties
+# up one thread instead of a whole worker. An early probe measured ~1.4x sync's
+# req/s; bench/resolve.py measures both on each run, and on the shared 2-core
+# machine of 2026-11-30 found them level (0.7-1.2x req/s, equal CPU/request).
 workers = int(_env("ROLEGATE_WORKERS", str(multiprocessing.cpu_count())))
 worker_class = _env("ROLEGATE_WORKER_CLASS", "gthread")
 threads = int(_env("ROLEGATE_THREADS", "4"))
