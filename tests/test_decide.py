@@ -145,3 +145,17 @@ def test_ladder_walk_shadow_to_stable() -> None:
     assert seen == [(Stage.SHADOW, 0.0), (Stage.CANARY, 0.1), (Stage.CANARY, 0.5),
                     (Stage.FULL, 1.0), (Stage.STABLE, 0.0)]
     assert binding.current == "cfg-b" and binding.candidate is None
+
+
+@pytest.mark.parametrize("stage", list(Stage))
+def test_pause_and_resume_flip_only_the_flag(stage: Stage) -> None:
+    """Pause and resume keep the stage and share; repeating either one is refused."""
+    binding = _binding_in(stage)
+    paused = apply(binding, Event.PAUSE, 5.0).binding
+    assert paused.paused and (paused.stage, paused.share) == (binding.stage, binding.share)
+    with pytest.raises(IllegalTransition):
+        apply(paused, Event.PAUSE, 6.0)
+    resumed = apply(paused, Event.RESUME, 7.0).binding
+    assert not resumed.paused and resumed.stage is stage
+    with pytest.raises(IllegalTransition):
+        apply(resumed, Event.RESUME, 8.0)
