@@ -190,6 +190,7 @@ def ingest() -> ResponseReturnValue:
     # For the metrics hook: what was newly stored, by role and arm.
     g.ingested = [(c.trace.role, c.trace.arm) for c, o in zip(checked, stored) if not o.duplicate]
     trips = _tripwire(checked, stored, now)
+    g.tripwire = trips  # for the metrics hook, which would otherwise re-parse the answer
     duplicates = 0
     for index, item, outcome in zip(positions, checked, stored):
         duplicates += outcome.duplicate

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections import Counter as Tally
 from collections.abc import Iterator
 from typing import Any
 
@@ -131,10 +132,14 @@ def _rollback(response: Response) -> None:
 
 
 def _ingest(response: Response) -> None:
-    for role, arm in g.get("ingested", ()):
-        count_traces(role, arm)
-    body = response.get_json(silent=True) or {}
-    for trip in body.get("tripwire") or ():
+    # One inc per (role, arm), not per trace: a batch carries hundreds.
+    for (role, arm), n in Tally(g.get("ingested", ())).items():
+        count_traces(role, arm, n)
+    # api_traces leaves its tripwire list on g, so a batch answer is not parsed again.
+    trips = g.get("tripwire")
+    if trips is None:
+        trips = (response.get_json(silent=True) or {}).get("tripwire") or ()
+    for trip in trips:
         count_rollback(str(trip.get("role")), "tripwire")
 
 
