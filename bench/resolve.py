@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     with private_redis() as (url, data_dir):
         for worker_class in args.worker_classes.split(","):
             with gunicorn(url, data_dir, worker_class, args.workers) as (port, master):
-                for name, (paths, headers) in endpoints.items():  # warm both up
+                for paths, headers in endpoints.values():  # warm both up
                     drive(port, paths, headers, 0.5, args.processes, args.threads)
                 latencies = {name: array("d") for name in endpoints}
                 errors = dict.fromkeys(endpoints, 0)

@@ -107,7 +107,8 @@ class BindingStore:
         }
         return generation, bindings
 
-    def history(self, role: str, *, limit: int | None = None, offset: int = 0) -> list[HistoryEntry]:
+    def history(self, role: str, *, limit: int | None = None,
+                offset: int = 0) -> list[HistoryEntry]:
         """The role's changes, newest first; NotFound if the role never existed."""
         key = history_key(role)
         with _redis_errors():

@@ -15,7 +15,8 @@ OP = auth(OPERATOR)
 CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.1}
 
 
-def _create(client: FlaskClient, body: dict[str, Any] | None = None, role: str = "summarizer") -> None:
+def _create(client: FlaskClient, body: dict[str, Any] | None = None,
+            role: str = "summarizer") -> None:
     r = client.put(f"/v1/bindings/{role}", json=body or CANARY, headers=OP)
     assert r.status_code == 201, r.json
 
@@ -223,18 +224,20 @@ def test_healthz_reports_redis(client: FlaskClient) -> None:
 def test_two_http_writers_racing_on_one_version_one_wins_one_409(app: Flask) -> None:
     """Two PUTs sent at once with the same If-Match: exactly one 200, the other 409."""
     _create(app.test_client())
+
+    def put(description: str, version: int, barrier: threading.Barrier,
+            statuses: list[int]) -> None:
+        client = app.test_client()
+        barrier.wait()
+        r = client.put("/v1/bindings/summarizer", json={**CANARY, "description": description},
+                       headers={**OP, "If-Match": str(version)})
+        statuses.append(r.status_code)
+
     for version in range(1, 11):
         barrier = threading.Barrier(2)
         statuses: list[int] = []
-
-        def put(description: str) -> None:
-            client = app.test_client()
-            barrier.wait()
-            r = client.put("/v1/bindings/summarizer", json={**CANARY, "description": description},
-                           headers={**OP, "If-Match": str(version)})
-            statuses.append(r.status_code)
-
-        threads = [threading.Thread(target=put, args=(name,)) for name in ("x", "y")]
+        threads = [threading.Thread(target=put, args=(name, version, barrier, statuses))
+                   for name in ("x", "y")]
         for t in threads:
             t.start()
         for t in threads:

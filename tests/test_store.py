@@ -49,25 +49,27 @@ def test_two_stores_racing_on_one_version_exactly_one_wins(redis_url: str) -> No
     BindingStore(setup).write("summarizer", A, expected_version=0, actor="a", action="create",
                               reason="r")
     setup.close()
+
+    def writer(name: str, expected: int, barrier: threading.Barrier,
+               outcomes: list[str]) -> None:
+        connection = redis.Redis.from_url(redis_url)
+        store = BindingStore(connection)
+        barrier.wait()
+        try:
+            store.write("summarizer", A.with_changes(description=name),
+                        expected_version=expected, actor=name, action="replace", reason=name)
+            outcomes.append("won")
+        except Conflict as exc:
+            assert exc.status == 409
+            outcomes.append("conflict")
+        finally:
+            connection.close()
+
     for round_ in range(20):
         barrier = threading.Barrier(2)
         outcomes: list[str] = []
-
-        def writer(name: str, expected: int) -> None:
-            connection = redis.Redis.from_url(redis_url)
-            store = BindingStore(connection)
-            barrier.wait()
-            try:
-                store.write("summarizer", A.with_changes(description=name),
-                            expected_version=expected, actor=name, action="replace", reason=name)
-                outcomes.append("won")
-            except Conflict as exc:
-                assert exc.status == 409
-                outcomes.append("conflict")
-            finally:
-                connection.close()
-
-        threads = [threading.Thread(target=writer, args=(n, round_ + 1)) for n in ("x", "y")]
+        threads = [threading.Thread(target=writer, args=(n, round_ + 1, barrier, outcomes))
+                   for n in ("x", "y")]
         for t in threads:
             t.start()
         for t in threads:
