@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 import time
-import uuid
 from typing import Any
 
 from flask import Blueprint, Flask, Response, g, has_app_context, request
@@ -50,23 +50,31 @@ def configure(stream: Any = None) -> logging.Logger:
     return log
 
 
+_encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+
+
+def line(kind: str, request_id: str | None, fields: dict[str, Any]) -> str:
+    """One JSON line of `kind`: the time, the request id if any, then `fields`."""
+    out: dict[str, Any] = {"ts": round(time.time(), 6), "type": kind}
+    if request_id is not None:
+        out["request_id"] = request_id
+    out.update(fields)
+    text: str = _encode(out)
+    return text
+
+
 def emit(kind: str, **fields: Any) -> None:
     """Write one JSON line of `kind` with `fields`, stamped with the time and request id."""
-    if not log.isEnabledFor(logging.INFO):
-        return
-    line: dict[str, Any] = {"ts": round(time.time(), 6), "type": kind}
-    request_id = g.get("request_id") if has_app_context() else None
-    if request_id is not None:
-        line["request_id"] = request_id
-    line.update(fields)
-    log.info(json.dumps(line, separators=(",", ":"), default=str))
+    if log.isEnabledFor(logging.INFO):
+        request_id = g.get("request_id") if has_app_context() else None
+        log.info(line(kind, request_id, fields))
 
 
 def request_id_from(header: str | None) -> str:
     """The caller's request id if it is safe to echo, else a fresh one."""
     if header is not None and _SAFE_REQUEST_ID.match(header):
         return header
-    return uuid.uuid4().hex
+    return os.urandom(16).hex()
 
 
 def _before() -> None:
@@ -77,33 +85,41 @@ def _before() -> None:
 def _after(response: Response) -> Response:
     started = request.environ.get(_START)
     duration_ms = (time.perf_counter() - started) * 1e3 if started is not None else None
-    response.headers[REQUEST_ID_HEADER] = g.get("request_id", "")
+    request_id = g.get("request_id")
+    response.headers[REQUEST_ID_HEADER] = request_id or ""
+    if not log.isEnabledFor(logging.INFO):
+        return response
     principal = g.get("principal")
+    actor = principal.name if principal is not None else None
+    lines = []
     resolution = g.get("resolution")
     if resolution is not None:
-        emit("decision", decision="resolve", role=resolution["role"], arm=resolution["arm"],
-             config=resolution["config"], version=resolution["version"],
-             key=resolution["key"], stale=resolution["stale"])
+        lines.append(line("decision", request_id, {
+            "decision": "resolve", "role": resolution["role"], "arm": resolution["arm"],
+            "config": resolution["config"], "version": resolution["version"],
+            "key": resolution["key"], "stale": resolution["stale"]}))
     else:
         action = DECISION_ENDPOINTS.get(request.endpoint or "")
         if action is not None and 200 <= response.status_code < 300:
-            _binding_decision(action, response, principal)
-    emit("request", method=request.method, path=request.path, status=response.status_code,
-         duration_ms=round(duration_ms, 3) if duration_ms is not None else None,
-         actor=principal.name if principal is not None else None)
+            lines.append(line("decision", request_id, _binding_decision(action, response, actor)))
+    lines.append(line("request", request_id, {
+        "method": request.method, "path": request.path, "status": response.status_code,
+        "duration_ms": round(duration_ms, 3) if duration_ms is not None else None,
+        "actor": actor}))
+    # One record for the request's lines: one handler call and one write, not two.
+    log.info("\n".join(lines))
     return response
 
 
-def _binding_decision(action: str, response: Response, principal: Any) -> None:
+def _binding_decision(action: str, response: Response, actor: str | None) -> dict[str, Any]:
     record = response.get_json(silent=True) or {}
     binding = record.get("binding") or {}
     body = request.get_json(silent=True)
     reason = body.get("reason") if isinstance(body, dict) else None
-    emit("decision", decision=action, role=record.get("role"), version=record.get("version"),
-         stage=binding.get("stage"), share=binding.get("share"),
-         candidate=binding.get("candidate"), current=binding.get("current"),
-         paused=binding.get("paused"), reason=reason,
-         actor=principal.name if principal is not None else None)
+    return {"decision": action, "role": record.get("role"), "version": record.get("version"),
+            "stage": binding.get("stage"), "share": binding.get("share"),
+            "candidate": binding.get("candidate"), "current": binding.get("current"),
+            "paused": binding.get("paused"), "reason": reason, "actor": actor}
 
 
 bp.before_app_request(_before)
