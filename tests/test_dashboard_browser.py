@@ -26,9 +26,10 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
-#: Screenshots land here; set ROLEGATE_SCREENSHOTS=docs to refresh the README's picture.
-SHOTS = Path(os.environ.get("ROLEGATE_SCREENSHOTS", "")) if os.environ.get(
-    "ROLEGATE_SCREENSHOTS") else None
+#: Screenshots go to a temporary directory, or to ROLEGATE_SCREENSHOTS when set
+#: (ROLEGATE_SCREENSHOTS=/tmp/shots, then look at them; docs/ holds the README's).
+SHOTS_ENV = "ROLEGATE_SCREENSHOTS"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 pytestmark = pytest.mark.slow
 
@@ -93,10 +94,20 @@ def live(redis_url: str) -> Iterator[str]:
         app.extensions["rolegate"].cache.stop()
 
 
-def _shot(page: Page, name: str) -> None:
-    if SHOTS is not None:
-        SHOTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(SHOTS / name), full_page=True)
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this run's screenshots go."""
+    chosen = os.environ.get(SHOTS_ENV)
+    path = Path(chosen) if chosen else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _shot(page: Page, shots: Path, name: str) -> None:
+    target = shots / name
+    page.screenshot(path=str(target), full_page=True)
+    data = target.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 10_000, f"{name} looks empty"
 
 
 def _load_roles(page: Page, url: str, token: str) -> None:
@@ -107,7 +118,7 @@ def _load_roles(page: Page, url: str, token: str) -> None:
     expect(page.locator("table.roles tbody tr")).to_have_count(3)
 
 
-def test_read_roles_and_roll_back_from_the_page(page: Page, live: str) -> None:
+def test_read_roles_and_roll_back_from_the_page(page: Page, live: str, shots: Path) -> None:
     """The page lists the roles; Roll back with a reason and operator token zeroes the share."""
     _load_roles(page, live, CALLER)
     rows = page.locator("table.roles tbody tr")
@@ -117,7 +128,7 @@ def test_read_roles_and_roll_back_from_the_page(page: Page, live: str) -> None:
     expect(summarizer.locator(".stage")).to_have_text("canary")
     expect(summarizer.locator("td.share")).to_have_text("0.5")
     expect(page.locator('tr[data-role="classifier"] .stage')).to_have_text("shadow")
-    _shot(page, "dashboard.png")
+    _shot(page, shots, "dashboard.png")
 
     summarizer.locator('button[data-action="rollback"]').click()
     dialog = page.locator("#action-dialog")
@@ -136,7 +147,7 @@ def test_read_roles_and_roll_back_from_the_page(page: Page, live: str) -> None:
     expect(summarizer.locator("td.share")).to_have_text("0")
     expect(summarizer.locator(".stage")).to_have_text("rolled_back")
     expect(summarizer.locator("td.last")).to_contain_text("rollback by alice")
-    _shot(page, "dashboard-after-rollback.png")
+    _shot(page, shots, "dashboard-after-rollback.png")
 
     r = requests.get(f"{live}/v1/bindings/summarizer/history?limit=1", headers=auth(CALLER),
                      timeout=5)
@@ -146,7 +157,7 @@ def test_read_roles_and_roll_back_from_the_page(page: Page, live: str) -> None:
     assert entry["binding"]["share"] == 0.0
 
 
-def test_role_page_charts_and_timeline(page: Page, live: str) -> None:
+def test_role_page_charts_and_timeline(page: Page, live: str, shots: Path) -> None:
     """A shadow role's page draws the pass-rate, CUSUM and trajectory charts and the history."""
     _load_roles(page, live, OPERATOR)
     page.click('tr[data-role="classifier"] a.role-link')
@@ -155,10 +166,10 @@ def test_role_page_charts_and_timeline(page: Page, live: str) -> None:
     expect(page.locator("ol.timeline li").first).to_contain_text("start shadowing v4")
     expect(page.locator("table.gate").first).to_contain_text("pass rate")
     assert page.locator("#content svg.chart polyline").count() >= 2
-    _shot(page, "dashboard-role.png")
+    _shot(page, shots, "dashboard-role.png")
     page.goto(f"{live}/roles/summarizer")
     expect(page.locator("#content svg.chart")).to_have_count(2)
-    _shot(page, "dashboard-canary.png")
+    _shot(page, shots, "dashboard-canary.png")
 
 
 def test_page_without_token_shows_no_data_and_cannot_act(page: Page, live: str) -> None:
