@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -143,3 +144,34 @@ def test_tool_name_with_line_break_refused(store: TraceStore) -> None:
     with pytest.raises(InvalidInput):
         store.add([checked(trace("r1")), checked(trace("r2", tools=["a\nn\n5"]))])
     assert store.length("summarizer", "cfg_b", "candidate") == 0
+
+
+def test_concurrent_ingest_of_same_runs_counts_once(redis_url: str) -> None:
+    """Two workers storing the same run ids at the same time store and count each once."""
+    traces = [checked(trace(f"r{i}", tools=["read"] * (i % 4))) for i in range(400)]
+    connections = [redis.Redis.from_url(redis_url) for _ in range(2)]
+    stores = [TraceStore(c) for c in connections]
+    outcomes: list[list[bool]] = [[], []]
+    barrier = threading.Barrier(2)
+
+    def work(k: int) -> None:
+        barrier.wait()
+        for start in range(0, 400, 40):
+            batch = traces[start:start + 40]
+            if k:
+                batch = batch[::-1]  # overlap differently so both sides see races
+            outcomes[k] += [o.duplicate for o in stores[k].add(batch)]
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert outcomes[0].count(False) + outcomes[1].count(False) == 400
+        assert stores[0].window("summarizer", "cfg_b", "candidate", "100.000000") == \
+            WindowStats.from_traces([c.trace for c in traces], INV)
+        assert stores[0].length("summarizer", "cfg_b", "candidate") == 400
+    finally:
+        for c in connections:
+            c.close()
