@@ -171,8 +171,8 @@ class BindingStore:
             details=details or {},
         )
         keys = [binding_key(role), history_key(role), ROLES_KEY, GENERATION_KEY]
-        args = [role, expected_version, record.model_dump_json(), entry.model_dump_json(),
-                CHANGES_CHANNEL]
+        args: list[str | int] = [role, expected_version, record.model_dump_json(),
+                                 entry.model_dump_json(), CHANGES_CHANNEL]
         with _redis_errors():
             result = self._cas(keys=keys, args=args)
         if int(result[0]) != 1:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -17,7 +18,8 @@ from tests.conftest import CALLER, OPERATOR, TOKENS, auth
 from tests.servers import ROOT, base_env, free_port, gunicorn, process, rolegate_serve
 
 EXAMPLE = ROOT / "bindings.example.json"
-CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.5}
+CANARY: dict[str, Any] = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary",
+                          "share": 0.5}
 
 pytestmark = pytest.mark.slow
 
