@@ -48,7 +48,7 @@ OPERATOR = "bench-operator"
 CALLER = "bench-caller"
 ROLE = "summarizer"
 HEADERS = {"Authorization": f"Bearer {CALLER}", "Content-Type": "application/json"}
-GATE = {"thresholds": {"min_samples": 50, "min_pass_rate": 0.9, "p95_step_ceiling": 12,
+GATE: dict[str, Any] = {"thresholds": {"min_samples": 50, "min_pass_rate": 0.9, "p95_step_ceiling": 12,
                        "max_mean_cost_usd": 0.04},
         "invariants": {"artifact_exists": ["output/result.md"], "must_contain_table": True,
                        "forbidden_tools": ["web_write", "external_egress"],
@@ -151,7 +151,7 @@ def phase(pool: Any, port: int, path: str, template: str, clients: int,
     results = pool.map(_client, jobs)
     total = sum(done for done, _ in results)
     elapsed = max(spent for _, spent in results)
-    return total / elapsed
+    return float(total / elapsed)
 
 
 def window_n(redis_url: str) -> int:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis
 
@@ -356,8 +356,8 @@ class TraceStore:
         else:
             start = "-"
         with _redis_errors():
-            entries = self.connection.xrange(stream_key(role, config, arm), min=start,
-                                             max="+", count=count)
+            entries = cast(_Entries, self.connection.xrange(
+                stream_key(role, config, arm), min=start, max="+", count=count))
         return [_stored_trace(entry_id, fields) for entry_id, fields in entries]
 
     def length(self, role: str, config: str, arm: str) -> int:
@@ -378,8 +378,8 @@ class TraceStore:
         """The stored trace of a run id; NotFound if unknown or already trimmed away."""
         where = self.location(role, run_id)
         with _redis_errors():
-            entries = self.connection.xrange(stream_key(role, where.config, where.arm),
-                                             min=where.id, max=where.id)
+            entries = cast(_Entries, self.connection.xrange(
+                stream_key(role, where.config, where.arm), min=where.id, max=where.id))
         if not entries:
             raise NotFound(f"trace {run_id!r} of role {role!r} is past the retention",
                            role=role, run_id=run_id)
@@ -406,6 +406,10 @@ class TraceStore:
 def _encode(fields: dict[str, int]) -> str:
     """Increments as the script reads them: "field\\nvalue\\n" pairs (field names hold no newline)."""
     return "".join(f"{name}\n{value}\n" for name, value in fields.items())
+
+
+#: What XRANGE answers: (stream id, {field: value}) per entry.
+_Entries = list[tuple[bytes, dict[bytes, bytes]]]
 
 
 def _stored_trace(entry_id: bytes | str, fields: dict[bytes, bytes]) -> StoredTrace:

@@ -46,7 +46,7 @@ def cost_bucket(micros: int) -> int:
     """Round a cost in micro-USD up to `COST_DIGITS` significant digits."""
     if micros < 10 ** COST_DIGITS:
         return max(0, micros)
-    scale = 10 ** (len(str(micros)) - COST_DIGITS)
+    scale: int = 10 ** (len(str(micros)) - COST_DIGITS)
     return -(-micros // scale) * scale
 
 
@@ -104,7 +104,7 @@ class WindowStats:
         return window
 
     @classmethod
-    def from_fields(cls, raw: Mapping[bytes | str, bytes | str | int]) -> WindowStats:
+    def from_fields(cls, raw: Mapping[Any, bytes | str | int]) -> WindowStats:
         """Rebuild a window from a stored hash (HGETALL answer: bytes or str)."""
         fields: dict[str, int] = {}
         for key, value in raw.items():

@@ -90,10 +90,9 @@ def _binding(role: str, seen: dict[str, VersionedBinding]) -> VersionedBinding:
     if role in seen:
         return seen[role]
     services = current_app.extensions["rolegate"]
-    record, _stale = services.cache.get(role)
-    if record is None:
-        # A role created a moment ago may not be in this worker's copy yet.
-        record = services.store.get(role)
+    cached: VersionedBinding | None = services.cache.get(role)[0]
+    # A role created a moment ago may not be in this worker's copy yet.
+    record: VersionedBinding = cached if cached is not None else services.store.get(role)
     seen[role] = record
     return record
 
