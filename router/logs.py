@@ -98,10 +98,26 @@ def _after(response: Response) -> Response:
             "decision": "resolve", "role": resolution["role"], "arm": resolution["arm"],
             "config": resolution["config"], "version": resolution["version"],
             "key": resolution["key"], "stale": resolution["stale"]}))
-    else:
-        action = DECISION_ENDPOINTS.get(request.endpoint or "")
-        if action is not None and 200 <= response.status_code < 300:
+    elif 200 <= response.status_code < 300:
+        endpoint = request.endpoint or ""
+        action = DECISION_ENDPOINTS.get(endpoint)
+        if action is not None:
             lines.append(line("decision", request_id, _binding_decision(action, response, actor)))
+        elif endpoint == "traces.ingest":
+            # A breaching trace rolls its role back inside the ingest request.
+            for trip in (response.get_json(silent=True) or {}).get("tripwire") or ():
+                lines.append(line("decision", request_id, {
+                    "decision": "rollback", "actor": "tripwire", "role": trip.get("role"),
+                    "version": trip.get("version"), "stage": trip.get("stage"),
+                    "run_id": trip.get("run_id"), "tools": trip.get("tools"),
+                    "required_lost": trip.get("required_lost")}))
+        elif endpoint == "offline.post_verdict":
+            stored = response.get_json(silent=True) or {}
+            verdict = stored.get("verdict") or {}
+            lines.append(line("decision", request_id, {
+                "decision": "offline_verdict", "role": stored.get("role"),
+                "config": verdict.get("config"), "passed": verdict.get("passed"),
+                "actor": actor}))
     lines.append(line("request", request_id, {
         "method": request.method, "path": request.path, "status": response.status_code,
         "duration_ms": round(duration_ms, 3) if duration_ms is not None else None,

@@ -92,3 +92,24 @@ def test_no_token_ever_reaches_the_log(client: FlaskClient, lines: io.StringIO) 
     assert len(_records(lines)) >= 5
     for secret in (OPERATOR, GATEKEEPER, CALLER, "not-a-real-token-XYZ"):
         assert secret not in text
+
+
+def test_tripwire_rollback_logs_a_decision(client: FlaskClient, lines: io.StringIO) -> None:
+    """A trace that trips the wire logs a rollback decision by the tripwire."""
+    r = client.put("/v1/bindings/summarizer", headers=auth(OPERATOR), json={
+        "current": "cfg_a", "candidate": "cfg_b",
+        "gate": {"invariants": {"forbidden_tools": ["rm_rf"]}}})
+    assert r.status_code == 201
+    client.post("/v1/bindings/summarizer/canary", json={"share": 0.5, "reason": "go"},
+                headers=auth(OPERATOR))
+    stamps = {"agent_version": "1", "instruction_hash": "i", "model_id": "m",
+              "tool_schema_hash": "t"}
+    r = client.post("/v1/traces", headers={**auth(CALLER), "X-Request-Id": "trip-1"}, json={
+        "run_id": "bad-1", "role": "summarizer", "config": "cfg_b", "arm": "candidate",
+        "key": "k", "tools": ["rm_rf"], "stamps": stamps})
+    assert r.json["tripwire"], r.json
+    (trip,) = [x for x in _records(lines)
+               if x["type"] == "decision" and x.get("request_id") == "trip-1"]
+    assert trip["decision"] == "rollback" and trip["actor"] == "tripwire"
+    assert trip["role"] == "summarizer" and trip["run_id"] == "bad-1"
+    assert trip["tools"] == ["rm_rf"]
