@@ -7,7 +7,11 @@ reason while the good ones in the same batch are kept. Answers:
 - 200: every trace accepted (a `duplicate` — a retried run_id — counts as accepted:
   it was stored before and is not counted again);
 - 207: some refused, some accepted (the body says which);
-- 422: all refused; the body is the usual `{"error": ...}` plus the same `results`.
+- 422: all refused; the body is the usual `{"error": ...}` plus the same `results`;
+- 400: the body is not JSON, or neither a trace nor a batch (empty, over MAX_BATCH);
+- 409: the tripwire lost its compare-and-set every time (the traces are stored;
+  retrying the same request trips it again, since a retried run_id stored in this
+  stage still counts); 503: Redis did not answer.
 
 Each result is ``{"index", "run_id", "status": "accepted"|"duplicate"|"refused",
 "verdict"?, "error"?}``. The top level adds counts and `tripwire`, the rollbacks
@@ -236,11 +240,13 @@ def _answer(results: list[dict[str, Any] | str], duplicates: int,
     """Answer 200, 207 or 422; `results` are refusals (dicts) and stored outcomes (JSON text)."""
     refused = [r for r in results if isinstance(r, dict)]
     if refused and len(refused) == len(results):
-        summary = refused[0]["error"]["message"] if len(refused) == 1 else \
+        one = len(refused) == 1
+        summary = refused[0]["error"]["message"] if one else \
             f"all {len(refused)} traces were refused"
         body = {"accepted": 0, "duplicates": 0, "refused": len(refused), "results": refused,
                 "tripwire": trips,
-                "error": {"code": "invalid", "message": summary, "details": {"refused": [
+                "error": {"code": refused[0]["error"]["code"] if one else "invalid",
+                          "message": summary, "details": {"refused": [
                     {"index": r["index"], "reason": r["error"]["message"]} for r in refused]}}}
         return jsonify(body), 422
     parts = [r if isinstance(r, str) else json.dumps(r, separators=(",", ":")) for r in results]

@@ -291,3 +291,10 @@ def test_bare_list_body_and_line_break_tool(client: FlaskClient) -> None:
     assert r.json["results"][1]["error"]["details"] == {"field": "tools"}
     gate = client.get("/v1/roles/summarizer/gate", headers=auth(CALLER)).json
     assert gate["arms"]["current"]["n"] == 3
+
+
+def test_single_trace_for_unknown_role_is_422_not_found(client: FlaskClient) -> None:
+    """One trace for a role with no binding is refused: 422 whose error names not_found."""
+    r = post(client, trace("x", role="nobody"))
+    assert r.status_code == 422
+    assert r.json["error"]["code"] == "not_found" and "nobody" in r.json["error"]["message"]
