@@ -223,7 +223,7 @@ def scrape_registry(app: Flask) -> CollectorRegistry:
     """The registry one scrape reads: every worker's counters, and this app's gauges."""
     registry = CollectorRegistry(auto_describe=False)
     if os.environ.get(MULTIPROC_ENV):
-        multiprocess.MultiProcessCollector(registry)
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
     else:
         registry.register(_Forward(REGISTRY))
     registry.register(BindingCollector(app))
@@ -241,7 +241,7 @@ def metrics() -> Response:
 def mark_worker_dead(pid: int) -> None:
     """Tell prometheus-client a worker exited (gunicorn's `child_exit` hook calls this)."""
     if os.environ.get(MULTIPROC_ENV):
-        multiprocess.mark_process_dead(pid)
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
 
 
 def clear_multiproc_dir() -> None:

@@ -89,9 +89,9 @@ def line_chart(
         parts.append(f'<text class="tick" x="{_fmt(sx(value))}" y="{HEIGHT - 8}" '
                      f'text-anchor="{anchor}">{escape(text)}</text>')
     for label, value in hlines.items():
-        y = _fmt(sy(value))
-        parts.append(f'<line class="hline" x1="{PAD_LEFT}" y1="{y}" x2="{WIDTH - PAD_RIGHT}" '
-                     f'y2="{y}"/><text class="hline-label" x="{WIDTH - PAD_RIGHT - 2}" '
+        level = _fmt(sy(value))
+        parts.append(f'<line class="hline" x1="{PAD_LEFT}" y1="{level}" x2="{WIDTH - PAD_RIGHT}" '
+                     f'y2="{level}"/><text class="hline-label" x="{WIDTH - PAD_RIGHT - 2}" '
                      f'y="{_fmt(sy(value) - 3)}" text-anchor="end">{escape(label)}</text>')
     for index, (name, values) in enumerate(series.items()):
         cls = f"series-{index % 6}"
