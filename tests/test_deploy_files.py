@@ -39,6 +39,7 @@ def test_compose_has_redis_aof_router_and_gatekeeper() -> None:
     assert gatekeeper["image"] == router["image"]
     assert gatekeeper["environment"]["ROLEGATE_URL"] == "http://router:8080"
     assert gatekeeper["restart"] == "always"
+    assert gatekeeper["healthcheck"] == {"disable": True}
 
 
 def test_dockerfile_copies_what_exists_and_runs_a_real_command() -> None:
