@@ -92,7 +92,7 @@ class EmbeddedRedis:
         return f"redis://{self.host}:{self.port}/0"
 
     def start(self, timeout: float = 15.0) -> str:
-        """Start the server and wait until it answers PING; return its URL."""
+        """Start the server and wait until it serves reads (AOF loaded); return its URL."""
         executable = self.executable or valkey_executable()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._take_lock()
@@ -112,17 +112,19 @@ class EmbeddedRedis:
             "--save", "",
         ]
         self._owner_pid = os.getpid()
-        # Its own session: a Ctrl-C in the terminal reaches gunicorn, which then
-        # shuts this server down cleanly, instead of killing both at once.
-        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                        start_new_session=True, preexec_fn=_die_with_parent)
         # gunicorn exits without calling on_exit when, say, its port is taken;
         # stop() is a no-op in forked workers, so this only acts in the starter.
         atexit.register(self.stop)
         try:
+            # Its own session: a Ctrl-C in the terminal reaches gunicorn, which then
+            # shuts this server down cleanly, instead of killing both at once.
+            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, start_new_session=True,
+                                            preexec_fn=_die_with_parent)
             self._wait_ready(timeout)
-        except EmbeddedError:
+        except BaseException:
+            # Never keep the data dir locked (or a half-started server) on failure.
             self.stop()
             raise
         return self.url
