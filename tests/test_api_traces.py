@@ -298,3 +298,13 @@ def test_single_trace_for_unknown_role_is_422_not_found(client: FlaskClient) -> 
     r = post(client, trace("x", role="nobody"))
     assert r.status_code == 422
     assert r.json["error"]["code"] == "not_found" and "nobody" in r.json["error"]["message"]
+
+
+def test_retention_setting_reaches_the_store(redis_url: str) -> None:
+    """trace_retention (ROLEGATE_TRACE_RETENTION) bounds the app's trace streams."""
+    app = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True,
+                      "trace_retention": 7})
+    try:
+        assert app.extensions["rolegate.traces"].retention == 7
+    finally:
+        app.extensions["rolegate"].cache.stop()
