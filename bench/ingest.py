@@ -15,8 +15,10 @@ processes on keep-alive connections, each for `--seconds`:
 3. tops the candidate window up to `--window` traces, then times
    `GET /v1/roles/<role>/gate` (median of 15) over that window.
 
-Prints traces/s batched, single-POST and bare rates and their ratio, and the
-gate's latency. Targets (issue 3): >= 10,000 traces/s batched; single >= 0.8 x
+Prints traces/s batched, single-POST and bare rates and their ratio, each
+phase's gunicorn-worker CPU per request (read from /proc: unlike the rates it
+barely moves with the load other processes put on the machine), and the gate's
+latency: the aggregate part alone, and the whole endpoint with every section. Targets (issue 3): >= 10,000 traces/s batched; single >= 0.8 x
 bare; gate < 0.5 s.
 """
 
@@ -96,8 +98,8 @@ def batch_template(size: int) -> str:
 
 
 @contextmanager
-def gunicorn_router(redis_url: str) -> Iterator[str]:
-    """The bench app under deploy/gunicorn.conf.py on a free port; yields its URL."""
+def gunicorn_router(redis_url: str) -> Iterator[tuple[str, int]]:
+    """The bench app under deploy/gunicorn.conf.py on a free port; yields its URL and pid."""
     port = free_port()
     env = dict(os.environ, REDIS_URL=redis_url, ROLEGATE_BIND=f"127.0.0.1:{port}",
                ROLEGATE_WORKERS="2", ROLEGATE_LOG_LEVEL="warning",
@@ -110,7 +112,7 @@ def gunicorn_router(redis_url: str) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until(lambda: _healthy(url), "gunicorn")
-        yield url
+        yield url, process.pid
     finally:
         process.terminate()
         process.wait(15)
@@ -143,15 +145,35 @@ def _client(args: tuple[int, str, str, str, float, float]) -> tuple[int, float]:
     return done, time.time() - start_at
 
 
+def worker_cpu_s(master: int) -> float:
+    """CPU seconds the gunicorn workers of `master` have used so far (Linux /proc)."""
+    try:
+        with open(f"/proc/{master}/task/{master}/children") as listing:
+            workers = listing.read().split()
+    except OSError:
+        return 0.0
+    total = 0
+    for pid in workers:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # a worker that just exited
+        total += int(fields[11]) + int(fields[12])  # utime + stime, in clock ticks
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def phase(pool: Any, port: int, path: str, template: str, clients: int,
-          seconds: float) -> float:
-    """Requests per second over `seconds` with `clients` concurrent keep-alive clients."""
+          seconds: float, master: int = 0) -> tuple[float, float]:
+    """(requests per second, worker CPU µs per request) over `seconds` with `clients` clients."""
     start_at = time.time() + 0.3
     jobs = [(w, str(port), path, template, start_at, seconds) for w in range(clients)]
+    cpu_before = worker_cpu_s(master) if master else 0.0
     results = pool.map(_client, jobs)
+    cpu = (worker_cpu_s(master) - cpu_before) if master else 0.0
     total = sum(done for done, _ in results)
     elapsed = max(spent for _, spent in results)
-    return float(total / elapsed)
+    return float(total / elapsed), cpu / max(total, 1) * 1e6
 
 
 def window_n(redis_url: str) -> int:
@@ -209,7 +231,7 @@ def main() -> None:
 
     single = json.dumps(trace_template("current", 4))
     batch = batch_template(args.batch)
-    with redis_server() as redis_url, gunicorn_router(redis_url) as url:
+    with redis_server() as redis_url, gunicorn_router(redis_url) as (url, master):
         port = int(url.rsplit(":", 1)[1])
         op = {"Authorization": f"Bearer {OPERATOR}"}
         requests.put(f"{url}/v1/bindings/{ROLE}", headers=op, timeout=10, json={
@@ -221,21 +243,29 @@ def main() -> None:
         with ctx.Pool(args.clients) as pool:
             print(f"ingest bench: 2 gunicorn gthread workers, {args.clients} client processes, "
                   f"{args.seconds:g} s per phase, {os.cpu_count()} cores (shared)")
-            bare_rates, single_rates = [], []
+            bare_runs, single_runs = [], []
             for _ in range(2):
-                bare_rates.append(phase(pool, port, "/bench/bare", single, args.clients,
-                                        args.seconds))
-                single_rates.append(phase(pool, port, "/v1/traces", single, args.clients,
-                                          args.seconds))
-            batches = phase(pool, port, "/v1/traces", batch, args.clients, args.seconds)
-            bare, one = statistics.mean(bare_rates), statistics.mean(single_rates)
+                bare_runs.append(phase(pool, port, "/bench/bare", single, args.clients,
+                                       args.seconds, master))
+                single_runs.append(phase(pool, port, "/v1/traces", single, args.clients,
+                                         args.seconds, master))
+            batches, batch_cpu = phase(pool, port, "/v1/traces", batch, args.clients,
+                                       args.seconds, master)
+            bare = statistics.mean(r for r, _ in bare_runs)
+            one = statistics.mean(r for r, _ in single_runs)
+            bare_cpu = statistics.mean(c for _, c in bare_runs)
+            one_cpu = statistics.mean(c for _, c in single_runs)
             print(f"  bare constant-JSON POST   {bare:9.0f} req/s   "
-                  f"(rounds: {', '.join(f'{r:.0f}' for r in bare_rates)})")
+                  f"(rounds: {', '.join(f'{r:.0f}' for r, _ in bare_runs)}); "
+                  f"worker CPU {bare_cpu:.0f} µs/req")
             print(f"  single-trace POST         {one:9.0f} req/s   "
-                  f"(rounds: {', '.join(f'{r:.0f}' for r in single_rates)})")
-            print(f"  single / bare             {one / bare:9.2f}      (target >= 0.80)")
+                  f"(rounds: {', '.join(f'{r:.0f}' for r, _ in single_runs)}); "
+                  f"worker CPU {one_cpu:.0f} µs/req")
+            print(f"  single / bare             {one / bare:9.2f}      (target >= 0.80; "
+                  f"by worker CPU per request {bare_cpu / one_cpu:.2f})")
             print(f"  batched POST ({args.batch}/req)   {batches * args.batch:9.0f} traces/s "
-                  f"({batches:.1f} req/s; target >= 10,000)", flush=True)
+                  f"({batches:.1f} req/s; worker CPU {batch_cpu / args.batch:.0f} µs/trace; "
+                  f"target >= 10,000)", flush=True)
             # Fill the candidate window up to --window traces (untimed), then time the gate.
             while window_n(redis_url) < args.window:
                 phase(pool, port, "/v1/traces", batch, args.clients, 2.0)
