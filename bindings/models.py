@@ -29,9 +29,13 @@ class Stage(str, enum.Enum):
 
 
 class Frozen(BaseModel):
-    """Base for every model here: immutable, and unknown keys are an error."""
+    """Base for every model here: immutable, unknown keys and NaN/Infinity are errors.
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    Python's json reads NaN, but pydantic writes it back as null, so a stored
+    NaN would make the record unreadable: refuse it on the way in.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class Thresholds(Frozen):

@@ -245,3 +245,17 @@ def test_two_http_writers_racing_on_one_version_one_wins_one_409(app: Flask) -> 
         assert sorted(statuses) == [200, 409], statuses
     history = app.test_client().get("/v1/bindings/summarizer/history", headers=OP).json
     assert len(history["entries"]) == 11
+
+
+@pytest.mark.parametrize("body", [
+    b'{"current": "cfg_a", "gate": {"drift": {"baseline": {"pass_rate": NaN}}}}',
+    b'{"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": NaN}',
+    b'{"current": "cfg_a", "gate": {"thresholds": {"max_mean_cost_usd": Infinity}}}',
+])
+def test_nan_and_infinity_are_refused_and_nothing_is_stored(client: FlaskClient,
+                                                            body: bytes) -> None:
+    """NaN or Infinity anywhere in a binding is a 422, never a stored unreadable record."""
+    _error(client.put("/v1/bindings/summarizer", data=body,
+                      headers={**OP, "Content-Type": "application/json"}), 422)
+    _error(client.get("/v1/bindings/summarizer", headers=OP), 404)
+    assert client.get("/v1/bindings", headers=OP).status_code == 200
