@@ -211,20 +211,24 @@ def _refused(index: int, trace: Trace, code: str, message: str,
 
 
 def _tripwire(checked: list[Checked], stored: list[Any], now: float) -> list[dict[str, Any]]:
-    """Roll back each role a breaching candidate/shadow trace belongs to (once per role)."""
+    """Roll back each role a breaching candidate/shadow trace belongs to.
+
+    Tried once per (role, config): after that the role is rolled back, or that
+    config was not its live candidate; another config's breach is tried on its own.
+    """
     services = current_app.extensions["rolegate"]
     fired: list[dict[str, Any]] = []
-    done: set[str] = set()
+    done: set[tuple[str, str]] = set()
     for item, outcome in zip(checked, stored):
         trace, verdict = item.trace, item.verdict
-        if trace.role in done or not tripwire.applies(trace, verdict):
+        if (trace.role, trace.config) in done or not tripwire.applies(trace, verdict):
             continue
         # A retry of a run stored earlier in this same stage trips too: the first
         # attempt may have stored it and then failed before the rollback landed.
         if outcome.duplicate and outcome.location.epoch != item.epoch:
             continue
         trip = tripwire.trip(services.store, trace, verdict, now)
-        done.add(trace.role)
+        done.add((trace.role, trace.config))
         if trip is None:
             continue
         services.cache.put(trip.record)

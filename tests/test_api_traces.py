@@ -308,3 +308,12 @@ def test_retention_setting_reaches_the_store(redis_url: str) -> None:
         assert app.extensions["rolegate.traces"].retention == 7
     finally:
         app.extensions["rolegate"].cache.stop()
+
+
+def test_stale_config_breach_does_not_hide_a_live_one(client: FlaskClient) -> None:
+    """A breach by an old config in the same batch does not stop the live candidate's trip."""
+    make_role(client, share=0.1)
+    batch = [trace("old", arm="candidate", config="cfg_old", tools=["web_write"]),
+             trace("live", arm="candidate", tools=["web_write"])]
+    r = post(client, {"traces": batch})
+    assert [t["run_id"] for t in r.json["tripwire"]] == ["live"]
