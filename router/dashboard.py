@@ -13,6 +13,9 @@ How it stays safe without cookies:
   so another site cannot forge these requests: there is nothing to forge with.
 - A strict Content-Security-Policy (no inline script or style) and
   `frame-ancestors 'none'` keep injected markup inert and the page unframeable.
+- A server running open (no tokens) has no bearer token to protect it, so any
+  write a browser sends from another origin (its `Origin` or `Sec-Fetch-Site`
+  says so) is refused outright; clients that are not browsers send neither.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from flask import Blueprint, Response, current_app, render_template
+from flask import Blueprint, Response, current_app, render_template, request
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import NotFound
@@ -28,7 +31,7 @@ from bindings.models import Stage, validate_role_name
 from router.api_traces import trace_store
 from router.auth import require
 from router.dashboard_data import overview, role_detail
-from router.errors import BadRequest
+from router.errors import BadRequest, Forbidden
 from router.svg import bar_chart, line_chart
 
 bp = Blueprint("dashboard", __name__, template_folder="templates", static_folder="static",
@@ -66,6 +69,24 @@ def figure(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3g}"
     return str(value)
+
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+def _refuse_cross_site_writes() -> None:
+    """Refuse a state-changing request a browser sent on behalf of another site."""
+    if request.method in SAFE_METHODS:
+        return
+    if request.headers.get("Sec-Fetch-Site") == "cross-site":
+        raise Forbidden("cross-site request refused", reason="Sec-Fetch-Site: cross-site")
+    origin = request.headers.get("Origin")
+    if origin is not None and origin != request.host_url.rstrip("/"):
+        raise Forbidden("cross-site request refused: Origin does not match this server",
+                        origin=origin[:200])
+
+
+bp.before_app_request(_refuse_cross_site_writes)
 
 
 def _secure(response: Response) -> Response:

@@ -106,3 +106,21 @@ def test_actions_from_dashboard_need_operator(client: FlaskClient) -> None:
     r = client.post("/v1/bindings/summarizer/pause", json={"reason": "x"},
                     headers=auth(OPERATOR))
     assert r.status_code == 200
+
+
+def test_cross_site_writes_refused_even_when_open(open_app: Flask) -> None:
+    """On an open server a write from another origin is refused; same origin and CLI pass."""
+    client = open_app.test_client()
+    seed(client)
+    evil = {"Origin": "https://evil.example"}
+    r = client.post("/v1/bindings/summarizer/rollback", json={"reason": "x"}, headers=evil)
+    assert r.status_code == 403 and r.json["error"]["code"] == "forbidden"
+    r = client.post("/v1/bindings/summarizer/pause", data='{"reason": "x"}',
+                    headers={"Sec-Fetch-Site": "cross-site", "Content-Type": "text/plain"})
+    assert r.status_code == 403
+    assert client.get("/v1/bindings/summarizer").json["binding"]["stage"] == "canary"
+    r = client.post("/v1/bindings/summarizer/pause", json={"reason": "x"},
+                    headers={"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"})
+    assert r.status_code == 200, r.json
+    r = client.post("/v1/bindings/summarizer/resume", json={"reason": "x"})
+    assert r.status_code == 200
