@@ -9,7 +9,8 @@ router renders every one of them with a single handler::
     ├── Conflict                  409  the version you read is no longer current
     │   └── IllegalTransition     409  the stage machine refuses this move
     ├── PreconditionRequired      428  replacing a binding without If-Match
-    └── StoreUnavailable          503  Redis did not answer
+    ├── StoreUnavailable          503  Redis did not answer
+    └── CorruptRecord             500  a stored record no longer reads as its model
 """
 
 from __future__ import annotations
@@ -68,3 +69,10 @@ class StoreUnavailable(RolegateError):
 
     status = 503
     code = "store_unavailable"
+
+
+class CorruptRecord(RolegateError):
+    """A record in Redis does not validate: written by other software, or a bug."""
+
+    status = 500
+    code = "corrupt_record"

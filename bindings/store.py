@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from pydantic import ValidationError
 
-from bindings.errors import Conflict, NotFound, StoreUnavailable
+from bindings.errors import Conflict, CorruptRecord, NotFound, StoreUnavailable
 from bindings.models import Binding, HistoryEntry, VersionedBinding
 
 BINDING_KEY_TEMPLATE = "rolegate:{{{role}}}:binding"
@@ -208,6 +208,6 @@ def _text(value: bytes | str) -> str:
 def _load_record(raw: bytes | str) -> VersionedBinding:
     try:
         return VersionedBinding.model_validate_json(raw)
-    except ValidationError as exc:  # pragma: no cover - would mean a corrupted record
-        raise RuntimeError(f"stored binding record is unreadable: {exc}") from exc
+    except ValidationError as exc:
+        raise CorruptRecord(f"stored binding record is unreadable: {exc}") from exc
 

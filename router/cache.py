@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import redis
 
-from bindings.errors import StoreUnavailable
+from bindings.errors import CorruptRecord, StoreUnavailable
 from bindings.models import VersionedBinding
 from bindings.store import BindingStore
 
@@ -78,6 +78,14 @@ class BindingCache:
                 listener(exc)
             if not self.stale:
                 log.warning("binding store unreachable, serving the last copy: %s", exc)
+            self.stale = True
+            return False
+        except CorruptRecord as exc:
+            # Not an outage but a bad record: say so loudly every poll, keep
+            # serving the last good copy marked stale, and keep polling so a
+            # repaired record is picked up (a dead thread would serve old data
+            # forever without saying so).
+            log.error("binding table unreadable, serving the last copy: %s", exc.message)
             self.stale = True
             return False
         if self.stale:

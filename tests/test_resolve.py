@@ -128,3 +128,20 @@ def test_first_resolves_racing_into_a_fresh_worker_all_answer(redis_url: str) ->
     fresh.extensions["rolegate"].cache.stop()
     fresh.extensions["rolegate"].redis.close()
     assert statuses == [200] * 8
+
+
+def test_a_corrupt_record_leaves_resolves_stale_and_is_picked_up_once_repaired(
+        client: FlaskClient, redis_conn: Any) -> None:
+    """An unreadable stored record: resolves stay up marked stale, reads are a JSON 500."""
+    client.put("/v1/bindings/summarizer", json=CANARY, headers=auth(OPERATOR))
+    assert _resolve(client)["stale"] is False
+    key = "rolegate:{summarizer}:binding"
+    good = redis_conn.hget(key, "record")
+    redis_conn.hset(key, "record", b'{"not": "a record"}')
+    redis_conn.incr("rolegate:generation")
+    wait_for(lambda: _resolve(client)["stale"], 3, "a stale resolve")
+    r = client.get("/v1/bindings/summarizer", headers=auth(OPERATOR))
+    assert r.status_code == 500 and r.json["error"]["code"] == "corrupt_record"
+    redis_conn.hset(key, "record", good)
+    redis_conn.incr("rolegate:generation")
+    wait_for(lambda: not _resolve(client)["stale"], 3, "a fresh resolve after the repair")
