@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import Blueprint, Response, current_app, render_template, request
 from flask.typing import ResponseReturnValue
@@ -81,7 +82,9 @@ def _refuse_cross_site_writes() -> None:
     if request.headers.get("Sec-Fetch-Site") == "cross-site":
         raise Forbidden("cross-site request refused", reason="Sec-Fetch-Site: cross-site")
     origin = request.headers.get("Origin")
-    if origin is not None and origin != request.host_url.rstrip("/"):
+    # Host only, not scheme: behind a TLS-terminating proxy the browser says
+    # https while this server sees http, for the same site.
+    if origin is not None and urlsplit(origin).netloc != request.host:
         raise Forbidden("cross-site request refused: Origin does not match this server",
                         origin=origin[:200])
 

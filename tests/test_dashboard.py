@@ -122,5 +122,11 @@ def test_cross_site_writes_refused_even_when_open(open_app: Flask) -> None:
     r = client.post("/v1/bindings/summarizer/pause", json={"reason": "x"},
                     headers={"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"})
     assert r.status_code == 200, r.json
-    r = client.post("/v1/bindings/summarizer/resume", json={"reason": "x"})
+    r = client.post("/v1/bindings/summarizer/resume", json={"reason": "x"},
+                    headers={"Origin": "https://localhost"})  # TLS ends at a proxy
+    assert r.status_code == 200
+    r = client.post("/v1/bindings/summarizer/pause", json={"reason": "x"},
+                    headers={"Origin": "null"})
+    assert r.status_code == 403
+    r = client.post("/v1/bindings/summarizer/pause", json={"reason": "x"})
     assert r.status_code == 200
