@@ -121,7 +121,7 @@ class BindingStore:
             if end < 0:
                 return []
             raws = self.connection.lrange(key, start, end)
-        return [HistoryEntry.model_validate_json(raw) for raw in reversed(raws)]
+        return [_load_entry(raw) for raw in reversed(raws)]
 
     def history_entry(self, role: str, version: int) -> HistoryEntry:
         """The history entry that produced `version`; NotFound if there is none."""
@@ -132,7 +132,7 @@ class BindingStore:
             raw = self.connection.lindex(history_key(role), version - 1)
         if raw is None:
             raise NotFound(f"role {role!r} has no version {version}", role=role, version=version)
-        entry = HistoryEntry.model_validate_json(raw)
+        entry = _load_entry(raw)
         if entry.version != version:  # pragma: no cover - would mean a corrupted history
             raise NotFound(f"history of {role!r} is out of order at {version}", role=role)
         return entry
@@ -211,3 +211,9 @@ def _load_record(raw: bytes | str) -> VersionedBinding:
     except ValidationError as exc:
         raise CorruptRecord(f"stored binding record is unreadable: {exc}") from exc
 
+
+def _load_entry(raw: bytes | str) -> HistoryEntry:
+    try:
+        return HistoryEntry.model_validate_json(raw)
+    except ValidationError as exc:
+        raise CorruptRecord(f"stored history entry is unreadable: {exc}") from exc
