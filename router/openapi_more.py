@@ -53,7 +53,8 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "responses": {"200": json_response("Every trace accepted or a duplicate.", INGEST),
                       "207": json_response("Some traces refused; the rest kept.", INGEST),
                       "422": json_response("Every trace refused.", INGEST)},
-        "errors": (400, *AUTH, 413, 503),
+        # 409: the tripwire lost its compare-and-set on every retry (traces are stored).
+        "errors": (400, *AUTH, 409, 413, 503),
     }},
     "/v1/traces/{run_id}/feedback": {
         "post": {
