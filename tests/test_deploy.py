@@ -1,0 +1,65 @@
+"""Deploy files: gunicorn settings follow the environment; the units say what we rely on."""
+
+from __future__ import annotations
+
+import configparser
+import runpy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+
+
+def _gunicorn_settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]:
+    for name in ("ROLEGATE_BIND", "ROLEGATE_WORKERS", "ROLEGATE_WORKER_CLASS",
+                 "ROLEGATE_THREADS", "ROLEGATE_ACCESS_LOG", "ROLEGATE_CONTROL_SOCKET"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    # The config sets PROMETHEUS_MULTIPROC_DIR with setdefault; keep it out of this process.
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", "/nonexistent-test-value")
+    return runpy.run_path(str(DEPLOY / "gunicorn.conf.py"))
+
+
+def _unit(name: str) -> configparser.RawConfigParser:
+    parser = configparser.RawConfigParser(strict=False)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read(DEPLOY / name)
+    return parser
+
+
+def test_gunicorn_defaults_are_loopback_gthread_without_access_log(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """By default: loopback bind, gthread workers with keep-alive, no access log, no app preload."""
+    conf = _gunicorn_settings(monkeypatch)
+    assert conf["bind"] == ["127.0.0.1:8080"]
+    assert conf["worker_class"] == "gthread" and conf["keepalive"] > 0
+    assert conf["accesslog"] is None and conf["preload_app"] is False
+    assert conf["control_socket_disable"] is True
+    assert callable(conf["on_starting"]) and callable(conf["on_exit"])
+
+
+def test_gunicorn_settings_follow_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ROLEGATE_* variables override bind, workers, worker class, threads and the access log."""
+    conf = _gunicorn_settings(monkeypatch, ROLEGATE_BIND="0.0.0.0:9000", ROLEGATE_WORKERS="3",
+                              ROLEGATE_WORKER_CLASS="sync", ROLEGATE_THREADS="8",
+                              ROLEGATE_ACCESS_LOG="-")
+    assert conf["bind"] == ["0.0.0.0:9000"] and conf["workers"] == 3
+    assert conf["worker_class"] == "sync" and conf["threads"] == 8 and conf["accesslog"] == "-"
+
+
+def test_router_unit_is_notify_mixed_kill_and_unprivileged() -> None:
+    """The router unit: Type=notify, KillMode=mixed, a dedicated user, `rolegate serve`."""
+    service = _unit("rolegate-router.service")["Service"]
+    assert service["Type"] == "notify" and service["KillMode"] == "mixed"
+    assert service["User"] == "rolegate" and "rolegate serve" in service["ExecStart"]
+
+
+def test_gatekeeper_unit_restarts_always_and_stops_with_term() -> None:
+    """The gatekeeper unit runs `rolegate gatekeeper`, restarts always, and stops with TERM."""
+    service = _unit("rolegate-gatekeeper.service")["Service"]
+    assert service["ExecStart"].endswith("rolegate gatekeeper")
+    assert service["Restart"] == "always" and service["KillSignal"] == "SIGTERM"
+    assert service["User"] == "rolegate"
