@@ -3,10 +3,10 @@
     python -m bench.observability [--requests 5000] [--rounds 3]
 
 Starts a private embedded valkey-server seeded with bindings.example.json (as
-bench.resolve does), builds the router three times on it: without the logs and metrics
-hooks (the baseline), with metrics only, and with both (what ships), then calls
-each app's WSGI entry directly with a prebuilt resolve request (no sockets, so
-the figures are the hooks' cost, not loopback noise) and alternates the three
+bench.resolve does), builds the router four times on it: without the logs and metrics
+hooks (the baseline), with metrics only, with both (what ships), and with both
+but ROLEGATE_LOG_RESOLVES=0, then calls each app's WSGI entry directly with a prebuilt resolve request (no sockets, so
+the figures are the hooks' cost, not loopback noise) and alternates them
 for `--rounds` rounds so drift on a shared machine hits all alike. Log lines go
 to /dev/null through the real handler, so the write itself is counted. Also
 runs the same with multiprocess metrics (PROMETHEUS_MULTIPROC_DIR) in a
@@ -29,14 +29,16 @@ from typing import Any
 
 ROLE = "summarizer"  # from bindings.example.json, which the private server is seeded with
 TOKEN = "bench-token"
-VARIANTS = {
-    "baseline (no logs, no metrics)": ("router.logs", "router.metrics"),
-    "metrics only": ("router.logs",),
-    "logs + metrics (shipped)": (),
+#: name -> (blueprint modules left out, settings overrides)
+VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "baseline (no logs, no metrics)": (("router.logs", "router.metrics"), {}),
+    "metrics only": (("router.logs",), {}),
+    "logs + metrics (shipped)": ((), {}),
+    "same, ROLEGATE_LOG_RESOLVES=0": ((), {"log_resolves": False}),
 }
 
 
-def build(url: str, without: tuple[str, ...]) -> Any:
+def build(url: str, without: tuple[str, ...], overrides: dict[str, Any] | None = None) -> Any:
     """The router with the modules in `without` left out of its blueprints."""
     import router.app as app_module
 
@@ -44,7 +46,8 @@ def build(url: str, without: tuple[str, ...]) -> Any:
     saved = app_module.BLUEPRINT_MODULES
     setattr(app_module, "BLUEPRINT_MODULES", kept)  # noqa: B010 - a bench-only swap
     try:
-        app = app_module.create_app({"redis_url": url, "tokens": f"{TOKEN}:caller"})
+        app = app_module.create_app({"redis_url": url, "tokens": f"{TOKEN}:caller",
+                                     **(overrides or {})})
     finally:
         setattr(app_module, "BLUEPRINT_MODULES", saved)  # noqa: B010
     return app
@@ -81,7 +84,8 @@ def measure(url: str, requests: int, rounds: int) -> dict[str, float]:
     events.handlers[:] = [handler]
     events.propagate = False
     events.setLevel(logging.INFO)
-    apps = {name: build(url, without) for name, without in VARIANTS.items()}
+    apps = {name: build(url, without, overrides)
+            for name, (without, overrides) in VARIANTS.items()}
     calls = {name: caller(app) for name, app in apps.items()}
     for call in calls.values():  # warm: load the binding copy, fill caches
         for i in range(500):
@@ -106,9 +110,9 @@ def report(title: str, best: dict[str, float]) -> None:
     """Print µs/request and the ratio to the baseline."""
     base = best["baseline (no logs, no metrics)"]
     print(title)
-    print(f"  {'variant':34} {'us/resolve':>10} {'req/s/core':>11} {'vs baseline':>12}")
+    print(f"  {'variant':36} {'us/resolve':>10} {'req/s/core':>11} {'vs baseline':>12}")
     for name, micros in best.items():
-        print(f"  {name:34} {micros:10.1f} {1e6 / micros:11.0f} {base / micros:11.2f}x")
+        print(f"  {name:36} {micros:10.1f} {1e6 / micros:11.0f} {base / micros:11.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ import sys
 import time
 from typing import Any
 
-from flask import Blueprint, Flask, Response, g, has_app_context, request
+from flask import Blueprint, Flask, Response, current_app, g, has_app_context, request
 
 #: The logger every JSON line goes to; it has its own handler so lines stay pure JSON.
 LOGGER_NAME = "rolegate.events"
@@ -83,23 +83,28 @@ def _before() -> None:
 
 
 def _after(response: Response) -> Response:
-    started = request.environ.get(_START)
+    # Resolve each proxy once: this runs on every request, resolves included.
+    req = request._get_current_object()  # type: ignore[attr-defined]
+    ctx = g._get_current_object()  # type: ignore[attr-defined]
+    started = req.environ.get(_START)
     duration_ms = (time.perf_counter() - started) * 1e3 if started is not None else None
-    request_id = g.get("request_id")
+    request_id = ctx.get("request_id")
     response.headers[REQUEST_ID_HEADER] = request_id or ""
     if not log.isEnabledFor(logging.INFO):
         return response
-    principal = g.get("principal")
+    resolution = ctx.get("resolution")
+    if resolution is not None and not current_app.extensions["rolegate"].settings.log_resolves:
+        return response
+    principal = ctx.get("principal")
     actor = principal.name if principal is not None else None
     lines = []
-    resolution = g.get("resolution")
     if resolution is not None:
         lines.append(line("decision", request_id, {
             "decision": "resolve", "role": resolution["role"], "arm": resolution["arm"],
             "config": resolution["config"], "version": resolution["version"],
             "key": resolution["key"], "stale": resolution["stale"]}))
     elif 200 <= response.status_code < 300:
-        endpoint = request.endpoint or ""
+        endpoint = req.endpoint or ""
         action = DECISION_ENDPOINTS.get(endpoint)
         if action is not None:
             lines.append(line("decision", request_id, _binding_decision(action, response, actor)))
@@ -119,7 +124,7 @@ def _after(response: Response) -> Response:
                 "config": verdict.get("config"), "passed": verdict.get("passed"),
                 "actor": actor}))
     lines.append(line("request", request_id, {
-        "method": request.method, "path": request.path, "status": response.status_code,
+        "method": req.method, "path": req.path, "status": response.status_code,
         "duration_ms": round(duration_ms, 3) if duration_ms is not None else None,
         "actor": actor}))
     # One record for the request's lines: one handler call and one write, not two.

@@ -21,6 +21,7 @@ ENVIRONMENT = {
     "ROLEGATE_TRACE_RETENTION": "trace_retention",
     "ROLEGATE_WEBHOOKS": "webhooks",
     "ROLEGATE_DATA_DIR": "data_dir",
+    "ROLEGATE_LOG_RESOLVES": "log_resolves",
 }
 
 
@@ -41,6 +42,8 @@ class Settings(BaseModel):
     #: Comma-separated webhook URLs that receive rollout events.
     webhooks: str = ""
     data_dir: str = ".rolegate"
+    #: Log resolves (their request and decision lines) too; 0 keeps the hot path quiet.
+    log_resolves: bool = True
     testing: bool = False
 
 

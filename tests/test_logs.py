@@ -11,7 +11,7 @@ import pytest
 from flask.testing import FlaskClient
 
 from router.logs import LOGGER_NAME
-from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
+from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
 
 
 @pytest.fixture
@@ -113,3 +113,20 @@ def test_tripwire_rollback_logs_a_decision(client: FlaskClient, lines: io.String
     assert trip["decision"] == "rollback" and trip["actor"] == "tripwire"
     assert trip["role"] == "summarizer" and trip["run_id"] == "bad-1"
     assert trip["tools"] == ["rm_rf"]
+
+
+def test_resolve_lines_can_be_switched_off(redis_url: str, lines: io.StringIO) -> None:
+    """With log_resolves off (ROLEGATE_LOG_RESOLVES=0) resolves log nothing; writes still do."""
+    from router import create_app
+
+    app = create_app({"redis_url": redis_url, "tokens": TOKENS, "log_resolves": False})
+    try:
+        client = app.test_client()
+        _create(client)
+        r = client.get("/v1/resolve/summarizer?key=a", headers=auth(CALLER))
+        assert r.status_code == 200 and r.headers["X-Request-Id"]
+        paths = [x.get("path") for x in _records(lines) if x["type"] == "request"]
+        assert paths == ["/v1/bindings/summarizer"]
+        assert not [x for x in _records(lines) if x.get("decision") == "resolve"]
+    finally:
+        app.extensions["rolegate"].cache.stop()
