@@ -130,3 +130,39 @@ def test_cross_site_writes_refused_even_when_open(open_app: Flask) -> None:
     assert r.status_code == 403
     r = client.post("/v1/bindings/summarizer/pause", json={"reason": "x"})
     assert r.status_code == 200
+
+
+def test_cusum_path_climbs_alarms_at_h_and_resets() -> None:
+    """The CUSUM path rises with failures, is drawn at h where it alarms, then restarts."""
+    from gatekeeper.pairing import Run
+    from router.dashboard_data import cusum_path
+
+    runs = [Run(key=str(i), passed=False) for i in range(12)]
+    path = cusum_path("run_failure", runs, p0=0.1, shift=0.1, h=3.0)
+    ys = [y for _, y in path]
+    assert ys[0] == pytest.approx(0.85) and ys[1] == pytest.approx(1.7)
+    assert 3.0 in ys  # the alarm, drawn at h
+    after = ys[ys.index(3.0) + 1]
+    assert after < 1.0  # restarted from zero
+    thinned = cusum_path("run_failure", runs * 50, p0=0.1, shift=0.1, h=3.0, max_points=40)
+    assert len(thinned) <= 40 and max(y for _, y in thinned) == 3.0
+
+
+def test_pass_rate_series_buckets_by_run_time() -> None:
+    """Pass rate per time bucket, from each run's own end time, empty buckets left out."""
+    from bindings.traces import StoredTrace
+    from gatekeeper.invariants import TraceVerdict
+    from gatekeeper.trace import Trace
+    from router.dashboard_data import pass_rate_series
+    from tests.dashboard_seed import STAMPS
+
+    def stored(i: int, when: float, passed: bool) -> StoredTrace:
+        trace = Trace.model_validate({"run_id": f"r{i}", "role": "r", "config": "c",
+                                      "arm": "current", "stamps": STAMPS, "time": when})
+        return StoredTrace(id=f"{i}-0", time=1000.0, trace=trace,
+                           verdict=TraceVerdict(passed=passed))
+
+    traces = [stored(0, 0.0, True), stored(1, 1.0, False), stored(2, 99.0, True)]
+    series = pass_rate_series(traces, buckets=4, span=(0.0, 100.0))
+    assert series == [(12.5, 0.5), (87.5, 1.0)]
+    assert pass_rate_series([]) == []
