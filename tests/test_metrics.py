@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -228,3 +229,16 @@ def test_traces_tripwire_and_verdicts_counted(client: FlaskClient) -> None:
     gate = sum(v for (name, labels), v in samples(after).items()
                if name == "rolegate_verdicts_total" and ("source", "gate") in labels)
     assert gate >= 1
+
+
+def test_every_metric_is_documented(client: FlaskClient) -> None:
+    """docs/operations.md names every metric family /metrics exports."""
+    _create(client, "m-doc")
+    text = client.get("/metrics").text
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "operations.md").read_text()
+    typed = re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE)
+    names = {name + "_total" if kind == "counter" and not name.endswith("_total") else name
+             for name, kind in typed if not name.endswith("_created")}
+    assert {"rolegate_resolves_total", "rolegate_stage", "rolegate_share"} <= names
+    for name in names:
+        assert f"`{name}`" in doc, name
