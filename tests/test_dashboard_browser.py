@@ -32,6 +32,9 @@ SHOTS_ENV = "ROLEGATE_SCREENSHOTS"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 pytestmark = pytest.mark.slow
+#: Generous waits: CI shares two cores with everything else.
+WAIT_MS = 15_000
+expect.set_options(timeout=WAIT_MS)
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +72,7 @@ def browser(chromium: str) -> Iterator[Browser]:
 def page(browser: Browser) -> Iterator[Page]:
     """A fresh page (its own sessionStorage) at a desktop size."""
     context = browser.new_context(viewport={"width": 1360, "height": 900})
+    context.set_default_timeout(WAIT_MS)
     opened = context.new_page()
     yield opened
     context.close()
