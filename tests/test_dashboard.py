@@ -166,3 +166,14 @@ def test_pass_rate_series_buckets_by_run_time() -> None:
     series = pass_rate_series(traces, buckets=4, span=(0.0, 100.0))
     assert series == [(12.5, 0.5), (87.5, 1.0)]
     assert pass_rate_series([]) == []
+
+
+def test_role_without_traces_renders_empty_charts(client: FlaskClient) -> None:
+    """A role with no traces yet gets its page, with charts that say there is no data."""
+    r = client.put("/v1/bindings/fresh", json={"current": "a", "candidate": "b"},
+                   headers=auth(OPERATOR))
+    assert r.status_code == 201
+    r = client.get("/ui/roles/fresh", headers=auth(CALLER))
+    assert r.status_code == 200, r.text
+    assert r.text.count("no data yet") == 2
+    assert "No criteria judged" in r.text
