@@ -2,9 +2,12 @@
 
 p0 comes from the policy's fixed baseline or else from the current arm's own
 runs; p1 = p0 + shift is the rate worth detecting; k = (p0 + p1) / 2 (seed 002).
-The detector's state is never stored: it is replayed from the ordered trace
-stream each time the gate view is built, so every tick continues exactly where
-the last one left off, and two gatekeepers always see the same sum.
+The gate view keeps each detector's state (`Detector`: sum, counts, alarms, the
+last stream id it read, the p0 it runs with) and advances it over the new runs
+only, so a read costs what arrived since the last one, not the whole stage; the
+state lives in Redis (`bindings.drift_state`), this module does no I/O.
+`replay` runs the same math over a list of runs from scratch: a Detector fed
+the same runs with the same p0 stands exactly where `replay` does.
 
 An alarm on a candidate rolls it back; an alarm on a stable current raises an
 alert. `calibrate` replays known-good runs through a detector and counts false
@@ -20,6 +23,7 @@ from typing import Any
 from bindings.models import DriftPolicy
 from gatekeeper.pairing import Run
 from gatekeeper.statistics import Cusum
+from gatekeeper.window import WindowStats
 
 RUN_FAILURE = "run_failure"
 TOOL_ERROR = "tool_error"
@@ -115,25 +119,39 @@ def watch(runs: Sequence[Run], reference: Sequence[Run], policy: DriftPolicy,
 
 def drift_view(candidate: Sequence[Run] | None, current: Sequence[Run],
                policy: DriftPolicy) -> dict[str, Any]:
-    """The gate view's "drift" section: candidate vs current's rates, current vs its past.
+    """The "drift" section replayed from runs: candidate vs current's rates, current vs its past.
 
     The candidate is watched against p0 from the current arm. The current is
     watched over its newer half against p0 from its older half (or the fixed
     baseline), which is what "a stable current drifted" means without a release.
+    The gate view advances stored `Detector`s instead (`bindings.drift_state`);
+    this replaying form serves tests and offline comparisons.
     """
     if not policy.enabled:
-        return {"enabled": False, "candidate": {}, "current": {}, "alarms": []}
+        return disabled_view()
     cand = watch(candidate, current, policy) if candidate is not None else {}
     half = len(current) // 2
     cur = watch(current[half:], current[:half], policy) if half else {}
-    alarms = [{"arm": "candidate", "metric": m} for m, r in cand.items() if r.alarm]
-    alarms += [{"arm": "current", "metric": m} for m, r in cur.items() if r.alarm]
+    return section({m: r.as_dict() for m, r in cand.items()},
+                   {m: r.as_dict() for m, r in cur.items()}, policy)
+
+
+def disabled_view() -> dict[str, Any]:
+    """The "drift" section when the policy turns drift off."""
+    return {"enabled": False, "candidate": {}, "current": {}, "alarms": []}
+
+
+def section(cand: Mapping[str, dict[str, Any]], cur: Mapping[str, dict[str, Any]],
+            policy: DriftPolicy) -> dict[str, Any]:
+    """The "drift" section's JSON from the candidate's and the current's detector dicts."""
+    alarms = [{"arm": "candidate", "metric": m} for m, r in cand.items() if r["alarm"]]
+    alarms += [{"arm": "current", "metric": m} for m, r in cur.items() if r["alarm"]]
     return {
         "enabled": True,
         "shift": policy.shift,
         "h": policy.h,
-        "candidate": {m: r.as_dict() for m, r in cand.items()},
-        "current": {m: r.as_dict() for m, r in cur.items()},
+        "candidate": dict(cand),
+        "current": dict(cur),
         "alarms": alarms,
     }
 
@@ -162,3 +180,129 @@ def calibrate(runs: Sequence[Run], *, metric: str, hs: Iterable[float], shift: f
 def alarms_of(view: Mapping[str, Any], arm: str) -> list[str]:
     """The metrics alarming on `arm` ("candidate" or "current") in a drift view."""
     return [a["metric"] for a in view.get("alarms", []) if a.get("arm") == arm]
+
+
+# -- incremental detectors -------------------------------------------------------
+# The gate view keeps one `Detector` per (role, config, arm, stage epoch, metric)
+# in Redis and advances it over the stream entries that arrived since its last
+# read; this part is the pure math of that, the storage is `bindings.drift_state`.
+
+#: Once p0 rests on this many current runs it is kept for the rest of the stage;
+#: below that, a detector restarts whenever its reference has doubled.
+SETTLED_REFERENCE = 2_000
+
+
+@dataclass(frozen=True)
+class Params:
+    """What one detector runs with: p0, the shift to p1, h, and the runs p0 came from.
+
+    `reference` is how many current runs p0 was measured over; 0 for a fixed
+    `drift.baseline`.
+    """
+
+    p0: float
+    shift: float
+    h: float
+    reference: int
+
+    @property
+    def p1(self) -> float:
+        """The rate worth detecting."""
+        return min(1.0, self.p0 + self.shift)
+
+
+def window_rate(metric: str, window: WindowStats) -> float | None:
+    """The metric's rate over a running aggregate; None when it holds no runs."""
+    if window.n <= 0:
+        return None
+    hits = {RUN_FAILURE: window.n - window.passes, TOOL_ERROR: window.error_runs,
+            FORBIDDEN_CALL: window.forbidden}[metric]
+    return hits / window.n
+
+
+def params_for(metric: str, policy: DriftPolicy, reference: WindowStats,
+               min_reference: int) -> Params | None:
+    """The detector parameters for `metric`: p0 from the fixed baseline or `reference`.
+
+    None while the reference aggregate holds fewer than `min_reference` runs: p0
+    is frozen when a detector starts, so it must not rest on a handful of runs.
+    """
+    if metric in policy.baseline:
+        return Params(max(MIN_P0, policy.baseline[metric]), policy.shift, policy.h, 0)
+    observed = window_rate(metric, reference)
+    if observed is None or reference.n < max(1, min_reference):
+        return None
+    return Params(max(MIN_P0, observed), policy.shift, policy.h, reference.n)
+
+
+def stream_order(stream_id: str) -> tuple[int, int]:
+    """A stream id ("ms-seq") as a sortable pair; "" (nothing read yet) sorts first."""
+    if not stream_id:
+        return (-1, -1)
+    ms, _, seq = stream_id.partition("-")
+    return (int(ms), int(seq or 0))
+
+
+@dataclass(frozen=True)
+class Detector:
+    """One CUSUM's state after the stream entries up to `last_id` (none read: "")."""
+
+    metric: str
+    params: Params
+    n: int = 0
+    events: int = 0
+    s: float = 0.0
+    alarms: int = 0
+    first_alarm_at: int | None = None
+    first_alarm_id: str | None = None
+    last_id: str = ""
+
+    def outdated(self, wanted: Params) -> bool:
+        """True when the detector must restart to run with `wanted` instead.
+
+        A changed h, shift or fixed baseline restarts it; so does a p0 measured
+        over a reference that has since doubled, until the reference is settled.
+        """
+        mine = self.params
+        if (mine.h, mine.shift) != (wanted.h, wanted.shift):
+            return True
+        if (mine.reference == 0) != (wanted.reference == 0):
+            return True
+        if wanted.reference == 0:
+            return mine.p0 != wanted.p0
+        return mine.reference < SETTLED_REFERENCE and wanted.reference >= 2 * mine.reference
+
+    def advance(self, entries: Iterable[tuple[str, Run]]) -> Detector:
+        """The detector after the `entries` (stream id, run) newer than `last_id`, in order."""
+        after = stream_order(self.last_id)
+        params = self.params
+        cusum = Cusum(p0=params.p0, p1=params.p1, h=params.h, s=self.s, alarms=self.alarms)
+        signal = METRICS[self.metric]
+        n, events, last = self.n, self.events, self.last_id
+        first_at, first_id = self.first_alarm_at, self.first_alarm_id
+        for entry_id, run in entries:
+            if stream_order(entry_id) <= after:
+                continue  # already counted: another detector of the arm was behind
+            n += 1
+            event = signal(run)
+            events += int(event)
+            if cusum.update(event) and first_at is None:
+                first_at, first_id = n, entry_id
+            last = entry_id
+        if last == self.last_id:
+            return self
+        return Detector(self.metric, params, n=n, events=events, s=cusum.s, alarms=cusum.alarms,
+                        first_alarm_at=first_at, first_alarm_id=first_id, last_id=last)
+
+    def report(self) -> CusumReport:
+        """Where the detector stands, as `replay` reports it."""
+        p = self.params
+        return CusumReport(metric=self.metric, p0=p.p0, p1=p.p1, h=p.h, n=self.n,
+                           events=self.events, s=round(self.s, 6), alarms=self.alarms,
+                           first_alarm_at=self.first_alarm_at)
+
+    def as_dict(self, caught_up: bool) -> dict[str, Any]:
+        """JSON-ready for the gate view: the replay's keys plus where it has read to."""
+        return {**self.report().as_dict(), "first_alarm_id": self.first_alarm_id,
+                "last_id": self.last_id or None, "reference": self.params.reference,
+                "caught_up": caught_up}

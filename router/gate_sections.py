@@ -1,20 +1,22 @@
 """The gatekeeper's sections of the gate view: "paired" (shadow) and "drift" (CUSUM).
 
-Both are replayed from the ordered trace streams on every read, so they need no
-state of their own: a tick continues exactly where the last left off, and any
-number of gatekeepers see the same numbers.
+"paired" is replayed from the ordered trace streams on every read. "drift"
+advances detectors kept in Redis (`bindings.drift_state`) over the runs that
+arrived since the last read, with p0 from the current arm's running aggregate
+or the policy's fixed baseline, so its cost follows what arrived, not the
+stage's size; any number of gatekeepers still see the same numbers.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from bindings.models import Stage
+from bindings.drift_state import DriftStates, Watch, run_of_fields
 from bindings.store import _redis_errors
 from bindings.traces import StoredTrace, TraceStore, stream_key
-from gatekeeper.drift import drift_view
+from gatekeeper.drift import METRICS, disabled_view, params_for, section
 from gatekeeper.pairing import Run, compare, pair_runs
 
 if TYPE_CHECKING:
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 
 #: Most traces replayed per arm per read: bounds the cost of one gate view.
 MAX_REPLAY = 20_000
-#: Newest current-arm runs the drift baselines and the current's own detector use.
+#: Newest current-arm runs the dashboard's CUSUM chart takes p0 from.
 REFERENCE_RUNS = 2_000
 
 
@@ -31,20 +33,6 @@ def run_of(stored: StoredTrace) -> Run:
     trace, verdict = stored.trace, stored.verdict
     return Run(key=trace.key, passed=verdict.passed, tools=tuple(trace.tools),
                tool_error=trace.tool_errors > 0, forbidden_call=bool(verdict.forbidden))
-
-
-def run_of_fields(fields: Mapping[bytes, bytes]) -> Run:
-    """The same view read straight off a stream entry (t: trace JSON, v: verdict JSON).
-
-    Plain JSON, not the pydantic models: the trace was validated on ingest, and a
-    gate view replays thousands of these on every read.
-    """
-    trace = json.loads(fields[b"t"])
-    verdict = json.loads(fields[b"v"])
-    return Run(key=str(trace.get("key", "")), passed=bool(verdict["passed"]),
-               tools=tuple(trace.get("tools", ())),
-               tool_error=int(trace.get("tool_errors", 0)) > 0,
-               forbidden_call=bool(verdict.get("forbidden")))
 
 
 def latest(traces: TraceStore, role: str, config: str, arm: str, count: int) -> list[Run]:
@@ -88,13 +76,32 @@ def paired_section(ctx: GateContext) -> dict[str, Any] | None:
 
 
 def drift_section(ctx: GateContext) -> dict[str, Any]:
-    """CUSUM per metric: the candidate's stage runs against current's rates, and current alone."""
+    """CUSUM per metric: the candidate's stage runs against current's rates, and current alone.
+
+    Both arms' detectors take p0 from the current arm's aggregate over the stage
+    (once it holds `min_samples` runs) or `drift.baseline`, and count the stage's
+    runs from its first; `caught_up` is false while one is still catching up.
+    """
     binding = ctx.record.binding
-    reference = latest(ctx.traces, ctx.role, binding.current, "current", REFERENCE_RUNS)
-    candidate: Sequence[Run] | None = None
+    policy = binding.gate.drift
+    if not policy.enabled:
+        view = disabled_view()
+        view["alert"] = False
+        return view
+    _, reference = ctx.arms["current"]
+    wanted = {metric: params for metric in METRICS
+              if (params := params_for(metric, policy, reference,
+                                       binding.gate.thresholds.min_samples)) is not None}
+    watches = {"current": Watch(binding.current, "current", binding.stage_since, wanted)}
     if binding.candidate is not None and binding.stage in (Stage.SHADOW, Stage.CANARY,
                                                             Stage.FULL):
-        candidate = _since_stage(ctx, binding.candidate, candidate_arm(binding.stage))
-    view = drift_view(candidate, reference, binding.gate.drift)
+        watches["candidate"] = Watch(binding.candidate, candidate_arm(binding.stage),
+                                     binding.stage_since, wanted)
+    states = DriftStates(ctx.traces.connection).advance(ctx.role, ctx.epoch,
+                                                        list(watches.values()))
+    shown = {name: {m: d.as_dict(done.caught_up) for m, d in done.detectors.items()}
+             for name, done in zip(watches, states)}
+    view = section(shown.get("candidate", {}), shown["current"], policy)
+    view["caught_up"] = all(done.caught_up for done in states)
     view["alert"] = any(a["arm"] == "current" for a in view["alarms"])
     return view

@@ -1,0 +1,210 @@
+"""Drift detectors kept in Redis: advanced over new runs only, same numbers as a replay, CAS-saved."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import redis
+
+from bindings.drift_state import DriftStates, Watch, drift_key
+from bindings.models import DriftPolicy, Invariants
+from bindings.traces import Checked, TraceStore
+from gatekeeper.drift import (
+    FORBIDDEN_CALL, METRICS, RUN_FAILURE, SETTLED_REFERENCE, TOOL_ERROR, Detector, Params,
+    params_for, replay,
+)
+from gatekeeper.invariants import check
+from gatekeeper.pairing import Run
+from gatekeeper.trace import Trace
+from gatekeeper.window import WindowStats
+
+STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
+          "tool_schema_hash": "t1"}
+INV = Invariants(forbidden_tools=("egress",), max_steps=3)
+ROLE, EPOCH = "r", "100.000000"
+PARAMS = Params(p0=0.05, shift=0.1, h=3.0, reference=0)
+WATCH = Watch("cfg_b", "candidate", None, {m: PARAMS for m in METRICS})
+
+
+def _trace(i: int, kind: str) -> Trace:
+    """'.' passes, 'F' fails (too many steps), 'E' passes with a tool error, 'X' calls egress."""
+    tools = {"F": ["read"] * 4, "X": ["egress"]}.get(kind, ["read"])
+    return Trace.model_validate({"run_id": f"run-{i}", "role": ROLE, "config": "cfg_b",
+                                 "arm": "candidate", "key": f"job-{i}", "stamps": STAMPS,
+                                 "tools": tools, "tool_errors": int(kind == "E"),
+                                 "cost_usd": 0.01})
+
+
+class Feed:
+    """Appends runs of a pattern to the candidate stream and keeps the same runs in memory."""
+
+    def __init__(self, connection: redis.Redis) -> None:
+        self.store = TraceStore(connection)
+        self.runs: list[Run] = []
+
+    def add(self, pattern: str) -> None:
+        """Store one trace per character of `pattern`."""
+        traces = [_trace(len(self.runs) + i, kind) for i, kind in enumerate(pattern)]
+        checked = [Checked(t, check(t, INV), EPOCH) for t in traces]
+        self.store.add(checked)
+        self.runs += [Run(t.key, passed=c.verdict.passed, tool_error=t.tool_errors > 0,
+                          forbidden_call=bool(c.verdict.forbidden))
+                      for t, c in zip(traces, checked)]
+
+
+class CountingStates(DriftStates):
+    """DriftStates that records how many stream entries each read went through."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.read_sizes: list[int] = []
+
+    def _read(self, role: str, watches: Sequence[Watch],
+              starts: Sequence[dict[str, Detector]]) -> list[list[tuple[str, Run]]]:
+        batches = super()._read(role, watches, starts)
+        self.read_sizes.append(sum(len(b) for b in batches))
+        return batches
+
+
+@pytest.fixture
+def feed(redis_conn: redis.Redis) -> Feed:
+    """An empty candidate stream on the test database."""
+    return Feed(redis_conn)
+
+
+def _advance(states: DriftStates) -> dict[str, Detector]:
+    return states.advance(ROLE, EPOCH, [WATCH])[0].detectors
+
+
+def test_incremental_alarm_fires_at_the_same_run_as_replay(feed: Feed,
+                                                           redis_conn: redis.Redis) -> None:
+    """Reads between batches leave every detector exactly where one replay of all runs ends."""
+    states = DriftStates(redis_conn)
+    for chunk in ("....F...", "FF.EE", "", "F.FFX.", "XX.E.EEE", "." * 20, "FFFFF"):
+        feed.add(chunk)
+        _advance(states)
+    stored = states.load(ROLE, EPOCH, [WATCH])[0]
+    for metric in METRICS:
+        expected = replay(metric, feed.runs, p0=PARAMS.p0, shift=PARAMS.shift, h=PARAMS.h)
+        assert stored[metric].report() == expected
+    assert stored[RUN_FAILURE].first_alarm_at is not None
+    assert stored[RUN_FAILURE].report().alarms >= 1
+
+
+def test_read_after_n_new_traces_processes_only_those(feed: Feed,
+                                                      redis_conn: redis.Redis) -> None:
+    """A read after N new traces goes through exactly N entries; a read with none, through 0."""
+    states = CountingStates(redis_conn)
+    feed.add("." * 300)
+    _advance(states)
+    feed.add("F.E.X.F")
+    detectors = _advance(states)
+    _advance(states)
+    assert states.read_sizes == [300, 7, 0]
+    assert {d.n for d in detectors.values()} == {307}
+
+
+def test_far_behind_catches_up_over_successive_reads(feed: Feed,
+                                                     redis_conn: redis.Redis) -> None:
+    """With a bound of 10 entries per read, 35 runs take 4 reads, flagged until caught up."""
+    states = CountingStates(redis_conn, max_advance=10)
+    feed.add(("..F.E" * 7))
+    flags = [states.advance(ROLE, EPOCH, [WATCH])[0].caught_up for _ in range(4)]
+    assert flags == [False, False, False, True]
+    assert states.read_sizes == [10, 10, 10, 5]
+    final = states.load(ROLE, EPOCH, [WATCH])[0][TOOL_ERROR]
+    assert final.report() == replay(TOOL_ERROR, feed.runs, p0=0.05, shift=0.1, h=3.0)
+
+
+def test_concurrent_advances_do_not_double_count(feed: Feed, redis_conn: redis.Redis) -> None:
+    """A reader that lost the compare-and-set writes nothing and shows the winner's newer state."""
+    feed.add("FFFF.F.FF")
+    read_done, winner_saved = threading.Event(), threading.Event()
+
+    class Slow(DriftStates):
+        def _read(self, role: str, watches: Sequence[Watch],
+                  starts: Sequence[dict[str, Detector]]) -> list[list[tuple[str, Run]]]:
+            batches = super()._read(role, watches, starts)
+            read_done.set()
+            assert winner_saved.wait(5)
+            return batches
+
+    slow_result: list[dict[str, Detector]] = []
+    slow = threading.Thread(target=lambda: slow_result.append(_advance(Slow(redis_conn))))
+    slow.start()
+    assert read_done.wait(5)
+    feed.add("F")
+    fast = _advance(DriftStates(redis_conn))
+    winner_saved.set()
+    slow.join(5)
+    stored = DriftStates(redis_conn).load(ROLE, EPOCH, [WATCH])[0]
+    assert fast[RUN_FAILURE].n == 10 and stored[RUN_FAILURE].n == 10
+    assert slow_result[0] == stored == fast
+    assert stored[RUN_FAILURE].report() == replay(RUN_FAILURE, feed.runs, p0=0.05, shift=0.1,
+                                                  h=3.0)
+
+
+def test_racing_readers_count_every_run_once(feed: Feed, redis_conn: redis.Redis) -> None:
+    """Four threads reading while runs arrive end with each run counted exactly once."""
+    errors: list[BaseException] = []
+
+    def reader() -> None:
+        states = DriftStates(redis_conn)
+        try:
+            for _ in range(15):
+                _advance(states)
+        except BaseException as exc:  # surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for _ in range(10):
+        feed.add("F.E.X...F.")
+    for thread in threads:
+        thread.join(10)
+    assert errors == []
+    final = _advance(DriftStates(redis_conn))
+    for metric in METRICS:
+        assert final[metric].report() == replay(metric, feed.runs, p0=0.05, shift=0.1, h=3.0)
+
+
+def test_new_epoch_and_new_parameters_restart(feed: Feed, redis_conn: redis.Redis) -> None:
+    """A new stage epoch starts fresh keys from its start; a changed h restarts in place."""
+    states = DriftStates(redis_conn)
+    feed.add("FFFF")
+    _advance(states)
+    stamp = int(feed.store.read(ROLE, "cfg_b", "candidate")[-1].id.split("-")[0])
+    later = Watch("cfg_b", "candidate", (stamp + 1) / 1000, WATCH.wanted)
+    feed.add("..")
+    while int(feed.store.read(ROLE, "cfg_b", "candidate")[-1].id.split("-")[0]) <= stamp:
+        feed.add(".")  # still the first batch's millisecond: the new stage starts after it
+    fresh = states.advance(ROLE, "200.000000", [later])[0].detectors
+    assert fresh[RUN_FAILURE].n < len(feed.runs) and fresh[RUN_FAILURE].events == 0
+    assert redis_conn.exists(drift_key(ROLE, "cfg_b", "candidate", EPOCH, RUN_FAILURE))
+    other_h = {m: Params(0.05, 0.1, 9.0, 0) for m in METRICS}
+    restarted = states.advance(ROLE, EPOCH, [Watch("cfg_b", "candidate", None, other_h)])
+    detector = restarted[0].detectors[RUN_FAILURE]
+    assert detector.params.h == 9.0 and detector.n == len(feed.runs)
+
+
+def test_p0_from_the_window_aggregate_and_when_it_restarts() -> None:
+    """p0 is the aggregate's rate once it has min_reference runs; a doubled reference restarts."""
+    window = WindowStats({"n": 40, "passes": 36, "error_runs": 2, "forbidden": 0})
+    policy = DriftPolicy(shift=0.05, h=4.0)
+    assert params_for(RUN_FAILURE, policy, window, 50) is None
+    params = params_for(RUN_FAILURE, policy, window, 20)
+    assert params == Params(0.1, 0.05, 4.0, 40)
+    assert params_for(TOOL_ERROR, policy, window, 20) == Params(0.05, 0.05, 4.0, 40)
+    assert params_for(FORBIDDEN_CALL, policy, window, 20) == Params(0.001, 0.05, 4.0, 40)
+    fixed = DriftPolicy(baseline={RUN_FAILURE: 0.2})
+    assert params_for(RUN_FAILURE, fixed, WindowStats(), 20) == Params(0.2, 0.05, 5.0, 0)
+    detector = Detector(RUN_FAILURE, params)
+    assert not detector.outdated(Params(0.12, 0.05, 4.0, 79))
+    assert detector.outdated(Params(0.12, 0.05, 4.0, 80))
+    assert detector.outdated(Params(0.1, 0.05, 5.0, 40))
+    settled = Detector(RUN_FAILURE, Params(0.1, 0.05, 4.0, SETTLED_REFERENCE))
+    assert not settled.outdated(Params(0.2, 0.05, 4.0, 10 * SETTLED_REFERENCE))
