@@ -6,11 +6,11 @@ Starts a private embedded valkey-server seeded with bindings.example.json (as
 bench.resolve does), builds the router four times on it: without the logs and metrics
 hooks (the baseline), with metrics only, with both (what ships), and with both
 but ROLEGATE_LOG_RESOLVES=0, then calls each app's WSGI entry directly with a prebuilt resolve request (no sockets, so
-the figures are the hooks' cost, not loopback noise) and alternates them
-for `--rounds` rounds so drift on a shared machine hits all alike. Log lines go
-to /dev/null through the real handler, so the write itself is counted. Also
-runs the same with multiprocess metrics (PROMETHEUS_MULTIPROC_DIR) in a
-subprocess, since that is what gunicorn uses.
+the figures are the hooks' cost, not loopback noise). Each variant runs in a
+fresh process, alternating for `--rounds` rounds so drift on a shared machine
+hits all alike; the best round counts. Log lines go to /dev/null through the
+real handler, so the write itself is counted. Everything runs twice: with
+single-process metrics and with PROMETHEUS_MULTIPROC_DIR set, as under gunicorn.
 """
 
 from __future__ import annotations
@@ -76,34 +76,45 @@ def caller(app: Any) -> Callable[[int], None]:
     return call
 
 
-def measure(url: str, requests: int, rounds: int) -> dict[str, float]:
-    """Microseconds per resolve for each variant, best of `rounds` alternations."""
+def measure(url: str, variant: str, requests: int) -> float:
+    """Microseconds per resolve of one variant, in this process (a fresh one per call).
+
+    One app per process: several Flask apps in one process would share (and
+    overflow) the `re` module's pattern cache that werkzeug's router leans on,
+    and the apps built later would look slower for a reason unrelated to them.
+    """
     events = logging.getLogger("rolegate.events")
     sink = open(os.devnull, "w")  # noqa: SIM115 - closed below
-    handler = logging.StreamHandler(sink)
-    events.handlers[:] = [handler]
+    events.handlers[:] = [logging.StreamHandler(sink)]
     events.propagate = False
     events.setLevel(logging.INFO)
-    apps = {name: build(url, without, overrides)
-            for name, (without, overrides) in VARIANTS.items()}
-    calls = {name: caller(app) for name, app in apps.items()}
-    for call in calls.values():  # warm: load the binding copy, fill caches
-        for i in range(500):
-            call(i)
-    best = {name: float("inf") for name in calls}
+    without, overrides = VARIANTS[variant]
+    app = build(url, without, overrides)
+    call = caller(app)
     try:
-        for _ in range(rounds):
-            for name, call in calls.items():
-                started = time.perf_counter()
-                for i in range(requests):
-                    call(i)
-                best[name] = min(best[name], (time.perf_counter() - started) / requests * 1e6)
+        for i in range(500):  # warm: load the binding copy, fill caches
+            call(i)
+        started = time.perf_counter()
+        for i in range(requests):
+            call(i)
+        return (time.perf_counter() - started) / requests * 1e6
     finally:
-        for app in apps.values():
-            app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].cache.stop()
         events.handlers[:] = []
         sink.close()
-    return best
+
+
+def run_child(url: str, variant: str, requests: int, multiprocess: str | None) -> float:
+    """Measure `variant` in a fresh interpreter (with PROMETHEUS_MULTIPROC_DIR if given)."""
+    env = {k: v for k, v in os.environ.items() if k != "PROMETHEUS_MULTIPROC_DIR"}
+    if multiprocess is not None:
+        env["PROMETHEUS_MULTIPROC_DIR"] = multiprocess
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.observability", "--child", variant, "--redis", url,
+         "--requests", str(requests)],
+        env=env, capture_output=True, text=True, check=True)
+    micros: float = json.loads(out.stdout.strip().splitlines()[-1])
+    return micros
 
 
 def report(title: str, best: dict[str, float]) -> None:
@@ -116,29 +127,29 @@ def report(title: str, best: dict[str, float]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the comparison, in this process and under multiprocess metrics."""
+    """Run every variant in its own process, alternating, single- and multiprocess metrics."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=5_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--redis", help=argparse.SUPPRESS)
-    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--child", choices=list(VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.json:  # the multiprocess child: print figures as JSON
-        print(json.dumps(measure(args.redis, args.requests, args.rounds)))
+    if args.child:
+        print(json.dumps(measure(args.redis, args.child, args.requests)))
         return 0
     from bench.resolve import private_redis
 
-    with private_redis() as (url, _data_dir):
-        report(f"in-process WSGI, {args.requests} resolves x best of {args.rounds} rounds "
-               "(single-process metrics)", measure(url, args.requests, args.rounds))
-        with tempfile.TemporaryDirectory() as prom:
-            env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": prom}
-            out = subprocess.run(
-                [sys.executable, "-m", "bench.observability", "--json", "--redis", url,
-                 "--requests", str(args.requests), "--rounds", str(args.rounds)],
-                env=env, capture_output=True, text=True, check=True)
-            report("same, multiprocess metrics (as under gunicorn)",
-                   json.loads(out.stdout.strip().splitlines()[-1]))
+    modes = {"single-process metrics": False, "multiprocess metrics (as under gunicorn)": True}
+    best = {mode: {name: float("inf") for name in VARIANTS} for mode in modes}
+    with private_redis() as (url, _data_dir), tempfile.TemporaryDirectory() as prom:
+        for _ in range(args.rounds):
+            for mode, multi in modes.items():
+                for name in VARIANTS:
+                    micros = run_child(url, name, args.requests, prom if multi else None)
+                    best[mode][name] = min(best[mode][name], micros)
+    for mode in modes:
+        report(f"in-process WSGI, {mode}: {args.requests} resolves, best of {args.rounds} "
+               "rounds, one process per variant and round", best[mode])
     return 0
 
 
