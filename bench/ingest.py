@@ -18,8 +18,11 @@ processes on keep-alive connections, each for `--seconds`:
 Prints traces/s batched, single-POST and bare rates and their ratio, each
 phase's gunicorn-worker CPU per request (read from /proc: unlike the rates it
 barely moves with the load other processes put on the machine), and the gate's
-latency: the aggregate part alone, and the whole endpoint with every section. Targets (issue 3): >= 10,000 traces/s batched; single >= 0.8 x
-bare; gate < 0.5 s.
+latency: the aggregate part alone; the drift section replayed from the streams
+as it was built before its detectors were kept (the baseline); the whole
+endpoint while cold detectors catch up, once caught up, and with a `--batch`
+of new runs posted before each read. Targets (issue 3): >= 10,000 traces/s
+batched; single >= 0.8 x bare; gate < 0.5 s.
 """
 
 from __future__ import annotations
@@ -189,35 +192,118 @@ def window_n(redis_url: str) -> int:
         connection.close()
 
 
-def time_gate(url: str, redis_url: str, rounds: int = 15) -> None:
-    """Time GET /gate, and the aggregate part of it in-process, over the filled window."""
-    from bindings.store import BindingStore
-    from bindings.traces import TraceStore
-    from router.api_gate import arms_section, comparison_section, gate_context
-
-    session = requests.Session()
-    timings, n = [], 0
+def _gets(session: requests.Session, url: str, rounds: int,
+          between: Any = None) -> tuple[list[float], dict[str, Any]]:
+    """Time `rounds` GET /gate (calling `between()` untimed before each); the last answer."""
+    timings, view = [], {}
     for _ in range(rounds):
+        if between is not None:
+            between()
         started = time.perf_counter()
         r = session.get(f"{url}/v1/roles/{ROLE}/gate", headers=HEADERS, timeout=60)
         timings.append(time.perf_counter() - started)
         r.raise_for_status()
-        n = r.json()["arms"]["candidate"]["n"]
-    session.close()
+        view = r.json()
+    return timings, view
+
+
+def _ms(timings: list[float]) -> str:
+    return f"median {statistics.median(timings) * 1e3:.1f} ms, max {max(timings) * 1e3:.1f} ms"
+
+
+def replayed_drift(connection: redis.Redis) -> dict[str, Any]:
+    """The drift section as it was built before its detectors were kept: a full replay."""
+    from bindings.store import BindingStore
+    from bindings.traces import TraceStore
+    from gatekeeper.drift import drift_view
+    from router.gate_sections import REFERENCE_RUNS, candidate_arm, latest, since
+
+    traces = TraceStore(connection)
+    binding = BindingStore(connection).get(ROLE).binding
+    assert binding.candidate is not None
+    reference = latest(traces, ROLE, binding.current, "current", REFERENCE_RUNS)
+    candidate = since(traces, ROLE, binding.candidate, candidate_arm(binding.stage),
+                      binding.stage_since)
+    return drift_view(candidate, reference, binding.gate.drift)
+
+
+def time_gate(url: str, redis_url: str, batch: str, rounds: int = 15) -> None:
+    """Time GET /gate, its aggregate part and its drift part, over the filled window.
+
+    The drift part both ways in one run: replayed from the streams (as before)
+    and advanced from the kept detectors (cold, catching up, then steady).
+    """
+    from bindings.drift_state import DRIFT_KEY_TEMPLATE, MAX_ADVANCE
+    from bindings.store import BindingStore
+    from bindings.traces import TraceStore
+    from router.api_gate import arms_section, comparison_section, gate_context
+
     connection = redis.Redis.from_url(redis_url)
     store, traces = BindingStore(connection), TraceStore(connection)
-    core = []
+    core, replayed = [], []
     for _ in range(rounds):
         started = time.perf_counter()
         ctx = gate_context(store, traces, ROLE, time.time())
         arms_section(ctx), comparison_section(ctx)
         core.append(time.perf_counter() - started)
+    for _ in range(rounds):
+        started = time.perf_counter()
+        replayed_drift(connection)
+        replayed.append(time.perf_counter() - started)
+    n = traces.window(ROLE, "cfg_b", "candidate", epoch_now(connection)).n
+    print(f"  gate over window n={n:,}: aggregates+verdicts+comparison (in-process) "
+          f"{_ms(core)}")
+    print(f"  drift section replayed from the streams (before; in-process) {_ms(replayed)}")
+
+    # Cold: no kept detectors, every arm has the whole window ahead of it.
+    stale = connection.keys(DRIFT_KEY_TEMPLATE.format(role=ROLE, config="*", arm="*",
+                                                      epoch="*", metric="*"))
+    if stale:
+        connection.delete(*stale)
+    session = requests.Session()
+    catching, view = [], {}
+    while not view.get("drift", {}).get("caught_up") and len(catching) < 200:
+        spent, view = _gets(session, url, 1)
+        catching += spent
+    print(f"  GET /gate, cold detectors catching up (<= {MAX_ADVANCE:,} runs per arm per read): "
+          f"{len(catching)} reads, first {catching[0] * 1e3:.1f} ms, {_ms(catching)}")
+    idle, view = _gets(session, url, rounds)
+    cusum = view["drift"]["candidate"]["run_failure"]
+    print(f"  GET /v1/roles/{ROLE}/gate (every section), detectors caught up (n={cusum['n']:,}), "
+          f"no new runs: {_ms(idle)}   (target < 500 ms)")
+    port = int(url.rsplit(":", 1)[1])
+    runs_per = batch.count('"run_id"')
+    count = iter(range(10 ** 6))
+    stamp = time.time()
+
+    def post_batch() -> None:
+        poster = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        poster.request("POST", "/v1/traces", headers=HEADERS,
+                       body=batch.replace("RUNID", f"gate{next(count)}-{stamp}"))
+        response = poster.getresponse()
+        response.read()
+        poster.close()
+        if response.status != 200:
+            raise SystemExit(f"/v1/traces answered {response.status}")
+
+    fresh, view = _gets(session, url, rounds, post_batch)
+    session.close()
+    cusum = view["drift"]["candidate"]["run_failure"]
+    print(f"  GET /v1/roles/{ROLE}/gate (every section), {runs_per} new runs before each read "
+          f"(n={cusum['n']:,}, caught_up={view['drift']['caught_up']}): {_ms(fresh)}")
+    print(f"  drift before/after (median, steady, {runs_per} new runs per read): replay "
+          f"{statistics.median(replayed) * 1e3:.1f} ms vs whole view "
+          f"{statistics.median(fresh) * 1e3:.1f} ms: "
+          f"{statistics.median(replayed) / statistics.median(fresh):.1f}x")
     connection.close()
-    print(f"  gate over window n={n:,}: aggregates+verdicts+comparison (in-process) median "
-          f"{statistics.median(core) * 1e3:.1f} ms, max {max(core) * 1e3:.1f} ms")
-    print(f"  GET /v1/roles/{ROLE}/gate (every section): median "
-          f"{statistics.median(timings) * 1e3:.1f} ms, max {max(timings) * 1e3:.1f} ms"
-          f"   (target < 500 ms)")
+
+
+def epoch_now(connection: redis.Redis) -> str:
+    """The role's current window epoch."""
+    from bindings.store import BindingStore
+    from bindings.traces import epoch_of
+
+    return epoch_of(BindingStore(connection).get(ROLE).binding)
 
 
 def main() -> None:
@@ -269,7 +355,7 @@ def main() -> None:
             # Fill the candidate window up to --window traces (untimed), then time the gate.
             while window_n(redis_url) < args.window:
                 phase(pool, port, "/v1/traces", batch, args.clients, 2.0)
-        time_gate(url, redis_url)
+        time_gate(url, redis_url, batch)
 
 
 if __name__ == "__main__":

@@ -272,17 +272,21 @@ class Detector:
             return mine.p0 != wanted.p0
         return mine.reference < SETTLED_REFERENCE and wanted.reference >= 2 * mine.reference
 
-    def advance(self, entries: Iterable[tuple[str, Run]]) -> Detector:
-        """The detector after the `entries` (stream id, run) newer than `last_id`, in order."""
+    def advance(self, entries: Sequence[tuple[str, Run]]) -> Detector:
+        """The detector after the `entries` (stream id, run; oldest first) newer than `last_id`."""
         after = stream_order(self.last_id)
+        # Entries come oldest first; those up to last_id were counted already (another
+        # detector of the arm was behind, so the read started earlier).
+        fresh = entries
+        skip = 0
+        while skip < len(fresh) and stream_order(fresh[skip][0]) <= after:
+            skip += 1
         params = self.params
         cusum = Cusum(p0=params.p0, p1=params.p1, h=params.h, s=self.s, alarms=self.alarms)
         signal = METRICS[self.metric]
         n, events, last = self.n, self.events, self.last_id
         first_at, first_id = self.first_alarm_at, self.first_alarm_id
-        for entry_id, run in entries:
-            if stream_order(entry_id) <= after:
-                continue  # already counted: another detector of the arm was behind
+        for entry_id, run in fresh[skip:]:
             n += 1
             event = signal(run)
             events += int(event)

@@ -208,3 +208,15 @@ def test_p0_from_the_window_aggregate_and_when_it_restarts() -> None:
     assert detector.outdated(Params(0.1, 0.05, 5.0, 40))
     settled = Detector(RUN_FAILURE, Params(0.1, 0.05, 4.0, SETTLED_REFERENCE))
     assert not settled.outdated(Params(0.2, 0.05, 4.0, 10 * SETTLED_REFERENCE))
+
+
+def test_detector_fed_in_chunks_matches_replay_and_skips_counted_entries() -> None:
+    """Pure: overlapping chunks count each entry once and end where replay ends."""
+    runs = [Run(f"k{i}", passed=c == ".") for i, c in enumerate("..FF.F..FFFF.F.FFF..")]
+    entries = [(f"{1000 + i}-0", run) for i, run in enumerate(runs)]
+    detector = Detector(RUN_FAILURE, Params(0.1, 0.1, 2.0, 0))
+    for low, high in ((0, 7), (3, 12), (12, 12), (5, 20)):
+        detector = detector.advance(entries[low:high])
+    assert detector.report() == replay(RUN_FAILURE, runs, p0=0.1, shift=0.1, h=2.0)
+    assert detector.last_id == "1019-0" and detector.report().alarms >= 1
+    assert detector.first_alarm_id == entries[(detector.first_alarm_at or 0) - 1][0]
