@@ -261,7 +261,8 @@ def time_gate(url: str, redis_url: str, batch: str, rounds: int = 15) -> None:
     if stale:
         connection.delete(*stale)
     session = requests.Session()
-    catching, view = [], {}
+    catching: list[float] = []
+    view: dict[str, Any] = {}
     while not view.get("drift", {}).get("caught_up") and len(catching) < 200:
         spent, view = _gets(session, url, 1)
         catching += spent

@@ -8,7 +8,7 @@ here from the same trace streams with the same detectors.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,33 +137,46 @@ def pass_rates(traces: TraceStore, record: VersionedBinding, now: float) -> dict
     return {arm: pass_rate_series(found, span=span) for arm, found in read.items() if found}
 
 
-def cusum_paths(traces: TraceStore, record: VersionedBinding,
-                now: float) -> tuple[str, dict[str, list[Point]]]:
+def cusum_paths(traces: TraceStore, record: VersionedBinding, now: float,
+                drift: Mapping[str, Any] | None = None) -> tuple[str, dict[str, list[Point]]]:
     """The watched arm and its CUSUM path per metric, p0 taken as the gate takes it.
 
-    A candidate in shadow, canary or full is watched against the current's rates;
-    a role without one shows the current's newer half against its older half.
+    A candidate in shadow, canary or full is watched against the current's rates.
+    With the gate view's `drift` section, each path runs over the arm's stage runs
+    with the p0 of the gate's own detector (none where the gate has none yet), as
+    the gate counts them; without it, p0 comes from the newest current runs, and a
+    role without a candidate shows the current's newer half against its older half.
     """
     binding = record.binding
     policy = binding.gate.drift
-    reference = latest(traces, record.role, binding.current, "current", REFERENCE_RUNS)
     if binding.candidate is not None and binding.stage in (Stage.SHADOW, Stage.CANARY,
                                                             Stage.FULL):
-        arm = candidate_arm(binding.stage)
-        watched = [run_of(s) for s in traces.read(record.role, binding.candidate, arm,
-                                                  since=binding.stage_since,
-                                                  count=MAX_CHART_TRACES)]
+        name, arm, config = "candidate", candidate_arm(binding.stage), binding.candidate
     else:
-        arm = "current"
-        half = len(reference) // 2
-        watched, reference = reference[half:], reference[:half]
+        name, arm, config = "current", "current", binding.current
     paths: dict[str, list[Point]] = {}
-    if not policy.enabled or not watched:
+    if not policy.enabled:
         return arm, paths
-    for metric in METRICS:
-        p0 = baseline(metric, policy, reference)
-        if p0 is not None:
-            paths[metric] = cusum_path(metric, watched, p0=p0, shift=policy.shift, h=policy.h)
+    if drift is not None:
+        detectors = drift.get(name, {})
+        watched = [run_of(s) for s in traces.read(record.role, config, arm,
+                                                  since=binding.stage_since,
+                                                  count=MAX_CHART_TRACES)] if detectors else []
+        p0s = {m: float(d["p0"]) for m, d in detectors.items() if m in METRICS}
+    else:
+        reference = latest(traces, record.role, binding.current, "current", REFERENCE_RUNS)
+        if name == "candidate":
+            watched = [run_of(s) for s in traces.read(record.role, config, arm,
+                                                      since=binding.stage_since,
+                                                      count=MAX_CHART_TRACES)]
+        else:
+            half = len(reference) // 2
+            watched, reference = reference[half:], reference[:half]
+        p0s = {m: p0 for m in METRICS if (p0 := baseline(m, policy, reference)) is not None}
+    if not watched:
+        return arm, paths
+    for metric, p0 in p0s.items():
+        paths[metric] = cusum_path(metric, watched, p0=p0, shift=policy.shift, h=policy.h)
     return arm, paths
 
 
@@ -175,7 +188,7 @@ def role_detail(store: BindingStore, traces: TraceStore, role: str, now: float) 
         # The binding moved between the two reads; show one consistent version.
         view = gate_view(store, traces, role, now)
         record = store.get(role)
-    watched, cusum = cusum_paths(traces, record, now)
+    watched, cusum = cusum_paths(traces, record, now, view.get("drift"))
     paired = view.get("paired")
     if "paired" not in view:
         # Older gate views carry no paired section; compute it the way the gatekeeper does.

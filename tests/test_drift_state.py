@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -220,3 +221,43 @@ def test_detector_fed_in_chunks_matches_replay_and_skips_counted_entries() -> No
     assert detector.report() == replay(RUN_FAILURE, runs, p0=0.1, shift=0.1, h=2.0)
     assert detector.last_id == "1019-0" and detector.report().alarms >= 1
     assert detector.first_alarm_id == entries[(detector.first_alarm_at or 0) - 1][0]
+
+
+def test_gate_view_advances_kept_detectors_as_runs_arrive(client: Any) -> None:
+    """The gate view's drift counts each new run once, p0 frozen from current's aggregate."""
+    from router.dashboard_data import role_detail
+    from tests.conftest import CALLER, OPERATOR, auth
+    from tests.population import trace
+
+    policy = {"thresholds": {"min_samples": 20},
+              "invariants": {"artifact_exists": ["out.md"], "forbidden_tools": ["delete_all"]},
+              "drift": {"shift": 0.1, "h": 4.0}}
+    answer = client.put("/v1/bindings/d", headers=auth(OPERATOR), json={
+        "current": "cfg-a", "candidate": "cfg-bad", "stage": "shadow", "gate": policy})
+    assert answer.status_code == 201, answer.text
+
+    def post(low: int, high: int) -> dict[str, Any]:
+        traces = [trace("d", config, arm, i, "t") for i in range(low, high)
+                  for config, arm in (("cfg-a", "current"), ("cfg-bad", "shadow"))]
+        assert client.post("/v1/traces", headers=auth(CALLER),
+                           json={"traces": traces}).status_code == 200
+        view = client.get("/v1/roles/d/gate", headers=auth(CALLER))
+        assert view.status_code == 200
+        drift: dict[str, Any] = view.get_json()["drift"]
+        return drift
+
+    assert post(0, 10)["candidate"] == {}  # 10 current runs: too few to freeze p0
+    first = post(10, 40)["candidate"][RUN_FAILURE]
+    assert (first["n"], first["reference"], first["p0"]) == (40, 40, 0.05)
+    drift = post(40, 70)
+    later = drift["candidate"][RUN_FAILURE]
+    assert (later["n"], later["reference"], later["p0"]) == (70, 40, 0.05)
+    assert drift["caught_up"] is True and later["caught_up"] is True
+    assert drift["current"][RUN_FAILURE]["n"] == 70
+    shadow = [Run(f"job-{i}", passed=i % 20 not in (0, 1, 2)) for i in range(70)]
+    expected = replay(RUN_FAILURE, shadow, p0=0.05, shift=0.1, h=4.0).as_dict()
+    assert {k: later[k] for k in expected} == expected
+    app = client.application
+    detail = role_detail(app.extensions["rolegate"].store,
+                         TraceStore(app.extensions["rolegate"].redis), "d", time.time())
+    assert set(detail["cusum"]) == set(drift["candidate"]) == set(METRICS)
