@@ -118,8 +118,10 @@ def compare(pairs: Sequence[Pair], *, alpha: float, min_samples: int,
         if gone:
             blocking.append({"key": pair.key, "lost": gone})
     one_sided, two_sided = mcnemar_exact(len(regressed), len(improved))
-    verdict, reasons = _verdict(len(pairs), len(regressed), len(improved), one_sided,
-                                blocking, alpha=alpha, min_samples=min_samples)
+    lost = sorted({tool for item in blocking for tool in item["lost"]})
+    verdict, reasons = shadow_verdict(len(pairs), len(regressed), len(improved), one_sided,
+                                      len(blocking), lost, alpha=alpha,
+                                      min_samples=min_samples)
     return PairedReport(
         pairs=len(pairs), both_pass=both_pass, both_fail=both_fail,
         regressions=len(regressed), improvements=len(improved),
@@ -130,13 +132,17 @@ def compare(pairs: Sequence[Pair], *, alpha: float, min_samples: int,
     )
 
 
-def _verdict(pairs: int, regressions: int, improvements: int, p_one_sided: float,
-             blocking: list[dict[str, Any]], *, alpha: float,
-             min_samples: int) -> tuple[str, list[str]]:
+def shadow_verdict(pairs: int, regressions: int, improvements: int, p_one_sided: float,
+                   blocking: int, lost: Sequence[str], *, alpha: float,
+                   min_samples: int) -> tuple[str, list[str]]:
+    """The shadow verdict and its reasons from the counts: `blocking` pairs lost `lost` tools.
+
+    Counts only, so a one-shot `compare` and the running tally the gate view
+    keeps (`gatekeeper.pair_tally`) judge alike.
+    """
     reasons: list[str] = []
     if blocking:
-        lost = sorted({tool for item in blocking for tool in item["lost"]})
-        reasons.append(f"{len(blocking)} paired runs lost required tools {lost}")
+        reasons.append(f"{blocking} paired runs lost required tools {sorted(lost)}")
     # One look at the end of the sample, so alpha means what it says.
     if pairs >= min_samples and p_one_sided < alpha:
         reasons.append(f"candidate worse: {regressions} pass->fail vs {improvements} "

@@ -1,10 +1,11 @@
 """The gatekeeper's sections of the gate view: "paired" (shadow) and "drift" (CUSUM).
 
-"paired" is replayed from the ordered trace streams on every read. "drift"
-advances detectors kept in Redis (`bindings.drift_state`) over the runs that
-arrived since the last read, with p0 from the current arm's running aggregate
-or the policy's fixed baseline, so its cost follows what arrived, not the
-stage's size; any number of gatekeepers still see the same numbers.
+Both keep their state in Redis and advance it over the runs that arrived since
+the last read, so their cost follows what arrived, not the stage's size, and
+any number of gatekeepers still see the same numbers: "paired" a running
+pairing tally (`bindings.paired_state`), "drift" CUSUM detectors
+(`bindings.drift_state`) with p0 from the current arm's running aggregate or
+the policy's fixed baseline.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 from bindings.models import Stage
 from bindings.drift_state import DriftStates, Watch, run_of_fields
+from bindings.paired_state import Arms, PairedStates
 from bindings.store import _redis_errors
 from bindings.traces import StoredTrace, TraceStore, stream_key
 from gatekeeper.drift import METRICS, disabled_view, params_for, section
-from gatekeeper.pairing import Run, compare, pair_runs
+from gatekeeper.pairing import Run
 
 if TYPE_CHECKING:
     from router.api_gate import GateContext
 
-#: Most traces replayed per arm per read: bounds the cost of one gate view.
+#: Most traces `since` reads per arm by default: bounds one replaying read.
 MAX_REPLAY = 20_000
 #: Newest current-arm runs the dashboard's CUSUM chart takes p0 from.
 REFERENCE_RUNS = 2_000
@@ -52,27 +54,33 @@ def since(traces: TraceStore, role: str, config: str, arm: str, start: float | N
     return [run_of_fields(fields) for _, fields in entries]
 
 
-def _since_stage(ctx: GateContext, config: str, arm: str) -> list[Run]:
-    return since(ctx.traces, ctx.role, config, arm, ctx.record.binding.stage_since)
-
-
 def candidate_arm(stage: Stage) -> str:
     """Which trace arm carries the candidate's runs in `stage`."""
     return "shadow" if stage is Stage.SHADOW else "candidate"
 
 
 def paired_section(ctx: GateContext) -> dict[str, Any] | None:
-    """In shadow: current and shadow runs of the same jobs, paired and compared."""
+    """In shadow: current and shadow runs of the same jobs, paired and compared.
+
+    The kept tally advanced over the runs since its last read (at most
+    `paired_state.MAX_ADVANCE` per arm; `caught_up` is false while it is behind),
+    plus how many keys wait for a mate and how many were dropped per arm.
+    """
     binding = ctx.record.binding
     if binding.stage is not Stage.SHADOW or binding.candidate is None:
         return None
-    current = _since_stage(ctx, binding.current, "current")
-    shadow = _since_stage(ctx, binding.candidate, "shadow")
+    arms = Arms(ctx.role, ctx.epoch, binding.current, binding.candidate, binding.stage_since)
+    paired = PairedStates(ctx.traces.connection).advance(
+        arms, binding.gate.invariants.required_tools)
     thresholds = binding.gate.thresholds
-    report = compare(pair_runs(current, shadow), alpha=thresholds.alpha,
-                     min_samples=thresholds.min_samples,
-                     required_tools=binding.gate.invariants.required_tools)
-    return report.as_dict()
+    view = paired.tally.report(alpha=thresholds.alpha,
+                               min_samples=thresholds.min_samples).as_dict()
+    view["caught_up"] = paired.caught_up
+    view["waiting"] = paired.waiting
+    view["dropped"] = paired.dropped
+    view["last_ids"] = {"current": paired.tally.last_current or None,
+                        "shadow": paired.tally.last_shadow or None}
+    return view
 
 
 def drift_section(ctx: GateContext) -> dict[str, Any]:
