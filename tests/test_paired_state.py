@@ -107,7 +107,8 @@ def test_pure_tally_in_random_chunks_matches_one_shot(seed: int) -> None:
         return out
 
     current, shadow = entries(0, 500), entries(1, 450)
-    tally, waiting = Tally(required=REQUIRED), {}
+    tally = Tally(required=REQUIRED)
+    waiting: dict[str, Queue] = {}
     at = {"c": 0, "s": 0}
     while at["c"] < len(current) or at["s"] < len(shadow):
         take_c, take_s = rng.randrange(40), rng.randrange(40)
