@@ -194,7 +194,7 @@ def run(runs: int, batch: int, rounds: int) -> None:
         print(f"  gate_view, paired kept, caught up, no new runs:                    "
               f"{_ms(idle)}   pairs={new['paired']['pairs']:,}")
         fresh, new = timed(view, rounds, lambda: fill.add(batch))
-        print(f"  gate_view, paired kept, {batch} new jobs per arm stored before each read:"
+        print(f"  gate_view, paired kept, {batch} new jobs per arm stored before each read: "
               f"{_ms(fresh)}   pairs={new['paired']['pairs']:,}, "
               f"caught_up={new['paired']['caught_up']}   (target < 500 ms)")
 
