@@ -48,6 +48,9 @@ class Thresholds(Frozen):
     min_samples: int = Field(50, ge=1)
     #: One-sided McNemar alpha for the paired shadow comparison.
     alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    #: Paired shadow runs needed before shadow may pass (None: min_samples). Size it
+    #: for power against the smallest drop worth catching before users see it.
+    min_shadow_pairs: int | None = Field(None, ge=1)
     #: A stage must last at least this long before the gatekeeper advances it.
     min_stage_seconds: float = Field(0.0, ge=0.0)
     #: How long the full stage bakes before the candidate becomes stable.

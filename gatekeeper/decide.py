@@ -9,15 +9,20 @@ The rule, in order (the first that applies wins):
    the current arm's rates): roll back. This is the fast path for large regressions;
 4. in shadow, the paired comparison fails (a required tool lost, or McNemar
    one-sided p < alpha once there are min_samples pairs): roll back;
-5. too few traces (gate `insufficient_data`, or in shadow too few pairs): hold;
-6. the candidate is worse than the current arm over the same stage, by a one-sided
-   test at alpha (one look per stage, at its end): roll back;
+5. in shadow, the sequential McNemar test (`gatekeeper.sequential`) rejects at
+   alpha: roll back. It is read at every tick and stays valid at every tick, so
+   a clear regression stops after a few dozen flips, not at the stage's end;
+6. too few traces (gate `insufficient_data`, or in shadow fewer pairs than
+   `min_shadow_pairs`, default min_samples): hold;
 7. the stage has not lasted min_stage_seconds (full: bake_seconds): hold;
-8. otherwise: advance one step.
+8. the candidate is worse than the current arm over the same stage, by a one-sided
+   test at alpha: roll back. Taken last, it is read once per stage: on the one tick
+   that either advances or rolls back, never again on each tick of a hold;
+9. otherwise: advance one step.
 
-Slow, small regressions are judged on stage-cumulative windows with one look
-per stage, so alpha per stage means what it says; CUSUM watches every run
-between the looks for the large ones.
+Shadow is where the paired evidence is free for users (its output is discarded),
+so `min_shadow_pairs` sizes it for power against the smallest drop worth
+catching; CUSUM watches every run for the large ones.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
-from bindings.models import Binding, Stage, VersionedBinding
+from bindings.models import Binding, Stage, Thresholds, VersionedBinding
+from gatekeeper.sequential import flip_test, flips_of
 from gatekeeper.statistics import difference_interval
 
 LIVE_STAGES = frozenset({Stage.SHADOW, Stage.CANARY, Stage.FULL})
@@ -84,6 +90,13 @@ class Decision:
                 "alerts": list(self.alerts)}
 
 
+def shadow_pairs_needed(thresholds: Thresholds) -> int:
+    """Paired runs shadow needs before it may pass: min_shadow_pairs, else min_samples."""
+    if thresholds.min_shadow_pairs is None:
+        return thresholds.min_samples
+    return max(thresholds.min_samples, thresholds.min_shadow_pairs)
+
+
 def required_seconds(binding: Binding) -> float:
     """How long the binding's current stage must last before it may advance."""
     thresholds = binding.gate.thresholds
@@ -119,18 +132,30 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     if paired is not None and paired.get("verdict") == "fail":
         return make(Action.ROLLBACK, "shadow comparison failed: "
                     + "; ".join(paired.get("reasons", [])))
+    if paired is not None:
+        sequential = flip_test(*flips_of(paired), alpha=thresholds.alpha)
+        if sequential.reject:
+            return make(Action.ROLLBACK,
+                        f"shadow sequential McNemar: {sequential.regressions} pass->fail vs "
+                        f"{sequential.improvements} fail->pass, likelihood ratio "
+                        f"e^{sequential.log_ratio:.2f} >= 1/alpha (alpha {thresholds.alpha:g})",
+                        sequential=sequential.as_dict())
     if evidence.verdict != "pass":
         return make(Action.HOLD, "waiting for data: " + "; ".join(evidence.reasons))
     if paired is not None and paired.get("verdict") != "pass":
         return make(Action.HOLD, "waiting for pairs: " + "; ".join(paired.get("reasons", [])))
-    worse = _worse_than_current(evidence, thresholds.alpha)
-    if worse is not None:
-        return make(Action.ROLLBACK, worse)
+    if paired is not None and int(paired.get("pairs", 0)) < shadow_pairs_needed(thresholds):
+        return make(Action.HOLD, f"waiting for pairs: {int(paired.get('pairs', 0))} of "
+                    f"min_shadow_pairs {shadow_pairs_needed(thresholds)}")
     since = binding.stage_since if binding.stage_since is not None else now
     elapsed, needed = now - since, required_seconds(binding)
     if elapsed < needed:
         return make(Action.HOLD, f"stage has lasted {elapsed:.0f}s of {needed:.0f}s",
                     elapsed_s=round(elapsed, 3), required_s=needed)
+    # The stage's one look at the unpaired comparison: this tick advances or rolls back.
+    worse = _worse_than_current(evidence, thresholds.alpha)
+    if worse is not None:
+        return make(Action.ROLLBACK, worse)
     return make(Action.ADVANCE, f"gate passed on {evidence.n} traces after {elapsed:.0f}s",
                 elapsed_s=round(elapsed, 3))
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from pydantic import ValidationError
 
 from bindings.errors import IllegalTransition
 from bindings.models import Binding, GatePolicy, Stage, Thresholds, VersionedBinding
-from gatekeeper.decide import Action, Evidence, decide
+from gatekeeper.decide import Action, Evidence, decide, shadow_pairs_needed
 from gatekeeper.stages import TRANSITIONS, Event, apply
 
 NOW = 1_000_000.0
@@ -159,3 +160,61 @@ def test_pause_and_resume_flip_only_the_flag(stage: Stage) -> None:
     assert not resumed.paused and resumed.stage is stage
     with pytest.raises(IllegalTransition):
         apply(resumed, Event.RESUME, 8.0)
+
+
+# -- shadow sizing, the sequential McNemar test, one unpaired look per stage -------
+
+def _shadow(min_shadow_pairs: int | None) -> VersionedBinding:
+    thresholds = POLICY.thresholds.model_copy(update={"min_shadow_pairs": min_shadow_pairs})
+    binding = Binding(current="cfg-a", candidate="cfg-b", stage=Stage.SHADOW,
+                      gate=POLICY.model_copy(update={"thresholds": thresholds}),
+                      stage_since=NOW - 120)
+    return VersionedBinding(role="r", version=7, binding=binding, updated_at=NOW - 120,
+                            updated_by="t")
+
+
+def test_sequential_mcnemar_rolls_back_before_enough_data() -> None:
+    """Lopsided flips roll shadow back at once, even while the gate still wants data."""
+    paired = {"verdict": "insufficient", "reasons": ["12 pairs"], "pairs": 12,
+              "flips": {"pass_to_fail": 12, "fail_to_pass": 0}}
+    evidence = Evidence(verdict="insufficient_data", n=12, passes=0, paired=paired)
+    decision = decide("r", _shadow(None), evidence, NOW)
+    assert decision.action is Action.ROLLBACK and "sequential McNemar" in decision.reason
+    assert decision.details["sequential"]["reject"] is True
+
+
+def test_balanced_flips_do_not_trip_the_sequential_test() -> None:
+    """Flips that are as many one way as the other advance a passing shadow."""
+    paired = {**PAIRED_PASS, "flips": {"pass_to_fail": 6, "fail_to_pass": 6}}
+    evidence = Evidence(verdict="pass", n=100, passes=95, paired=paired)
+    assert decide("r", _shadow(None), evidence, NOW).action is Action.ADVANCE
+
+
+def test_shadow_holds_until_min_shadow_pairs() -> None:
+    """A passing shadow holds below min_shadow_pairs and advances once it has them."""
+    record = _shadow(500)
+    short = Evidence(verdict="pass", n=100, passes=95, paired=PAIRED_PASS)
+    decision = decide("r", record, short, NOW)
+    assert decision.action is Action.HOLD and "100 of min_shadow_pairs 500" in decision.reason
+    enough = Evidence(verdict="pass", n=500, passes=475, paired={**PAIRED_PASS, "pairs": 500})
+    assert decide("r", record, enough, NOW).action is Action.ADVANCE
+
+
+def test_shadow_pairs_needed_defaults_to_min_samples() -> None:
+    """Unset, shadow needs min_samples pairs; set, never fewer than min_samples."""
+    assert shadow_pairs_needed(Thresholds(min_samples=20)) == 20
+    assert shadow_pairs_needed(Thresholds(min_samples=20, min_shadow_pairs=800)) == 800
+    assert shadow_pairs_needed(Thresholds(min_samples=20, min_shadow_pairs=5)) == 20
+
+
+def test_min_shadow_pairs_must_be_positive() -> None:
+    """A min_shadow_pairs of 0 is refused by the model."""
+    with pytest.raises(ValidationError):
+        Thresholds(min_shadow_pairs=0)
+
+
+def test_unpaired_look_waits_for_the_stage_end() -> None:
+    """A worse-looking canary still inside min_stage_seconds holds: one look per stage."""
+    evidence = Evidence(verdict="pass", n=400, passes=340, current_n=2000, current_passes=1900)
+    decision = decide("r", _record(Stage.CANARY, 0.5, since=NOW - 10), evidence, NOW)
+    assert decision.action is Action.HOLD and "10s of 60s" in decision.reason
