@@ -212,7 +212,8 @@ def ours(setup: Setup, p_candidate: float, rng: random.Random) -> Outcome:
         evidence = Evidence(
             verdict=verdict.verdict, reasons=tuple(r.message for r in verdict.reasons),
             n=window.n, passes=window.passes, current_n=tally.current_n,
-            current_passes=tally.current_passes, paired=paired,
+            current_passes=tally.current_passes, paired=paired, baseline_failure=p0,
+            baseline_runs=params.reference,
             candidate_alarms=(RUN_FAILURE,) if alarmed[0] else (),
         )
         return decide("sim", record, evidence, now).action
@@ -325,7 +326,7 @@ def main() -> None:
     parser.add_argument("--stage-runs", type=int, default=200,
                         help="canary step and full length (ours: min_samples)")
     parser.add_argument("--rho", type=float, default=0.5)
-    parser.add_argument("--alpha", type=float, default=0.001)
+    parser.add_argument("--alpha", type=float, default=0.0005)
     parser.add_argument("--shift", type=float, default=0.10)
     parser.add_argument("--h", type=float, default=10.0)
     args = parser.parse_args()

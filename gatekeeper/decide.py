@@ -12,6 +12,9 @@ The rule, in order (the first that applies wins):
 5. in shadow, the sequential McNemar test (`gatekeeper.sequential`) rejects at
    alpha: roll back. It is read at every tick and stays valid at every tick, so
    a clear regression stops after a few dozen flips, not at the stage's end;
+   in any live stage, the sequential failure-rate test of the candidate's stage
+   runs against the current arm's rate (the drift detector's frozen p0, taken
+   at its upper 95% bound) rejects at alpha: roll back. Same guarantee, unpaired;
 6. too few traces (gate `insufficient_data`, or in shadow fewer pairs than
    `min_shadow_pairs`, default min_samples): hold;
 7. the stage has not lasted min_stage_seconds (full: bake_seconds): hold;
@@ -34,7 +37,7 @@ from statistics import NormalDist
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
-from gatekeeper.sequential import flip_test, flips_of
+from gatekeeper.sequential import flip_test, flips_of, rate_test, upper_p0
 from gatekeeper.statistics import difference_interval
 
 LIVE_STAGES = frozenset({Stage.SHADOW, Stage.CANARY, Stage.FULL})
@@ -63,6 +66,11 @@ class Evidence:
     current_passes: int = 0
     #: The shadow paired report (pairing.PairedReport.as_dict()), in shadow only.
     paired: Mapping[str, Any] | None = None
+    #: The current arm's failure rate the candidate is tested against (the drift
+    #: detector's run_failure p0); None: no sequential rate test.
+    baseline_failure: float | None = None
+    #: Current runs baseline_failure was measured over (0: a fixed baseline, exact).
+    baseline_runs: int = 0
     #: Metrics whose CUSUM alarms on the candidate, and on the current arm.
     candidate_alarms: tuple[str, ...] = ()
     current_alarms: tuple[str, ...] = ()
@@ -140,6 +148,15 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
                         f"{sequential.improvements} fail->pass, likelihood ratio "
                         f"e^{sequential.log_ratio:.2f} >= 1/alpha (alpha {thresholds.alpha:g})",
                         sequential=sequential.as_dict())
+    if evidence.baseline_failure is not None and 0.0 < evidence.baseline_failure < 1.0:
+        p0 = min(0.999, upper_p0(evidence.baseline_failure, evidence.baseline_runs))
+        rated = rate_test(evidence.n - evidence.passes, evidence.n, p0, alpha=thresholds.alpha)
+        if rated.reject:
+            return make(Action.ROLLBACK,
+                        f"sequential rate test: {rated.failures} of {rated.n} candidate runs "
+                        f"failed against p0 {rated.p0:.4f}, likelihood ratio "
+                        f"e^{rated.log_ratio:.2f} >= 1/alpha (alpha {thresholds.alpha:g})",
+                        sequential=rated.as_dict())
     if evidence.verdict != "pass":
         return make(Action.HOLD, "waiting for data: " + "; ".join(evidence.reasons))
     if paired is not None and paired.get("verdict") != "pass":
@@ -202,6 +219,25 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
         current_n=int(current.get("n", 0)),
         current_passes=int(current.get("passes", 0)),
         paired=view.get("paired"),
+        baseline_failure=_baseline_failure(drift),
+        baseline_runs=_baseline_runs(drift),
         candidate_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "candidate"),
         current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),
     )
+
+
+def _baseline_failure(drift: Mapping[str, Any]) -> float | None:
+    """The run_failure p0 the gate view's candidate detector runs with, if it has one."""
+    detector = (drift.get("candidate") or {}).get("run_failure") or {}
+    p0 = detector.get("p0")
+    # Without the reference count the p0 can't be bounded: no rate test then.
+    if not isinstance(p0, (int, float)) or not isinstance(detector.get("reference"), int):
+        return None
+    return float(p0)
+
+
+def _baseline_runs(drift: Mapping[str, Any]) -> int:
+    """How many current runs that p0 was measured over (0: a fixed baseline)."""
+    detector = (drift.get("candidate") or {}).get("run_failure") or {}
+    reference = detector.get("reference")
+    return int(reference) if isinstance(reference, int) else 0

@@ -1,4 +1,4 @@
-"""A sequential McNemar test: may be read after every pair, and alpha still means what it says.
+"""Sequential tests: may be read after every run, and alpha still means what it says.
 
 The exact McNemar p-value is a one-look test: re-reading it at every tick and
 stopping the first time it dips under alpha raises the false-alarm rate well
@@ -13,7 +13,21 @@ times, is at most alpha. The mixture spares choosing one alternative: a small
 regression (theta near 0.6-0.7) and a large one (0.9) both stop about as soon
 as the best single-theta test would, at a cost of ln(len(THETAS)) nats.
 
-Pure: counts in, a number out; the counts are what the paired report shows.
+`rate_test` is the unpaired counterpart for canary and full, where each job runs
+on one arm only: the candidate's failures over the stage against p0, the
+current arm's failure rate (the drift detector's frozen p0). For each shift d
+the Bernoulli ratio of p0 + d over p0 is a supermartingale while the
+candidate fails at most p0 of the time, so the equal-weight mixture over
+SHIFTS again reaches 1/alpha with chance at most alpha, over the whole stage
+and however often it is read (a CUSUM's false alarms instead grow with the
+stage's length). It is exact when p0 is. A p0 measured over the current's
+runs is not: 0 failures in 20 runs floors it at 0.001, and a healthy candidate
+failing 1 job in 20 then looks like a disaster. So the test runs against
+`upper_p0`, the upper 95% Wilson bound of the current's rate over the runs it
+was measured on: conservative while the reference is small, close to p0 once
+it holds thousands of runs.
+
+Pure: counts in, a number out; the counts are what the gate view shows.
 """
 
 from __future__ import annotations
@@ -23,8 +37,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gatekeeper.statistics import Z_95, wilson_interval
+
 #: Shares of the discordant pairs that regress, under the alternatives mixed.
 THETAS: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9)
+#: Rises of the failure rate over p0, under the alternatives mixed.
+SHIFTS: tuple[float, ...] = (0.05, 0.1, 0.2)
 
 
 @dataclass(frozen=True)
@@ -75,3 +93,64 @@ def flips_of(paired: Mapping[str, Any]) -> tuple[int, int]:
     """(pass->fail, fail->pass) out of a paired report's JSON; (0, 0) when it has none."""
     flips = paired.get("flips") or {}
     return int(flips.get("pass_to_fail", 0)), int(flips.get("fail_to_pass", 0))
+
+
+@dataclass(frozen=True)
+class RateTest:
+    """The sequential failure-rate figures for one stage's candidate counts."""
+
+    failures: int
+    n: int
+    p0: float
+    log_ratio: float
+    threshold: float
+    alpha: float
+
+    @property
+    def reject(self) -> bool:
+        """True when the evidence reached 1/alpha: the candidate fails more than p0."""
+        return self.log_ratio >= self.threshold
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, for the decision's details."""
+        return {"failures": self.failures, "n": self.n, "p0": self.p0,
+                "log_likelihood_ratio": round(self.log_ratio, 4),
+                "threshold": round(self.threshold, 4), "alpha": self.alpha,
+                "reject": self.reject}
+
+
+def rate_log_ratio(failures: int, n: int, p0: float,
+                   shifts: Sequence[float] = SHIFTS) -> float:
+    """ln of the mixture likelihood ratio of "fails at p0 + shift" over "fails at p0"."""
+    if not 0 <= failures <= n:
+        raise ValueError(f"failures {failures} must be within 0..{n}")
+    if not 0.0 < p0 < 1.0:
+        raise ValueError(f"p0 must be within (0, 1), got {p0}")
+    if not shifts or any(d <= 0.0 for d in shifts):
+        raise ValueError(f"each shift must be positive, got {list(shifts)}")
+    passes = n - failures
+    logs = []
+    for d in shifts:
+        p1 = min(p0 + d, 1.0 - 1e-9)
+        logs.append(failures * math.log(p1 / p0) + passes * math.log((1.0 - p1) / (1.0 - p0)))
+    top = max(logs)
+    return top + math.log(sum(math.exp(x - top) for x in logs) / len(logs))
+
+
+def rate_test(failures: int, n: int, p0: float, alpha: float) -> RateTest:
+    """Test the candidate's failures against p0 at level alpha, valid at every look."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be within (0, 1), got {alpha}")
+    return RateTest(failures, n, p0, rate_log_ratio(failures, n, p0), math.log(1.0 / alpha),
+                    alpha)
+
+
+def upper_p0(p0: float, reference: int, z: float = Z_95) -> float:
+    """The upper Wilson bound of a failure rate `p0` measured over `reference` runs.
+
+    `reference` 0 means a fixed baseline, taken as exact.
+    """
+    if reference <= 0:
+        return p0
+    failures = min(reference, max(0, round(p0 * reference)))
+    return max(p0, wilson_interval(failures, reference, z)[1])

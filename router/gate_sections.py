@@ -18,6 +18,7 @@ from bindings.drift_state import DriftStates, Watch, run_of_fields
 from bindings.paired_state import Arms, PairedStates
 from bindings.store import _redis_errors
 from bindings.traces import StoredTrace, TraceStore, stream_key
+from gatekeeper.decide import shadow_pairs_needed
 from gatekeeper.drift import METRICS, disabled_view, params_for, section
 from gatekeeper.pairing import Run
 
@@ -73,8 +74,10 @@ def paired_section(ctx: GateContext) -> dict[str, Any] | None:
     paired = PairedStates(ctx.traces.connection).advance(
         arms, binding.gate.invariants.required_tools)
     thresholds = binding.gate.thresholds
+    # The exact McNemar look is taken once shadow has all its pairs: read at every
+    # tick from min_samples on, its false-alarm rate would grow past alpha.
     view = paired.tally.report(alpha=thresholds.alpha,
-                               min_samples=thresholds.min_samples).as_dict()
+                               min_samples=shadow_pairs_needed(thresholds)).as_dict()
     view["caught_up"] = paired.caught_up
     view["waiting"] = paired.waiting
     view["dropped"] = paired.dropped

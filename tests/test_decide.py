@@ -9,7 +9,9 @@ from pydantic import ValidationError
 
 from bindings.errors import IllegalTransition
 from bindings.models import Binding, GatePolicy, Stage, Thresholds, VersionedBinding
-from gatekeeper.decide import Action, Evidence, decide, shadow_pairs_needed
+from gatekeeper.decide import (
+    Action, Evidence, decide, evidence_from_view, shadow_pairs_needed,
+)
 from gatekeeper.stages import TRANSITIONS, Event, apply
 
 NOW = 1_000_000.0
@@ -218,3 +220,31 @@ def test_unpaired_look_waits_for_the_stage_end() -> None:
     evidence = Evidence(verdict="pass", n=400, passes=340, current_n=2000, current_passes=1900)
     decision = decide("r", _record(Stage.CANARY, 0.5, since=NOW - 10), evidence, NOW)
     assert decision.action is Action.HOLD and "10s of 60s" in decision.reason
+
+
+def test_sequential_rate_test_rolls_back_a_failing_canary() -> None:
+    """A canary failing far above the current's p0 rolls back before min_samples."""
+    evidence = Evidence(verdict="insufficient_data", n=15, passes=5, baseline_failure=0.05)
+    decision = decide("r", _record(Stage.CANARY, 0.1), evidence, NOW)
+    assert decision.action is Action.ROLLBACK and "sequential rate test" in decision.reason
+    assert decision.details["sequential"]["p0"] == 0.05
+
+
+def test_evidence_reads_the_candidate_detector_p0() -> None:
+    """The gate view's candidate run_failure p0 becomes the rate test's baseline."""
+    view = {"stage": "canary", "arms": {"candidate": {"verdict": "pass", "n": 50,
+                                                      "passes": 48}},
+            "drift": {"candidate": {"run_failure": {"p0": 0.04, "reference": 500}},
+                      "alarms": []}}
+    evidence = evidence_from_view(view)
+    assert (evidence.baseline_failure, evidence.baseline_runs) == (0.04, 500)
+    assert evidence_from_view({"stage": "canary"}).baseline_failure is None
+
+
+def test_rate_test_bounds_a_p0_measured_over_few_runs() -> None:
+    """A p0 floored from 0 failures in 20 current runs does not fail a 1-in-20 candidate."""
+    evidence = Evidence(verdict="insufficient_data", n=39, passes=36, baseline_failure=0.001,
+                        baseline_runs=20)
+    assert decide("r", _record(Stage.CANARY, 0.1), evidence, NOW).action is Action.HOLD
+    exact = Evidence(verdict="insufficient_data", n=39, passes=36, baseline_failure=0.001)
+    assert decide("r", _record(Stage.CANARY, 0.1), exact, NOW).action is Action.ROLLBACK

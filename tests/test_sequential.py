@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from gatekeeper.sequential import THETAS, flip_test, flips_of, log_ratio
+from gatekeeper.sequential import (
+    THETAS, flip_test, flips_of, log_ratio, rate_log_ratio, rate_test, upper_p0,
+)
 from gatekeeper.statistics import mcnemar_exact
 
 
@@ -72,3 +74,40 @@ def test_repeated_looks_keep_alpha_where_a_repeated_exact_test_does_not() -> Non
                 for s in runs) / streams
     assert sequential <= alpha
     assert naive > 2 * alpha
+
+
+def test_rate_test_rejects_a_clear_rise_and_not_the_baseline() -> None:
+    """30 failures in 100 against p0 0.05 reject at 0.001; 5 in 100 do not."""
+    assert rate_test(30, 100, 0.05, alpha=0.001).reject
+    steady = rate_test(5, 100, 0.05, alpha=0.001)
+    assert not steady.reject and steady.log_ratio < 0
+
+
+def test_rate_test_refuses_bad_counts() -> None:
+    """More failures than runs, or a p0 outside (0, 1), raise."""
+    with pytest.raises(ValueError):
+        rate_log_ratio(5, 4, 0.05)
+    with pytest.raises(ValueError):
+        rate_log_ratio(1, 4, 0.0)
+
+
+def test_rate_test_keeps_alpha_over_every_look() -> None:
+    """Candidates failing exactly at p0, read after every run, alarm at most alpha of the time."""
+    alpha, streams, length, p0 = 0.05, 400, 400, 0.05
+    rng = random.Random(11)
+    alarms = 0
+    for _ in range(streams):
+        failures = 0
+        for n in range(1, length + 1):
+            failures += rng.random() < p0
+            if rate_test(failures, n, p0, alpha).reject:
+                alarms += 1
+                break
+    assert alarms / streams <= alpha
+
+
+def test_upper_p0_is_conservative_and_tightens_with_runs() -> None:
+    """The bound sits above p0, far above it on 20 runs and close to it on 20,000."""
+    assert upper_p0(0.05, 0) == 0.05
+    assert upper_p0(0.001, 20) > 0.1
+    assert 0.05 < upper_p0(0.05, 20_000) < 0.054
