@@ -1,16 +1,89 @@
-"""Reading request bodies: JSON or a clear 400, then a pydantic model or a clear 422."""
+"""Reading request bodies: JSON or a clear 400, then a pydantic model or a clear 422.
+
+Python's json module reads more than JSON: NaN, Infinity, numbers too large for
+a float (1e400 becomes inf) and lone UTF-16 surrogates ("\\ud800"). None of them
+survives being stored: pydantic writes NaN back as null (a stored record then
+no longer validates) and a lone surrogate cannot be encoded at all. So they are
+refused here, before any model or store sees them.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any, TypeVar
 
 from flask import request
 from pydantic import BaseModel
 
+from bindings.errors import InvalidInput
 from router.errors import BadRequest
 
 M = TypeVar("M", bound=BaseModel)
+
+#: Deeper bodies are refused: nothing rolegate takes nests this far, and a deep
+#: enough one would exhaust the interpreter's recursion limit in json or jsonify.
+MAX_DEPTH = 64
+#: A JSON string escape that starts a UTF-16 surrogate (maybe an unpaired one).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+class _NonFinite(ValueError):
+    """A NaN, an Infinity, or a number that overflows a float."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFinite(text)
+    return value
+
+
+def _no_constant(text: str) -> Any:
+    raise _NonFinite(text)
+
+
+def loads(raw: bytes) -> Any:
+    """Parse `raw` as strict JSON; BadRequest (or InvalidInput for NaN/Infinity) otherwise."""
+    try:
+        body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+    except _NonFinite as exc:
+        # A 422 like pydantic's own "finite number" error for a float field.
+        raise InvalidInput(f"request body holds {exc}, which is not a finite JSON number",
+                           value=str(exc)) from None
+    except RecursionError:
+        raise BadRequest(f"request body nests deeper than {MAX_DEPTH} levels") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
+        raise BadRequest(f"request body nests deeper than {MAX_DEPTH} levels")
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest("request body holds an unpaired UTF-16 surrogate escape "
+                             "(\\ud800-\\udfff), which is not text") from None
+    return body
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests lists and objects, without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_DEPTH:
+            return deepest
+        stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def json_body(*, allow_empty: bool = True) -> Any:
@@ -20,10 +93,7 @@ def json_body(*, allow_empty: bool = True) -> Any:
         if allow_empty:
             return {}
         raise BadRequest("request body is empty; expected JSON")
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(f"request body is not valid JSON: {exc}") from None
+    return loads(raw)
 
 
 def parse(model: type[M], body: Any) -> M:
