@@ -23,6 +23,7 @@ rolled-back binding at once (other workers within their refresh interval).
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -110,6 +111,13 @@ class _Batch(BaseModel):
 
 
 _TRACE_LIST: TypeAdapter[list[Trace]] = TypeAdapter(list[Trace])
+#: A value pydantic's JSON parser reads into a free-form field (input, feedback, a
+#: step's args) as NaN or inf, where the finite-float check does not reach: NaN,
+#: Infinity, a 3-digit exponent, or more digits than a float holds. A body with
+#: one (or with text that merely looks like one) takes the per-trace path, whose
+#: strict parser refuses only real non-finite numbers.
+_MAYBE_NON_FINITE = re.compile(
+    rb"[:,\[]\s*-?(?:NaN|Infinity|\d+(?:\.\d*)?[eE][+-]?\d{3}|\d{309})")
 
 
 def _parse_fast(raw: bytes) -> list[Trace] | None:
@@ -119,6 +127,8 @@ def _parse_fast(raw: bytes) -> list[Trace] | None:
     Any failure (bad JSON, a bad trace, an unexpected shape) returns None and the
     request takes the per-trace path, which explains each refusal.
     """
+    if _MAYBE_NON_FINITE.search(raw):
+        return None
     head = raw.lstrip()[:1]
     try:
         if head == b"[":
