@@ -15,11 +15,19 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 TraceArm = Literal["current", "candidate", "shadow"]
 
+#: Upper bounds far above any real run. Each number is added into Redis counters
+#: as a 64-bit integer (cost in micro-USD, latency in ms), so an unbounded one
+#: would overflow them and fail the ingest script half-way through a write.
+MAX_STEPS = 1_000_000
+MAX_TOKENS = 10**12
+MAX_COST_USD = 1_000_000.0
+MAX_LATENCY_S = 10_000_000.0
+
 
 class Step(BaseModel):
     """One tool call: its name, its arguments, and the error it returned if any."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     tool: str = Field(min_length=1, max_length=200)
     args: dict[str, Any] = Field(default_factory=dict)
@@ -31,7 +39,7 @@ class Step(BaseModel):
 class Stamps(BaseModel):
     """What produced the run, so any later difference can be attributed."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     agent_version: str = Field(min_length=1, max_length=200)
     instruction_hash: str = Field(min_length=1, max_length=200)
@@ -42,7 +50,7 @@ class Stamps(BaseModel):
 class Trace(BaseModel):
     """One agent run's trace, as reported to rolegate."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     run_id: str = Field(min_length=1, max_length=200)
     role: str = Field(min_length=1, max_length=128)
@@ -51,12 +59,12 @@ class Trace(BaseModel):
     key: str = Field("", max_length=500)
     tools: tuple[str, ...] = ()
     steps: tuple[Step, ...] | None = None
-    step_count: int = Field(0, ge=0)
-    tool_errors: int = Field(0, ge=0)
+    step_count: int = Field(0, ge=0, le=MAX_STEPS)
+    tool_errors: int = Field(0, ge=0, le=MAX_STEPS)
     answered: bool = True
-    cost_usd: float = Field(0.0, ge=0.0)
-    tokens: int = Field(0, ge=0)
-    latency_s: float = Field(0.0, ge=0.0)
+    cost_usd: float = Field(0.0, ge=0.0, le=MAX_COST_USD)
+    tokens: int = Field(0, ge=0, le=MAX_TOKENS)
+    latency_s: float = Field(0.0, ge=0.0, le=MAX_LATENCY_S)
     artifacts: tuple[str, ...] = ()
     output_text: str = ""
     stamps: Stamps
