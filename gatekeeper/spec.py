@@ -22,9 +22,9 @@ Operator = Literal["eq", "ne", "gt", "ge", "lt", "le", "in", "contains", "exists
 
 
 class Frozen(BaseModel):
-    """Base for the spec's models: immutable, and unknown keys are an error."""
+    """Base for the spec's models: immutable, unknown keys and NaN/Infinity are errors."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 def _identity(value: str) -> str:
@@ -154,8 +154,10 @@ def _check_schema(schema: Any, where: str) -> None:
     kind = schema.get("type")
     kinds = kind if isinstance(kind, list) else [kind] if kind is not None else []
     for item in kinds:
-        if item not in JSON_TYPES:
+        if not isinstance(item, str) or item not in JSON_TYPES:
             raise ValueError(f"{where}.type: {item!r} is not a JSON Schema type")
+    if "enum" in schema and not isinstance(schema["enum"], list):
+        raise ValueError(f"{where}.enum must be a list of values")
     properties = schema.get("properties", {})
     if not isinstance(properties, dict):
         raise ValueError(f"{where}.properties must be an object")
