@@ -24,6 +24,7 @@ ROLES_KEY = "rolegate:roles"
 #: Grows by one on every change to any role: the cheap thing routers poll.
 GENERATION_KEY = "rolegate:generation"
 CHANGES_CHANNEL = "rolegate:changes"
+_MAX_VERSION = 2**63 - 1
 
 # KEYS: binding hash, history list, role index set, generation counter
 # ARGV: role, expected version, record JSON, history entry JSON, channel
@@ -125,7 +126,9 @@ class BindingStore:
 
     def history_entry(self, role: str, version: int) -> HistoryEntry:
         """The history entry that produced `version`; NotFound if there is none."""
-        if version < 1:
+        # Redis list indexes are signed 64-bit: a larger version cannot exist, and
+        # asking LINDEX for one would be a server error rather than a 404.
+        if not 1 <= version <= _MAX_VERSION:
             raise NotFound(f"role {role!r} has no version {version}", role=role, version=version)
         with _redis_errors():
             # Versions start at 1 and each adds exactly one entry, so entry N-1 is version N.
