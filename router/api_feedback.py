@@ -13,6 +13,7 @@ reprocessed, reviewed; a `negative` carrying a correction is stored as
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -106,8 +107,9 @@ def _float_arg(name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise BadRequest(f"{name}: expected seconds, got {raw!r}", field=name) from None
-    if not value >= 0:
-        raise BadRequest(f"{name}: must not be negative", field=name)
+    if not 0 <= value < math.inf:  # also refuses NaN
+        raise BadRequest(f"{name}: expected a finite, non-negative number of seconds, "
+                         f"got {raw!r}", field=name)
     return value
 
 
