@@ -31,7 +31,7 @@ CONFIG_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 class ConfigRecord(BaseModel):
     """A config as stored: its spec, its criteria, and when its policy last changed."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     config: str
     version: int = Field(ge=1)

@@ -42,7 +42,7 @@ class OfflineVerdict(BaseModel):
 class StoredOfflineVerdict(BaseModel):
     """A verdict as stored: with its role, when and by whom."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     role: str
     verdict: OfflineVerdict

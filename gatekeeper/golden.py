@@ -56,7 +56,7 @@ class Feedback(BaseModel):
     on `reprocessed` is the reprocessed result. Positive and reviewed carry none.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     run_id: str = Field(min_length=1, max_length=200)
     tier: FeedbackTier

@@ -25,7 +25,7 @@ bp = Blueprint("bindings", __name__)
 
 
 class _Action(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     reason: str = Field(min_length=1, max_length=2000)
     #: Numbers behind an automated decision, kept in the history entry.

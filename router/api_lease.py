@@ -24,7 +24,7 @@ EXTENSION = "rolegate.lease"
 class LeaseRequest(BaseModel):
     """Body of POST /v1/gatekeeper/lease."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     holder: str = Field(min_length=1, max_length=200)
     ttl_s: float = Field(15.0, gt=0.0, le=3600.0)
