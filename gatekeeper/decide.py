@@ -181,7 +181,8 @@ def _worse_than_current(evidence: Evidence, alpha: float) -> str | None:
     """A reason when the candidate's pass rate is below current's at one-sided level alpha."""
     if evidence.n == 0 or evidence.current_n == 0:
         return None
-    z = NormalDist().inv_cdf(1.0 - alpha)
+    # -inv_cdf(alpha), not inv_cdf(1 - alpha): 1 - 1e-300 rounds to 1.0, outside its domain.
+    z = -NormalDist().inv_cdf(alpha)
     diff, _, high = difference_interval(evidence.passes, evidence.n, evidence.current_passes,
                                         evidence.current_n, z)
     if high >= 0.0:
