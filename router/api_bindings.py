@@ -194,6 +194,11 @@ def rollback(role: str) -> ResponseReturnValue:
                        role=role, current_version=current.version, expected_version=expected)
     old = store.history_entry(role, body.to_version)
     restored = old.binding.with_changes(stage_since=time.time())
+    if restored.stage is Stage.SHADOW and (current.binding.stage,
+                                           current.binding.candidate) != (Stage.SHADOW,
+                                                                          restored.candidate):
+        # Restoring a shadow version is a way into shadow too.
+        require_offline_pass(role, restored)
     details = {"summary": f"restored version {body.to_version}",
                "restored_version": body.to_version, **body.details}
     return _written(store.write(role, restored, expected_version=current.version, actor=actor(),
