@@ -13,6 +13,8 @@ import pytest
 import redis
 from flask.testing import FlaskClient
 
+from bindings.models import VersionedBinding
+from gatekeeper.decide import Action, Evidence, decide
 from tests.conftest import OPERATOR, auth
 
 OP = {**auth(OPERATOR), "Content-Type": "application/json"}
@@ -177,3 +179,34 @@ def test_non_finite_golden_window_is_a_400(client: FlaskClient, query: str) -> N
     """An infinite or NaN golden-sample window is a 400, not an OverflowError 500."""
     _role(client)
     _error(client.get(f"/v1/roles/summarizer/golden?{query}", headers=OP), 400)
+
+
+def test_restoring_a_shadow_version_still_needs_an_offline_pass(client: FlaskClient) -> None:
+    """Restore into shadow is refused (409, nothing written) once the candidate's suite failed."""
+    client.put("/v1/bindings/summarizer", headers=OP,
+               json={"current": "cfg_a", "candidate": "cfg_b",
+                     "gate": {"require_offline_pass": True}})
+    verdict = {"config": "cfg_b", "passed": True}
+    assert client.post("/v1/roles/summarizer/offline", headers=OP, json=verdict).status_code == 201
+    r = client.post("/v1/bindings/summarizer/promote", headers=OP, json={"reason": "shadow"})
+    assert r.status_code == 200 and r.json["binding"]["stage"] == "shadow", r.json
+    r = client.post("/v1/bindings/summarizer/rollback", headers=OP, json={"reason": "stop"})
+    assert r.status_code == 200 and r.json["version"] == 3, r.json
+    failed = {"config": "cfg_b", "passed": False, "reasons": ["suite failed"]}
+    assert client.post("/v1/roles/summarizer/offline", headers=OP, json=failed).status_code == 201
+    error = _error(client.post("/v1/bindings/summarizer/rollback", headers=OP,
+                               json={"reason": "restore", "to_version": 2}), 409)
+    assert error["details"]["missing"] == "offline_pass"
+    assert client.get("/v1/bindings/summarizer", headers=OP).json["version"] == 3
+
+
+def test_a_vanishingly_small_alpha_does_not_break_the_gatekeeper(client: FlaskClient) -> None:
+    """alpha=1e-300 is a valid policy; deciding on it must not raise (it stopped every tick)."""
+    r = client.put("/v1/bindings/summarizer", headers=OP,
+                   json={"current": "cfg_a", "candidate": "cfg_b", "stage": "canary",
+                         "share": 0.5, "gate": {"thresholds": {"alpha": 1e-300}}})
+    assert r.status_code == 201, r.json
+    record = VersionedBinding.model_validate(r.json)
+    evidence = Evidence(verdict="pass", n=100, passes=90, current_n=100, current_passes=95)
+    decision = decide("summarizer", record, evidence, now=record.binding.stage_since or 0.0)
+    assert decision.action is Action.ADVANCE
