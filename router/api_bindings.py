@@ -14,12 +14,13 @@ from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.errors import Conflict, NotFound, PreconditionRequired
-from bindings.models import Binding, Stage, VersionedBinding, validate_role_name
+from bindings.models import Binding, Stage, VersionedBinding
 from gatekeeper.stages import Event, apply
 from router.api_offline import require_offline_pass
 from router.auth import actor, require
 from router.errors import BadRequest
 from router.bodies import json_body, parse
+from router.params import if_match, role_param
 
 bp = Blueprint("bindings", __name__)
 
@@ -67,22 +68,14 @@ def _record_json(record: VersionedBinding) -> Response:
     return response
 
 
-def _if_match() -> int | None:
-    raw = request.headers.get("If-Match")
-    if raw is None:
-        return None
-    text = raw.strip().removeprefix("W/").strip('"')
-    try:
-        return int(text)
-    except ValueError:
-        raise BadRequest(f"If-Match: expected a binding version number, got {raw!r}") from None
-
-
-def _role(role: str) -> str:
-    try:
-        return validate_role_name(role)
-    except ValueError as exc:
-        raise BadRequest(str(exc), field="role") from None
+def _current(role: str) -> VersionedBinding:
+    """The role's binding, which must be the version `If-Match` names when one is sent."""
+    current: VersionedBinding = _store().get(role_param(role))
+    expected = if_match("binding")
+    if expected is not None and expected != current.version:
+        raise Conflict(f"role {role!r} is at version {current.version}, not {expected}",
+                       role=role, current_version=current.version, expected_version=expected)
+    return current
 
 
 def _written(record: VersionedBinding, status: int = 200) -> ResponseReturnValue:
@@ -112,21 +105,21 @@ def list_bindings() -> ResponseReturnValue:
 @require("caller", "gatekeeper")
 def get_binding(role: str) -> ResponseReturnValue:
     """One role's binding with its version (also the ETag)."""
-    return _record_json(_store().get(_role(role)))
+    return _record_json(_store().get(role_param(role)))
 
 
 @bp.put("/v1/bindings/<role>")
 @require()
 def put_binding(role: str) -> ResponseReturnValue:
     """Create a role, or replace one given `If-Match: <version>`."""
-    role = _role(role)
+    role = role_param(role)
     body = json_body()
     if isinstance(body, dict) and "binding" in body:
         put = parse(PutRequest, body)
         binding, reason = put.binding, put.reason
     else:
         binding, reason = parse(Binding, body), "replaced through the API"
-    expected = _if_match()
+    expected = if_match("binding")
     store = _store()
     try:
         existing: VersionedBinding | None = store.get(role)
@@ -164,11 +157,7 @@ def put_binding(role: str) -> ResponseReturnValue:
 def _transition(role: str, event: Event, body: _Action, *, share: float | None = None,
                 action: str | None = None) -> ResponseReturnValue:
     store = _store()
-    current = store.get(_role(role))
-    expected = _if_match()
-    if expected is not None and expected != current.version:
-        raise Conflict(f"role {role!r} is at version {current.version}, not {expected}",
-                       role=role, current_version=current.version, expected_version=expected)
+    current = _current(role)
     move = apply(current.binding, event, time.time(), share=share)
     if move.binding.stage is Stage.SHADOW and current.binding.stage is not Stage.SHADOW:
         # A role may demand an offline suite pass before its candidate sees shadow traffic.
@@ -187,11 +176,7 @@ def rollback(role: str) -> ResponseReturnValue:
     if body.to_version is None:
         return _transition(role, Event.ROLLBACK, body)
     store = _store()
-    current = store.get(_role(role))
-    expected = _if_match()
-    if expected is not None and expected != current.version:
-        raise Conflict(f"role {role!r} is at version {current.version}, not {expected}",
-                       role=role, current_version=current.version, expected_version=expected)
+    current = _current(role)
     old = store.history_entry(role, body.to_version)
     restored = old.binding.with_changes(stage_since=time.time())
     if restored.stage is Stage.SHADOW and (current.binding.stage,
@@ -240,7 +225,7 @@ def history(role: str) -> ResponseReturnValue:
     """The role's changes, newest first (`?limit=&offset=`)."""
     limit = _int_arg("limit", None)
     offset = _int_arg("offset", 0) or 0
-    entries = _store().history(_role(role), limit=limit, offset=offset)
+    entries = _store().history(role_param(role), limit=limit, offset=offset)
     return jsonify({"role": role, "entries": [e.model_dump(mode="json") for e in entries]})
 
 

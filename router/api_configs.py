@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Blueprint, Flask, current_app, jsonify, request
+from flask import Blueprint, Flask, current_app, jsonify
 from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -22,7 +22,7 @@ from gatekeeper.spec import Spec
 from gatekeeper.trace import Trace
 from router.auth import actor, require
 from router.bodies import json_body, parse
-from router.errors import BadRequest
+from router.params import if_match
 
 bp = Blueprint("configs", __name__)
 
@@ -67,16 +67,6 @@ def _record_json(record: ConfigRecord) -> dict[str, Any]:
     return record.model_dump(mode="json")
 
 
-def _if_match() -> int | None:
-    raw = request.headers.get("If-Match")
-    if raw is None:
-        return None
-    try:
-        return int(raw.strip().removeprefix("W/").strip('"'))
-    except ValueError:
-        raise BadRequest(f"If-Match: expected a config version number, got {raw!r}") from None
-
-
 @bp.put("/v1/configs/<config>")
 @require()
 def put_config(config: str) -> ResponseReturnValue:
@@ -84,7 +74,7 @@ def put_config(config: str) -> ResponseReturnValue:
     body = parse(PutConfig, json_body(allow_empty=False))
     record, previous = config_store().put(config, body.spec, actor=actor(),
                                           description=body.description,
-                                          expected_version=_if_match())
+                                          expected_version=if_match("config"))
     out = _record_json(record)
     out["diff"] = diff_json(diff(previous.criteria if previous else (), record.criteria))
     response = jsonify(out)

@@ -10,12 +10,12 @@ from __future__ import annotations
 from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from bindings.models import validate_role_name
 from gatekeeper.drift import METRICS, calibrate
 from router.api_traces import trace_store
 from router.auth import require
 from router.errors import BadRequest
 from router.gate_sections import latest
+from router.params import role_param
 
 bp = Blueprint("drift", __name__)
 
@@ -37,10 +37,7 @@ def _float(raw: str, name: str, low: float, high: float) -> float:
 @require("caller", "gatekeeper")
 def calibrate_view(role: str) -> ResponseReturnValue:
     """False alarms per h over the newest `runs` stored runs of (config, arm)."""
-    try:
-        validate_role_name(role)
-    except ValueError as exc:
-        raise BadRequest(str(exc), field="role") from None
+    role = role_param(role)
     record = current_app.extensions["rolegate"].store.get(role)
     args = request.args
     config = args.get("config") or record.binding.current

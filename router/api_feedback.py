@@ -22,13 +22,13 @@ from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.feedback import FeedbackStore
-from bindings.models import validate_role_name
 from gatekeeper import golden
 from router.api_configs import config_store
 from router.api_traces import trace_store
 from router.auth import actor, require
 from router.bodies import json_body, parse
 from router.errors import BadRequest
+from router.params import role_param
 
 bp = Blueprint("feedback", __name__)
 
@@ -62,10 +62,7 @@ def feedback_store() -> FeedbackStore:
 def _role_of(run_id: str, role: str | None) -> str:
     """The role holding `run_id`: the named one (checked), else found among all roles."""
     if role is not None:
-        try:
-            validate_role_name(role)
-        except ValueError as exc:
-            raise BadRequest(str(exc), field="role") from None
+        role_param(role)
         trace_store().location(role, run_id)  # NotFound when the run is unknown
         return role
     roles = current_app.extensions["rolegate"].store.roles()
@@ -128,10 +125,7 @@ def _quotas() -> dict[str, int]:
 @require("caller", "gatekeeper")
 def golden_sample(role: str) -> ResponseReturnValue:
     """Sample recent, policy-current cases of the role's current config across feedback tiers."""
-    try:
-        validate_role_name(role)
-    except ValueError as exc:
-        raise BadRequest(str(exc), field="role") from None
+    role = role_param(role)
     quotas = _quotas()
     min_age = _float_arg("min_age", golden.DEFAULT_MIN_AGE_S)
     window = _float_arg("window", golden.DEFAULT_WINDOW_S)

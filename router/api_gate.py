@@ -19,16 +19,16 @@ from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 
 from bindings.configs import ConfigStore
-from bindings.models import VersionedBinding, validate_role_name
+from bindings.models import VersionedBinding
 from bindings.store import BindingStore
 from bindings.traces import TraceStore, epoch_of
 from gatekeeper.gate import compare, evaluate
 from gatekeeper.window import WindowStats
 from router.api_traces import trace_store
 from router.auth import require
-from router.errors import BadRequest
 from router.gate_criteria import criteria_section
 from router.gate_sections import drift_section, paired_section
+from router.params import role_param
 
 bp = Blueprint("gate", __name__)
 
@@ -106,25 +106,18 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     return view
 
 
-def _role(role: str) -> str:
-    try:
-        return validate_role_name(role)
-    except ValueError as exc:
-        raise BadRequest(str(exc), field="role") from None
-
-
 @bp.get("/v1/roles/<role>/gate")
 @require("caller", "gatekeeper")
 def gate(role: str) -> ResponseReturnValue:
     """The gate over the role's current, candidate and shadow arms since the stage began."""
     store = current_app.extensions["rolegate"].store
-    return jsonify(gate_view(store, trace_store(), _role(role), time.time()))
+    return jsonify(gate_view(store, trace_store(), role_param(role), time.time()))
 
 
 @bp.get("/v1/roles/<role>/tools")
 @require("caller", "gatekeeper")
 def tools(role: str) -> ResponseReturnValue:
     """The tool tally per config: every tool each config's runs called, and how often."""
-    role = _role(role)
+    role = role_param(role)
     current_app.extensions["rolegate"].store.get(role)  # 404 for an unknown role
     return jsonify({"role": role, "configs": trace_store().tally(role)})

@@ -15,11 +15,11 @@ from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import Conflict, NotFound
-from bindings.models import Binding, validate_role_name
+from bindings.models import Binding
 from bindings.offline import OfflineStore, OfflineVerdict
 from router.auth import actor, require
 from router.bodies import json_body, parse
-from router.errors import BadRequest
+from router.params import role_param
 
 bp = Blueprint("offline", __name__)
 
@@ -28,19 +28,12 @@ def _store() -> OfflineStore:
     return OfflineStore(current_app.extensions["rolegate"].redis)
 
 
-def _role(role: str) -> str:
-    try:
-        return validate_role_name(role)
-    except ValueError as exc:
-        raise BadRequest(str(exc), field="role") from None
-
-
 @bp.post("/v1/roles/<role>/offline")
 @require("gatekeeper")
 def post_verdict(role: str) -> ResponseReturnValue:
     """Store a suite verdict for (role, config); the latest one for a config wins."""
     verdict = parse(OfflineVerdict, json_body(allow_empty=False))
-    stored = _store().put(_role(role), verdict, actor())
+    stored = _store().put(role_param(role), verdict, actor())
     return jsonify(stored.model_dump(mode="json")), 201
 
 
@@ -48,7 +41,7 @@ def post_verdict(role: str) -> ResponseReturnValue:
 @require("caller", "gatekeeper")
 def list_verdicts(role: str) -> ResponseReturnValue:
     """Every stored verdict of the role."""
-    found = _store().all(_role(role))
+    found = _store().all(role_param(role))
     return jsonify({"role": role, "verdicts": [v.model_dump(mode="json") for v in found]})
 
 
@@ -56,7 +49,7 @@ def list_verdicts(role: str) -> ResponseReturnValue:
 @require("caller", "gatekeeper")
 def get_verdict(role: str, config: str) -> ResponseReturnValue:
     """One config's stored verdict (404 when none was posted)."""
-    return jsonify(_store().get(_role(role), config).model_dump(mode="json"))
+    return jsonify(_store().get(role_param(role), config).model_dump(mode="json"))
 
 
 def require_offline_pass(role: str, binding: Binding) -> None:
