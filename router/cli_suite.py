@@ -29,7 +29,7 @@ from gatekeeper.suite.report import (
     write_result,
 )
 from gatekeeper.suite.runner import RunOptions, SuiteRunner
-from gatekeeper.suite.scenario import WEIGHT_REPEATS, SuiteError, load_config, load_suite
+from gatekeeper.suite.scenario import WEIGHT_REPEATS, load_config, load_suite
 from gatekeeper.suite.verdict import RESULT_FORMAT, SuiteResult, evaluate_run
 from router.cli_common import DEFAULT_URL
 from router.http import ApiClient, ApiError

@@ -10,7 +10,6 @@ the policy's fixed baseline.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from bindings.models import Stage
