@@ -196,13 +196,27 @@ def holds(field: str, op: str, expected: Any, data: dict[str, Any]) -> bool:
     if op == "ne":
         return bool(value != expected)
     if op == "in":
-        return value in expected
+        return bool(value in expected)
     if op == "contains":
-        return isinstance(value, str | list | dict) and expected in value
+        return _contains(value, expected)
     # Numeric comparisons: bool is an int in Python but never a number here.
     if not isinstance(value, int | float) or isinstance(value, bool):
         return False
-    return {
+    return bool({
         "gt": value > expected, "ge": value >= expected,
         "lt": value < expected, "le": value <= expected,
-    }[op]
+    }[op])
+
+
+def _contains(value: Any, expected: Any) -> bool:
+    """`expected in value` for a text, list or object field; False where Python would raise.
+
+    The clause's value is whatever JSON the spec gave: a number is never inside a
+    text, and a list is never an object's key (unhashable), rather than a TypeError
+    that would fail every gate view of the role.
+    """
+    if isinstance(value, list):
+        return expected in value
+    if isinstance(value, str | dict):
+        return isinstance(expected, str) and expected in value
+    return False

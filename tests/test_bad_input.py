@@ -210,3 +210,18 @@ def test_a_vanishingly_small_alpha_does_not_break_the_gatekeeper(client: FlaskCl
     evidence = Evidence(verdict="pass", n=100, passes=90, current_n=100, current_passes=95)
     decision = decide("summarizer", record, evidence, now=record.binding.stage_since or 0.0)
     assert decision.action is Action.ADVANCE
+
+
+@pytest.mark.parametrize("value, field", [(5, "a note"), (["x"], {"x": 1}), ({"k": 1}, "text")])
+def test_a_contains_clause_of_another_type_never_fails_the_gate_view(
+        client: FlaskClient, value: Any, field: Any) -> None:
+    """A spec's `contains` value that cannot be in the input field is a non-match, not a 500."""
+    spec = {"escalation": [{"id": "r1", "condition": "c", "answer": "escalate",
+                            "when": [{"field": "note", "op": "contains", "value": value}]}]}
+    assert client.put("/v1/configs/cfg_a", headers=OP, json={"spec": spec}).status_code == 201
+    run = _trace("run-1", input={"note": field}, output_text="escalate")
+    r = client.post("/v1/configs/cfg_a/criteria/check", headers=OP, json={"trace": run})
+    assert r.status_code == 200 and r.json["verdicts"] == {"escalation:r1": None}, r.json
+    _role(client)
+    assert client.post("/v1/traces", headers=OP, json=run).status_code == 200
+    assert client.get("/v1/roles/summarizer/gate", headers=OP).status_code == 200
