@@ -356,7 +356,7 @@ class TraceStore:
         else:
             start = "-"
         with _redis_errors():
-            entries = cast(_Entries, self.connection.xrange(
+            entries = cast(StreamEntries, self.connection.xrange(
                 stream_key(role, config, arm), min=start, max="+", count=count))
         return [_stored_trace(entry_id, fields) for entry_id, fields in entries]
 
@@ -378,7 +378,7 @@ class TraceStore:
         """The stored trace of a run id; NotFound if unknown or already trimmed away."""
         where = self.location(role, run_id)
         with _redis_errors():
-            entries = cast(_Entries, self.connection.xrange(
+            entries = cast(StreamEntries, self.connection.xrange(
                 stream_key(role, where.config, where.arm), min=where.id, max=where.id))
         if not entries:
             raise NotFound(f"trace {run_id!r} of role {role!r} is past the retention",
@@ -409,7 +409,7 @@ def _encode(fields: dict[str, int]) -> str:
 
 
 #: What XRANGE answers: (stream id, {field: value}) per entry.
-_Entries = list[tuple[bytes, dict[bytes, bytes]]]
+StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
 
 
 def _stored_trace(entry_id: bytes | str, fields: dict[bytes, bytes]) -> StoredTrace:

@@ -14,10 +14,11 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from bindings.configs import ConfigStore
-from bindings.traces import stream_key
+from bindings.store import _redis_errors
+from bindings.traces import StreamEntries, stream_key
 from gatekeeper.criteria import Criterion, evaluate
 from gatekeeper.review import Tally, regressions, tally
 from gatekeeper.statistics import difference_interval
@@ -43,8 +44,9 @@ class _Scored:
 def _newest(ctx: GateContext, config: str, arm: str) -> list[_Scored]:
     since = ctx.record.binding.stage_since
     low = "-" if since is None else f"{max(0, int(since * 1000))}-0"
-    entries = ctx.traces.connection.xrevrange(stream_key(ctx.role, config, arm), max="+",
-                                              min=low, count=SAMPLE)
+    with _redis_errors():
+        entries = cast(StreamEntries, ctx.traces.connection.xrevrange(
+            stream_key(ctx.role, config, arm), max="+", min=low, count=SAMPLE))
     out = []
     for _, fields in reversed(entries):
         # Validated on ingest: read the few fields a check needs, not the whole model.

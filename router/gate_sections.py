@@ -10,13 +10,13 @@ the policy's fixed baseline.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from bindings.models import Stage
 from bindings.drift_state import DriftStates, Watch, run_of_fields
 from bindings.paired_state import Arms, PairedStates
 from bindings.store import _redis_errors
-from bindings.traces import StoredTrace, TraceStore, stream_key
+from bindings.traces import StoredTrace, StreamEntries, TraceStore, stream_key
 from gatekeeper.decide import shadow_pairs_needed
 from gatekeeper.drift import METRICS, disabled_view, params_for, section
 from gatekeeper.pairing import Run
@@ -40,7 +40,8 @@ def run_of(stored: StoredTrace) -> Run:
 def latest(traces: TraceStore, role: str, config: str, arm: str, count: int) -> list[Run]:
     """The newest `count` runs of (role, config, arm), oldest first."""
     with _redis_errors():
-        entries = traces.connection.xrevrange(stream_key(role, config, arm), count=count)
+        entries = cast(StreamEntries, traces.connection.xrevrange(stream_key(role, config, arm),
+                                                                  count=count))
     return [run_of_fields(fields) for _, fields in reversed(entries)]
 
 
@@ -49,8 +50,8 @@ def since(traces: TraceStore, role: str, config: str, arm: str, start: float | N
     """Runs of (role, config, arm) that arrived at or after `start`, oldest first."""
     low = "-" if start is None else f"{max(0, int(start * 1000))}-0"
     with _redis_errors():
-        entries = traces.connection.xrange(stream_key(role, config, arm), min=low, max="+",
-                                           count=count)
+        entries = cast(StreamEntries, traces.connection.xrange(stream_key(role, config, arm),
+                                                               min=low, max="+", count=count))
     return [run_of_fields(fields) for _, fields in entries]
 
 
