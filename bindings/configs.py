@@ -101,7 +101,7 @@ class ConfigStore:
         criteria = tuple(generate(spec))
         try:
             with self.connection.pipeline(transaction=True) as pipe:
-                pipe.watch(key)
+                pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
                 raw = pipe.hget(key, "record")
                 previous = ConfigRecord.model_validate_json(raw) if raw is not None else None
                 current = previous.version if previous else 0

@@ -97,7 +97,8 @@ class ChangeNotifier:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            pubsub = self.connection.pubsub(ignore_subscribe_messages=True)
+            pubsub = self.connection.pubsub(  # type: ignore[no-untyped-call]
+                ignore_subscribe_messages=True)
             try:
                 pubsub.subscribe(CHANGES_CHANNEL)
                 self.subscribed = True

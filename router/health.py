@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import redis
 from flask import Blueprint, current_app, jsonify
@@ -18,7 +19,7 @@ def healthz() -> ResponseReturnValue:
     started = time.perf_counter()
     try:
         services.redis.ping()
-        redis_check = {"ok": True, "latency_ms": round((time.perf_counter() - started) * 1e3, 2)}
+        redis_check: dict[str, Any] = {"ok": True, "latency_ms": round((time.perf_counter() - started) * 1e3, 2)}
     except redis.RedisError as exc:
         redis_check = {"ok": False, "error": str(exc)}
     cache = services.cache

@@ -100,7 +100,7 @@ class JudgeAnswer(BaseModel):
         """
         winner = {"BASELINE": "CANDIDATE", "CANDIDATE": "BASELINE", "TIE": "TIE"}[self.winner]
         delta = -self.score_delta
-        return JudgeAnswer(winner=winner, score_delta=delta,  # type: ignore[arg-type]
+        return JudgeAnswer(winner=winner, score_delta=delta,
                            criteria_scores=self.criteria_scores.negated(),
                            regression_detected=winner == "BASELINE" and delta < 0,
                            reasoning=self.reasoning, flagged_issues=[])

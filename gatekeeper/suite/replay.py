@@ -17,7 +17,7 @@ import threading
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -157,7 +157,7 @@ class ToolProxy:
     @property
     def url(self) -> str:
         """The proxy's base URL."""
-        host, port = self.server.server_address[:2]
+        host, port = cast(tuple[str, int], self.server.server_address[:2])
         return f"http://{host}:{port}"
 
     def run_url(self, run_id: str) -> str:

@@ -128,7 +128,7 @@ class Progress:
 def plan(suite: Suite, options: RunOptions) -> list[tuple[Scenario, int]]:
     """Every (scenario, repeat) to run, interleaved by repeat."""
     counts = {s.id: repeats_for(s, options.repeats, options.weight) for s in suite.scenarios}
-    jobs = []
+    jobs: list[tuple[Scenario, int]] = []
     for repeat in range(max(counts.values(), default=0)):
         jobs.extend((s, repeat) for s in suite.scenarios if repeat < counts[s.id])
     return jobs

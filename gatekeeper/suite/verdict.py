@@ -9,7 +9,7 @@ repeats: a suite the budget cut short has insufficient data and cannot pass.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,7 +21,7 @@ from gatekeeper.suite.scenario import Scenario
 from gatekeeper.trace import Stamps, Trace
 from gatekeeper.window import WindowStats
 
-RESULT_FORMAT = "rolegate-suite-result/1"
+RESULT_FORMAT: Final = "rolegate-suite-result/1"
 
 
 class ScenarioResult(BaseModel):
