@@ -20,6 +20,7 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.errors import Conflict, InvalidInput, NotFound, StoreUnavailable
+from bindings.store import _redis_errors
 from gatekeeper.criteria import Criterion, diff, generate
 from gatekeeper.spec import Spec
 
@@ -67,10 +68,8 @@ class ConfigStore:
 
     def get(self, config: str) -> ConfigRecord:
         """The config's record; NotFound if it was never registered."""
-        try:
+        with _redis_errors():
             raw = self.connection.hget(config_key(validate_config_id(config)), "record")
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
         if raw is None:
             raise NotFound(f"no spec registered for config {config!r}", config=config)
         return ConfigRecord.model_validate_json(raw)
@@ -84,10 +83,8 @@ class ConfigStore:
 
     def configs(self) -> list[str]:
         """Every registered config id, sorted."""
-        try:
+        with _redis_errors():
             members = self.connection.smembers(CONFIGS_KEY)
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
         return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
 
     def put(self, config: str, spec: Spec, *, actor: str, description: str = "",

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 
 import redis
 
-from bindings.errors import Conflict, NotFound, StoreUnavailable
+from bindings.errors import Conflict, NotFound
+from bindings.store import _redis_errors
 from bindings.traces import run_key
 from gatekeeper.golden import Feedback
 
@@ -41,14 +42,12 @@ class FeedbackStore:
 
     def add(self, role: str, feedback: Feedback) -> list[Feedback]:
         """Append one entry; return every entry on that run, oldest first."""
-        try:
+        with _redis_errors():
             pipe = self.connection.pipeline(transaction=True)
             pipe.rpush(feedback_key(role, feedback.run_id), feedback.model_dump_json())
             pipe.zadd(feedback_index_key(role), {feedback.run_id: feedback.time})
             pipe.lrange(feedback_key(role, feedback.run_id), 0, -1)
             raws = pipe.execute()[-1]
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
         return [Feedback.model_validate_json(raw) for raw in raws]
 
     def get(self, role: str, run_id: str) -> list[Feedback]:
@@ -60,13 +59,11 @@ class FeedbackStore:
         ids = list(dict.fromkeys(run_ids))
         if not ids:
             return {}
-        try:
+        with _redis_errors():
             pipe = self.connection.pipeline(transaction=False)
             for run_id in ids:
                 pipe.lrange(feedback_key(role, run_id), 0, -1)
             answers = pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
         return {run_id: [Feedback.model_validate_json(raw) for raw in raws]
                 for run_id, raws in zip(ids, answers) if raws}
 
@@ -77,13 +74,11 @@ class FeedbackStore:
         (the caller must name the role), one known to none is NotFound.
         """
         candidates = list(roles)
-        try:
+        with _redis_errors():
             pipe = self.connection.pipeline(transaction=False)
             for role in candidates:
                 pipe.exists(run_key(role, run_id))
             found = [role for role, hit in zip(candidates, pipe.execute()) if hit]
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
         if not found:
             raise NotFound(f"no trace with run_id {run_id!r}", run_id=run_id)
         if len(found) > 1:

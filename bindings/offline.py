@@ -13,7 +13,8 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
-from bindings.errors import NotFound, StoreUnavailable
+from bindings.errors import NotFound
+from bindings.store import _redis_errors
 
 OFFLINE_KEY_TEMPLATE = "rolegate:{{{role}}}:offline:{config}"
 #: The configs of a role that have a stored verdict.
@@ -71,21 +72,17 @@ class OfflineStore:
         """Store `verdict` for (role, verdict.config), replacing any earlier one."""
         stored = StoredOfflineVerdict(role=role, verdict=verdict,
                                       time=time.time() if now is None else now, actor=actor)
-        try:
+        with _redis_errors():
             with self.connection.pipeline(transaction=True) as pipe:
                 pipe.set(offline_key(role, verdict.config), stored.model_dump_json())
                 pipe.sadd(offline_index_key(role), verdict.config)
                 pipe.execute()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
         return stored
 
     def get(self, role: str, config: str) -> StoredOfflineVerdict:
         """The verdict for (role, config); NotFound when none was posted."""
-        try:
+        with _redis_errors():
             raw = self.connection.get(offline_key(role, config))
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
         if raw is None:
             raise NotFound(f"no offline suite verdict for role {role!r}, config {config!r}",
                            role=role, config=config)
@@ -93,11 +90,9 @@ class OfflineStore:
 
     def all(self, role: str) -> list[StoredOfflineVerdict]:
         """Every stored verdict of `role`, by config name."""
-        try:
+        with _redis_errors():
             configs = sorted(c.decode() if isinstance(c, bytes) else c
                              for c in self.connection.smembers(offline_index_key(role)))
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
         found = []
         for config in configs:
             try:

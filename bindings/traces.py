@@ -38,8 +38,9 @@ from typing import Any, cast
 
 import redis
 
-from bindings.errors import Conflict, InvalidInput, NotFound, StoreUnavailable
+from bindings.errors import Conflict, InvalidInput, NotFound
 from bindings.models import Binding
+from bindings.store import _redis_errors
 from gatekeeper.invariants import TraceVerdict
 from gatekeeper.trace import Trace
 from gatekeeper.window import TOOL, WindowStats, increments
@@ -424,15 +425,3 @@ def _stored_trace(entry_id: bytes | str, fields: dict[bytes, bytes]) -> StoredTr
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-class _redis_errors:
-    """Turn redis-py connection failures into StoreUnavailable (a 503, not a 500)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: object) -> None:
-        if exc is not None and isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
-            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
