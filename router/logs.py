@@ -85,7 +85,7 @@ def _before() -> None:
 def _after(response: Response) -> Response:
     # Resolve each proxy once: this runs on every request, resolves included.
     req = request._get_current_object()  # type: ignore[attr-defined]
-    ctx = g._get_current_object()  # type: ignore[attr-defined]
+    ctx = g._get_current_object()
     started = req.environ.get(_START)
     duration_ms = (time.perf_counter() - started) * 1e3 if started is not None else None
     request_id = ctx.get("request_id")
