@@ -7,8 +7,10 @@ reason while the good ones in the same batch are kept. Answers:
 - 200: every trace accepted (a `duplicate` — a retried run_id — counts as accepted:
   it was stored before and is not counted again);
 - 207: some refused, some accepted (the body says which);
-- 422: all refused; the body is the usual `{"error": ...}` plus the same `results`;
-- 400: the body is not JSON, or neither a trace nor a batch (empty, over MAX_BATCH);
+- 422: all refused; the body is the usual `{"error": ...}` plus the same `results`
+  (a body holding NaN or Infinity is refused whole: a 422 with no `results`);
+- 400: the body is not JSON (or nests too deep, or holds an unpaired surrogate
+  escape), or is neither a trace nor a batch (empty, over MAX_BATCH);
 - 409: the tripwire lost its compare-and-set every time (the traces are stored;
   retrying the same request trips it again, since a retried run_id stored in this
   stage still counts); 503: Redis did not answer.
