@@ -17,9 +17,11 @@ import time
 from collections.abc import Callable
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bindings.errors import Conflict, InvalidInput, NotFound, StoreUnavailable
+from bindings.errors import (
+    Conflict, CorruptRecord, InvalidInput, NotFound, StoreUnavailable,
+)
 from bindings.store import _redis_errors
 from gatekeeper.criteria import Criterion, diff, generate
 from gatekeeper.spec import Spec
@@ -72,7 +74,7 @@ class ConfigStore:
             raw = self.connection.hget(config_key(validate_config_id(config)), "record")
         if raw is None:
             raise NotFound(f"no spec registered for config {config!r}", config=config)
-        return ConfigRecord.model_validate_json(raw)
+        return _load(config, raw)
 
     def find(self, config: str) -> ConfigRecord | None:
         """The config's record, or None when it was never registered."""
@@ -100,7 +102,7 @@ class ConfigStore:
             with self.connection.pipeline(transaction=True) as pipe:
                 pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
                 raw = pipe.hget(key, "record")
-                previous = ConfigRecord.model_validate_json(raw) if raw is not None else None
+                previous = _load(config, raw) if raw is not None else None
                 current = previous.version if previous else 0
                 if expected_version is not None and expected_version != current:
                     raise Conflict(
@@ -127,3 +129,12 @@ class ConfigStore:
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
         return record, previous
+
+
+def _load(config: str, raw: bytes | str) -> ConfigRecord:
+    """A stored record, or CorruptRecord: not the caller's 422 for a record it did not write."""
+    try:
+        return ConfigRecord.model_validate_json(raw)
+    except ValidationError as exc:
+        raise CorruptRecord(f"stored record of config {config!r} is unreadable: {exc}",
+                            config=config) from exc

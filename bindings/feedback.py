@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import redis
+from pydantic import ValidationError
 
-from bindings.errors import Conflict, NotFound
+from bindings.errors import Conflict, CorruptRecord, NotFound
 from bindings.store import _redis_errors
 from bindings.traces import run_key
 from gatekeeper.golden import Feedback
@@ -48,7 +49,7 @@ class FeedbackStore:
             pipe.zadd(feedback_index_key(role), {feedback.run_id: feedback.time})
             pipe.lrange(feedback_key(role, feedback.run_id), 0, -1)
             raws = pipe.execute()[-1]
-        return [Feedback.model_validate_json(raw) for raw in raws]
+        return [_load(role, raw) for raw in raws]
 
     def get(self, role: str, run_id: str) -> list[Feedback]:
         """Every entry on one run, oldest first (empty when there is none)."""
@@ -64,7 +65,7 @@ class FeedbackStore:
             for run_id in ids:
                 pipe.lrange(feedback_key(role, run_id), 0, -1)
             answers = pipe.execute()
-        return {run_id: [Feedback.model_validate_json(raw) for raw in raws]
+        return {run_id: [_load(role, raw) for raw in raws]
                 for run_id, raws in zip(ids, answers) if raws}
 
     def find_role(self, run_id: str, roles: Iterable[str]) -> str:
@@ -85,3 +86,12 @@ class FeedbackStore:
             raise Conflict(f"run_id {run_id!r} is known to roles {found}; name the role",
                            run_id=run_id, roles=found)
         return found[0]
+
+
+def _load(role: str, raw: bytes | str) -> Feedback:
+    """A stored entry, or CorruptRecord: not the caller's 422 for a record it did not write."""
+    try:
+        return Feedback.model_validate_json(raw)
+    except ValidationError as exc:
+        raise CorruptRecord(f"a stored feedback entry of role {role!r} is unreadable: {exc}",
+                            role=role) from exc

@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bindings.errors import NotFound
+from bindings.errors import CorruptRecord, NotFound
 from bindings.store import _redis_errors
 
 OFFLINE_KEY_TEMPLATE = "rolegate:{{{role}}}:offline:{config}"
@@ -86,7 +86,11 @@ class OfflineStore:
         if raw is None:
             raise NotFound(f"no offline suite verdict for role {role!r}, config {config!r}",
                            role=role, config=config)
-        return StoredOfflineVerdict.model_validate_json(raw)
+        try:
+            return StoredOfflineVerdict.model_validate_json(raw)
+        except ValidationError as exc:
+            raise CorruptRecord(f"stored offline verdict of role {role!r}, config {config!r} "
+                                f"is unreadable: {exc}", role=role, config=config) from exc
 
     def all(self, role: str) -> list[StoredOfflineVerdict]:
         """Every stored verdict of `role`, by config name."""
