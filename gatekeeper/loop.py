@@ -48,7 +48,17 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
     decisions: list[Decision] = []
     for role, raw in sorted(listing.get("roles", {}).items()):
         record = VersionedBinding.model_validate(raw)
-        view = api.get(f"/v1/roles/{_path(role)}/gate")
+        try:
+            view = api.get(f"/v1/roles/{_path(role)}/gate")
+        except ApiError as exc:
+            # One role whose gate view fails (a corrupt record, a bug in a section)
+            # must not stall every other role's promotions and rollbacks.
+            log.error("gate view of %s failed, holding it this tick: %s", role, exc)
+            decisions.append(Decision(role, Action.HOLD, record.version,
+                                      record.binding.stage.value,
+                                      f"gate view failed: {exc.status} {exc.message}",
+                                      {"error": {"status": exc.status, "code": exc.code}}))
+            continue
         if int(view.get("version", 0)) != record.version:
             # The binding moved between the two reads; judge it next tick on one version.
             decisions.append(Decision(role, Action.HOLD, record.version,

@@ -216,3 +216,21 @@ def test_drifting_stable_current_raises_one_alert(live: str, api: ApiClient) -> 
     alarms = [e for e in recorder.sent if e["kind"] == "alarm"]
     assert len(alarms) == 1 and alarms[0]["metric"] == "tool_error"
     assert alarms[0]["cusum"]["alarm"] is True
+
+
+def test_one_roles_failing_gate_view_does_not_stall_the_others(live: str, api: ApiClient,
+                                                               app: Flask) -> None:
+    """A role whose gate view answers 500 is held; the other roles are still judged and moved."""
+    _create(live, "good", "cfg-good")
+    _create(live, "broken", "cfg-broken")
+    Population(live, ["good"], batch=40).step()
+    connection = app.extensions["rolegate"].redis
+    connection.hset("rolegate:config:{cfg-broken}", mapping={"version": 1, "record": "{}"})
+    with requests.get(f"{live}/v1/roles/broken/gate", headers=auth(GATEKEEPER),
+                      timeout=5) as answer:
+        assert answer.status_code == 500 and answer.json()["error"]["code"] == "corrupt_record"
+    decisions = {d.role: d for d in tick(api, time.time())}
+    assert decisions["broken"].action is Action.HOLD
+    assert decisions["broken"].details["error"]["code"] == "corrupt_record"
+    assert decisions["good"].action is Action.ADVANCE
+    assert api.get("/v1/bindings/good")["binding"]["stage"] == "canary"
