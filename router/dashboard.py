@@ -65,7 +65,7 @@ def figure(value: Any) -> str:
     """A gate figure for a table cell: three significant digits, a dash for none."""
     if value is None:
         return "—"
-    if isinstance(value, bool) or isinstance(value, int):
+    if isinstance(value, (bool, int)):
         return str(value)
     if isinstance(value, float):
         return f"{value:.3g}"

@@ -18,17 +18,17 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from werkzeug.routing import Rule
 
-from bindings.models import Binding, HistoryEntry, ROLE_NAME_PATTERN, VersionedBinding
+from bindings.configs import CONFIG_ID_PATTERN, ConfigRecord
+from bindings.models import ROLE_NAME_PATTERN, Binding, HistoryEntry, VersionedBinding
+from bindings.offline import OfflineVerdict, StoredOfflineVerdict
+from gatekeeper.criteria import CriteriaDiff
 from router.api_bindings import CanaryRequest, PutRequest, RollbackRequest
 from router.api_bindings import _Action as ActionRequest
 from router.api_configs import CheckRequest, PutConfig
-from bindings.configs import CONFIG_ID_PATTERN, ConfigRecord
-from gatekeeper.criteria import CriteriaDiff
-from router.openapi_more import MORE_PATHS
-from router.openapi_paths import ERROR_STATUSES, PATHS, RESOLUTION
 from router.api_feedback import FeedbackRequest
 from router.api_lease import LeaseRequest, ReleaseRequest
-from bindings.offline import OfflineVerdict, StoredOfflineVerdict
+from router.openapi_more import MORE_PATHS
+from router.openapi_paths import ERROR_STATUSES, PATHS, RESOLUTION
 
 bp = Blueprint("openapi", __name__)
 
@@ -92,7 +92,7 @@ ERROR_DESCRIPTIONS = {
 
 def model_schemas(models: list[tuple[type[BaseModel], Any]] | None = None) -> dict[str, Any]:
     """Component schemas for `models` (default MODELS), refs pointing into components."""
-    key_map, top = models_json_schema(models or MODELS, ref_template=REF)
+    _, top = models_json_schema(models or MODELS, ref_template=REF)
     schemas: dict[str, Any] = dict(top.get("$defs", {}))
     schemas["Error"] = ERROR_SCHEMA
     schemas["ErrorDetail"] = ERROR_SCHEMA["properties"]["error"]

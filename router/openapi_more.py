@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.openapi_paths import AUTH, HTML, ref, json_body, json_response
+from router.openapi_paths import AUTH, HTML, json_body, json_response, ref
 
 OBJECT: dict[str, Any] = {"type": "object"}
 

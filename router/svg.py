@@ -51,8 +51,8 @@ def line_chart(
     """
     points = [p for values in series.values() for p in values]
     hlines = dict(hlines or {})
-    parts = [f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-             f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
+    parts = [(f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+              f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">'),
              f"<title>{escape(title)}</title>"]
     if not points:
         parts.append(f'<text class="empty" x="{WIDTH / 2}" y="{HEIGHT / 2}" '
@@ -114,8 +114,8 @@ def bar_chart(counts: Mapping[str, int | float], *, title: str) -> Markup:
     bar_h = 22
     height = max(40, PAD_TOP + len(rows) * bar_h + 8)
     label_w = 150
-    parts = [f'<svg class="chart bars" viewBox="0 0 {WIDTH} {height}" role="img" '
-             f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">',
+    parts = [(f'<svg class="chart bars" viewBox="0 0 {WIDTH} {height}" role="img" '
+              f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">'),
              f"<title>{escape(title)}</title>"]
     if not rows:
         parts.append(f'<text class="empty" x="{WIDTH / 2}" y="{height / 2}" '

@@ -28,7 +28,7 @@ class Poster(Protocol):
 
 
 def _status(response: Any) -> int:
-    return int(getattr(response, "status_code"))
+    return int(response.status_code)
 
 
 def trace(role: str, config: str, arm: str, key: str, tools: list[str], when: float,

@@ -64,6 +64,7 @@ def open_app(redis_url: str) -> Iterator[Flask]:
     app = create_app({"redis_url": redis_url, "testing": True, "refresh_interval_s": 0.05})
     yield app
     app.extensions["rolegate"].cache.stop()
+    app.extensions["rolegate"].redis.close()
 
 
 def test_open_server_renders_data_into_the_page(open_app: Flask) -> None:

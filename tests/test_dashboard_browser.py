@@ -46,7 +46,7 @@ def chromium() -> str:
             pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install it")
         steps = [[apt, "update", "-q"], [apt, "install", "-y", "-q", "chromium"]]
         for step in steps:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=600,
+            done = subprocess.run(step, capture_output=True, text=True, timeout=600, check=False,
                                   env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
             if done.returncode != 0:
                 pytest.fail(f"{' '.join(step)} failed ({done.returncode}): "
@@ -96,6 +96,7 @@ def live(redis_url: str) -> Iterator[str]:
         server.server_close()
         thread.join(5)
         app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
 
 
 @pytest.fixture(scope="module")

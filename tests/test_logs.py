@@ -130,3 +130,4 @@ def test_resolve_lines_can_be_switched_off(redis_url: str, lines: io.StringIO) -
         assert not [x for x in _records(lines) if x.get("decision") == "resolve"]
     finally:
         app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()

@@ -8,8 +8,8 @@ import socket
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -116,6 +116,7 @@ def test_redis_errors_counted() -> None:
         assert value(after, "rolegate_bindings_stale") == 1.0
     finally:
         app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
 
 
 GUNICORN_CONF = Path(__file__).resolve().parent.parent / "deploy" / "gunicorn.conf.py"

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pytest
 import redis
 import schemathesis
-from schemathesis import GenerationMode
 from flask import Flask
 from flask.testing import FlaskClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import Failure, FailureGroup
 from schemathesis.specs.openapi.checks import (
@@ -66,7 +66,6 @@ def test_spec_refs_resolve(app: Flask) -> None:
                 yield from refs(value)
 
     for ref in refs(spec):
-        _, section, name = ref.removeprefix("#/").partition("/")
         kind, _, key = ref.removeprefix("#/components/").partition("/")
         assert key in spec["components"][kind], ref
 
@@ -89,6 +88,7 @@ def live_router(redis_db: int) -> Iterator[str]:
         server.server_close()
         thread.join(5)
         app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
         connection.flushdb()
         connection.close()
 
