@@ -8,9 +8,9 @@ reason while the good ones in the same batch are kept. Answers:
   it was stored before and is not counted again);
 - 207: some refused, some accepted (the body says which);
 - 422: all refused; the body is the usual `{"error": ...}` plus the same `results`
-  (a body holding NaN or Infinity is refused whole: a 422 with no `results`);
-- 400: the body is not JSON (or nests too deep, or holds an unpaired surrogate
-  escape), or is neither a trace nor a batch (empty, over MAX_BATCH);
+  (a trace holding NaN, Infinity or an unpaired surrogate escape is refused on its own);
+- 400: the body is not JSON (or nests too deep), or is neither a trace nor a
+  batch (empty, over MAX_BATCH);
 - 409: the tripwire lost its compare-and-set every time (the traces are stored;
   retrying the same request trips it again, since a retried run_id stored in this
   stage still counts); 503: Redis did not answer.
@@ -40,7 +40,7 @@ from gatekeeper import tripwire
 from gatekeeper.invariants import check
 from gatekeeper.trace import Trace
 from router.auth import require
-from router.bodies import json_body
+from router.bodies import SURROGATE_ESCAPE, json_body, unstorable
 from router.errors import BadRequest, validation_details
 
 bp = Blueprint("traces", __name__)
@@ -115,11 +115,12 @@ class _Batch(BaseModel):
 _TRACE_LIST: TypeAdapter[list[Trace]] = TypeAdapter(list[Trace])
 #: A value pydantic's JSON parser reads into a free-form field (input, feedback, a
 #: step's args) as NaN or inf, where the finite-float check does not reach: NaN,
-#: Infinity, a 3-digit exponent, or more digits than a float holds. A body with
-#: one (or with text that merely looks like one) takes the per-trace path, whose
-#: strict parser refuses only real non-finite numbers.
+#: Infinity, a 3-digit exponent, or a 200-digit integer part (which a 2-digit
+#: exponent can push past 1e308). A body with one (or with text that merely looks
+#: like one) takes the per-trace path, which refuses only the traces holding a
+#: real non-finite number.
 _MAYBE_NON_FINITE = re.compile(
-    rb"[:,\[]\s*-?(?:NaN|Infinity|\d+(?:\.\d*)?[eE][+-]?\d{3}|\d{309})")
+    rb"[:,\[]\s*-?(?:NaN|Infinity|\d+(?:\.\d*)?[eE][+-]?\d{3}|\d{200})")
 
 
 def _parse_fast(raw: bytes) -> list[Trace] | None:
@@ -144,14 +145,22 @@ def _parse_fast(raw: bytes) -> list[Trace] | None:
     return traces if 0 < len(traces) <= MAX_BATCH else None
 
 
-def _parse_each(items: list[Any],
-                results: list[dict[str, Any] | str | None]) -> list[tuple[int, Trace]]:
-    """Validate each item on its own, recording a refusal in `results` for each bad one."""
+def _parse_each(items: list[Any], results: list[dict[str, Any] | str | None], *,
+                check_values: bool) -> list[tuple[int, Trace]]:
+    """Validate each item on its own, recording a refusal in `results` for each bad one.
+
+    `check_values`: the body may hold a NaN, an Infinity or an unpaired surrogate
+    (the parse let them through), so look for one in each item first.
+    """
     valid: list[tuple[int, Trace]] = []
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             results[index] = _refusal(index, item, "bad_request",
                                       f"a trace must be a JSON object, got {type(item).__name__}")
+            continue
+        problem = unstorable(item) if check_values else None
+        if problem is not None:
+            results[index] = _refusal(index, item, "invalid", problem)
             continue
         try:
             valid.append((index, Trace.model_validate(item)))
@@ -167,14 +176,17 @@ def _parse_each(items: list[Any],
 @require("caller", "gatekeeper")
 def ingest() -> ResponseReturnValue:
     """Validate, check, store and (on a breach) trip; answer each trace's outcome."""
-    fast = _parse_fast(request.get_data(cache=True))
+    raw = request.get_data(cache=True)
+    fast = _parse_fast(raw)
     if fast is not None:
         results: list[dict[str, Any] | str | None] = [None] * len(fast)
         valid = list(enumerate(fast))
     else:
-        items = _items(json_body(allow_empty=False))
+        # Not strict: a NaN or an unpaired surrogate refuses its own trace, not the batch.
+        items = _items(json_body(allow_empty=False, strict=False))
         results = [None] * len(items)
-        valid = _parse_each(items, results)
+        suspect = bool(_MAYBE_NON_FINITE.search(raw) or SURROGATE_ESCAPE.search(raw))
+        valid = _parse_each(items, results, check_values=suspect)
     now = time.time()
     checked: list[Checked] = []
     positions: list[int] = []

@@ -26,7 +26,7 @@ M = TypeVar("M", bound=BaseModel)
 #: enough one would exhaust the interpreter's recursion limit in json or jsonify.
 MAX_DEPTH = 64
 #: A JSON string escape that starts a UTF-16 surrogate (maybe an unpaired one).
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class _NonFinite(ValueError):
@@ -44,10 +44,18 @@ def _no_constant(text: str) -> Any:
     raise _NonFinite(text)
 
 
-def loads(raw: bytes) -> Any:
-    """Parse `raw` as strict JSON; BadRequest (or InvalidInput for NaN/Infinity) otherwise."""
+def loads(raw: bytes, *, strict: bool = True) -> Any:
+    """Parse `raw` as JSON; BadRequest (or InvalidInput for NaN/Infinity) otherwise.
+
+    Not `strict`: NaN, Infinity and unpaired surrogates are let through, for a
+    caller that refuses each part of the body holding one on its own (a batch of
+    traces, with `unstorable`) instead of the whole body.
+    """
     try:
-        body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+        if strict:
+            body = json.loads(raw, parse_constant=_no_constant, parse_float=_finite_float)
+        else:
+            body = json.loads(raw)
     except _NonFinite as exc:
         # A 422 like pydantic's own "finite number" error for a float field.
         raise InvalidInput(f"request body holds {exc}, which is not a finite JSON number",
@@ -58,13 +66,35 @@ def loads(raw: bytes) -> Any:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
     if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
         raise BadRequest(f"request body nests deeper than {MAX_DEPTH} levels")
-    if _SURROGATE_ESCAPE.search(raw):
-        try:
-            json.dumps(body, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise BadRequest("request body holds an unpaired UTF-16 surrogate escape "
-                             "(\\ud800-\\udfff), which is not text") from None
+    if strict and SURROGATE_ESCAPE.search(raw) and unstorable(body):
+        raise BadRequest("request body holds an unpaired UTF-16 surrogate escape "
+                         "(\\ud800-\\udfff), which is not text")
     return body
+
+
+def unstorable(value: Any) -> str | None:
+    """Why `value` (parsed JSON) cannot be stored faithfully, or None when it can.
+
+    A NaN or infinite number (pydantic would write null) or a text holding an
+    unpaired surrogate (it cannot be encoded as UTF-8 at all).
+    """
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, float):
+            if not math.isfinite(node):
+                return f"{node} is not a finite JSON number"
+        elif isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return "a text holds an unpaired UTF-16 surrogate escape (\\ud800-\\udfff)"
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
 
 
 def _depth(value: Any) -> int:
@@ -86,14 +116,14 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def json_body(*, allow_empty: bool = True) -> Any:
-    """The request body parsed as JSON; {} when empty and allowed; BadRequest otherwise."""
+def json_body(*, allow_empty: bool = True, strict: bool = True) -> Any:
+    """The request body parsed as JSON (see `loads`); {} when empty and allowed."""
     raw = request.get_data(cache=True)
     if not raw.strip():
         if allow_empty:
             return {}
         raise BadRequest("request body is empty; expected JSON")
-    return loads(raw)
+    return loads(raw, strict=strict)
 
 
 def parse(model: type[M], body: Any) -> M:

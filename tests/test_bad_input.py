@@ -68,14 +68,15 @@ def test_deeply_nested_body_is_a_400(client: FlaskClient, path: str, body: str) 
 
 @pytest.mark.parametrize("field, value", [
     ("output_text", '"ok \\ud800"'), ("input", '{"q": "\\udfff"}'),
-    ("steps", '[{"tool": "read", "args": {"x": "\\ud83d"}}]'),
+    ("steps", '[{"tool": "read", "args": {"x": "\\ud83d"}}]'), ("input", '{"\\ud800": 1}'),
 ])
-def test_lone_surrogate_in_a_trace_is_a_400_and_nothing_is_stored(
+def test_lone_surrogate_in_a_trace_is_refused_and_nothing_is_stored(
         client: FlaskClient, redis_conn: redis.Redis, field: str, value: str) -> None:
     """An unpaired UTF-16 surrogate escape is refused before the store can half-write it."""
     _role(client)
     body = json.dumps(_trace("run-1", **{field: "__V__"})).replace('"__V__"', value)
-    _error(client.post("/v1/traces", data=body, headers=OP), 400)
+    error = _error(client.post("/v1/traces", data=body, headers=OP), 422)
+    assert "surrogate" in error["message"]
     _nothing_stored(client, redis_conn)
 
 
@@ -104,16 +105,31 @@ def test_out_of_range_trace_numbers_are_refused_and_nothing_is_stored(
     assert r.status_code == 200 and r.json["accepted"] == 1, r.json
 
 
-@pytest.mark.parametrize("batch", [False, True])
-@pytest.mark.parametrize("value", ["NaN", "-Infinity", "1e999"])
+@pytest.mark.parametrize("value", ["NaN", "-Infinity", "1e999", "1" * 250 + "e99"])
 def test_non_finite_number_in_a_free_form_trace_field_is_refused(
-        client: FlaskClient, redis_conn: redis.Redis, batch: bool, value: str) -> None:
+        client: FlaskClient, redis_conn: redis.Redis, value: str) -> None:
     """NaN in a trace's `input` is a 422 on the fast path too, not silently stored as null."""
     _role(client)
-    one = _trace("run-1", input={"amount": "__V__"})
-    body = json.dumps({"traces": [_trace("run-0"), one]} if batch else one)
-    _error(client.post("/v1/traces", data=body.replace('"__V__"', value), headers=OP), 422)
+    body = json.dumps(_trace("run-1", input={"amount": "__V__"}))
+    error = _error(client.post("/v1/traces", data=body.replace('"__V__"', value), headers=OP),
+                   422)
+    assert "finite" in error["message"]
     _nothing_stored(client, redis_conn)
+
+
+@pytest.mark.parametrize("value", ['"\\ud800"', "NaN", "Infinity"])
+def test_one_unstorable_trace_does_not_refuse_its_batch(client: FlaskClient,
+                                                        value: str) -> None:
+    """A NaN or unpaired surrogate refuses its own trace (207); the rest of the batch is stored."""
+    _role(client)
+    bad = _trace("run-1", input={"amount": "__V__"})
+    body = json.dumps({"traces": [_trace("run-0"), bad, _trace("run-2")]})
+    r = client.post("/v1/traces", data=body.replace('"__V__"', value), headers=OP)
+    assert r.status_code == 207, r.get_data(as_text=True)
+    assert [x["status"] for x in r.json["results"]] == ["accepted", "refused", "accepted"]
+    assert r.json["results"][1]["run_id"] == "run-1"
+    gate = client.get("/v1/roles/summarizer/gate", headers=OP).json
+    assert gate["arms"]["current"]["n"] == 2
 
 
 def test_text_that_merely_mentions_nan_is_accepted(client: FlaskClient) -> None:
