@@ -22,6 +22,11 @@ from router import create_app
 TEST_REDIS = os.environ.get("ROLEGATE_TEST_REDIS", "redis://127.0.0.1:6379")
 CLAIM_KEY_TEMPLATE = "rolegate-test:claim:{db}"
 CLAIM_SECONDS = 3600
+# KEYS: the claim key. ARGV: our token. Deletes the claim only if it is still ours.
+RELEASE_CLAIM = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 OPERATOR = "op-secret"
 GATEKEEPER = "gk-secret"
@@ -50,9 +55,9 @@ def redis_db() -> Iterator[int]:
                 try:
                     yield db
                 finally:
-                    # Release only our own claim.
-                    if admin.get(CLAIM_KEY_TEMPLATE.format(db=db)) == token.encode():
-                        admin.delete(CLAIM_KEY_TEMPLATE.format(db=db))
+                    # Release only our own claim, checked and deleted in one step: a
+                    # claim that expired and was taken by another run stays theirs.
+                    admin.eval(RELEASE_CLAIM, 1, CLAIM_KEY_TEMPLATE.format(db=db), token)
                 return
         pytest.exit("every Redis test database 1..15 is claimed by another run", returncode=2)
 
