@@ -116,4 +116,35 @@ class Trace(BaseModel):
             raise ValueError(
                 f"tool_errors: {self.tool_errors} exceeds step_count {self.step_count}"
             )
+        self._free_form_finite()
         return self
+
+    def _free_form_finite(self) -> None:
+        """Refuse NaN/Infinity in the free-form fields, which allow_inf_nan does not reach.
+
+        Stored, pydantic would write them as null: the run would silently differ
+        from what was reported.
+        """
+        for name, value in (("input", self.input), ("feedback", self.feedback)):
+            if value and not _finite(value):
+                raise ValueError(f"{name}: holds NaN or an infinite number, not a JSON number")
+        for index, step in enumerate(self.steps or ()):
+            if (step.args and not _finite(step.args)) or not _finite(step.result):
+                raise ValueError(f"steps.{index}: holds NaN or an infinite number, "
+                                 "not a JSON number")
+
+
+def _finite(value: Any) -> bool:
+    """False when a free-form JSON value holds a NaN or an infinite number anywhere."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        kind = type(node)
+        if kind is float:
+            if node - node != 0.0:  # NaN and +-inf: the fastest test without a call
+                return False
+        elif kind is dict:
+            stack.extend(node.values())
+        elif kind is list or kind is tuple:
+            stack.extend(node)
+    return True
