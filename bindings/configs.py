@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.errors import (
-    Conflict, CorruptRecord, InvalidInput, NotFound, StoreUnavailable,
+    Conflict, InvalidInput, NotFound, StoreUnavailable,
 )
-from bindings.store import _redis_errors
+from bindings.store import _redis_errors, load_stored
 from gatekeeper.criteria import Criterion, diff, generate
 from gatekeeper.spec import Spec
 
@@ -132,9 +132,4 @@ class ConfigStore:
 
 
 def _load(config: str, raw: bytes | str) -> ConfigRecord:
-    """A stored record, or CorruptRecord: not the caller's 422 for a record it did not write."""
-    try:
-        return ConfigRecord.model_validate_json(raw)
-    except ValidationError as exc:
-        raise CorruptRecord(f"stored record of config {config!r} is unreadable: {exc}",
-                            config=config) from exc
+    return load_stored(ConfigRecord, raw, f"stored record of config {config!r}", config=config)

@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import redis
-from pydantic import ValidationError
 
-from bindings.errors import Conflict, CorruptRecord, NotFound
-from bindings.store import _redis_errors
+from bindings.errors import Conflict, NotFound
+from bindings.store import _redis_errors, load_stored
 from bindings.traces import run_key
 from gatekeeper.golden import Feedback
 
@@ -89,9 +88,4 @@ class FeedbackStore:
 
 
 def _load(role: str, raw: bytes | str) -> Feedback:
-    """A stored entry, or CorruptRecord: not the caller's 422 for a record it did not write."""
-    try:
-        return Feedback.model_validate_json(raw)
-    except ValidationError as exc:
-        raise CorruptRecord(f"a stored feedback entry of role {role!r} is unreadable: {exc}",
-                            role=role) from exc
+    return load_stored(Feedback, raw, f"a stored feedback entry of role {role!r}", role=role)

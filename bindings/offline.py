@@ -11,10 +11,10 @@ import time
 from typing import Any
 
 import redis
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from bindings.errors import CorruptRecord, NotFound
-from bindings.store import _redis_errors
+from bindings.errors import NotFound
+from bindings.store import _redis_errors, load_stored
 
 OFFLINE_KEY_TEMPLATE = "rolegate:{{{role}}}:offline:{config}"
 #: The configs of a role that have a stored verdict.
@@ -86,11 +86,8 @@ class OfflineStore:
         if raw is None:
             raise NotFound(f"no offline suite verdict for role {role!r}, config {config!r}",
                            role=role, config=config)
-        try:
-            return StoredOfflineVerdict.model_validate_json(raw)
-        except ValidationError as exc:
-            raise CorruptRecord(f"stored offline verdict of role {role!r}, config {config!r} "
-                                f"is unreadable: {exc}", role=role, config=config) from exc
+        return load_stored(StoredOfflineVerdict, raw, f"stored offline verdict of role {role!r}, "
+                           f"config {config!r}", role=role, config=config)
 
     def all(self, role: str) -> list[StoredOfflineVerdict]:
         """Every stored verdict of `role`, by config name."""

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from bindings.errors import Conflict, CorruptRecord, NotFound, StoreUnavailable
 from bindings.models import Binding, HistoryEntry, VersionedBinding
@@ -25,6 +25,8 @@ ROLES_KEY = "rolegate:roles"
 GENERATION_KEY = "rolegate:generation"
 CHANGES_CHANNEL = "rolegate:changes"
 _MAX_VERSION = 2**63 - 1
+
+M = TypeVar("M", bound=BaseModel)
 
 # KEYS: binding hash, history list, role index set, generation counter
 # ARGV: role, expected version, record JSON, history entry JSON, channel
@@ -208,15 +210,21 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _load_record(raw: bytes | str) -> VersionedBinding:
+def load_stored(model: type[M], raw: bytes | str, what: str, **details: Any) -> M:
+    """`raw` read back as `model`, or CorruptRecord naming `what`.
+
+    A stored record that no longer validates was written by other software or a
+    bug: a 500 naming it, never a 422 blaming the caller who merely read it.
+    """
     try:
-        return VersionedBinding.model_validate_json(raw)
+        return model.model_validate_json(raw)
     except ValidationError as exc:
-        raise CorruptRecord(f"stored binding record is unreadable: {exc}") from exc
+        raise CorruptRecord(f"{what} is unreadable: {exc}", **details) from exc
+
+
+def _load_record(raw: bytes | str) -> VersionedBinding:
+    return load_stored(VersionedBinding, raw, "stored binding record")
 
 
 def _load_entry(raw: bytes | str) -> HistoryEntry:
-    try:
-        return HistoryEntry.model_validate_json(raw)
-    except ValidationError as exc:
-        raise CorruptRecord(f"stored history entry is unreadable: {exc}") from exc
+    return load_stored(HistoryEntry, raw, "stored history entry")

@@ -40,7 +40,7 @@ import redis
 
 from bindings.errors import Conflict, InvalidInput, NotFound
 from bindings.models import Binding
-from bindings.store import _redis_errors
+from bindings.store import _redis_errors, load_stored
 from gatekeeper.invariants import TraceVerdict
 from gatekeeper.trace import Trace
 from gatekeeper.window import TOOL, WindowStats, increments
@@ -418,7 +418,7 @@ def _stored_trace(entry_id: bytes | str, fields: dict[bytes, bytes]) -> StoredTr
     return StoredTrace(
         id=ident,
         time=stream_id_time(ident),
-        trace=Trace.model_validate_json(fields[b"t"]),
+        trace=load_stored(Trace, fields[b"t"], f"stored trace {ident}"),
         verdict=TraceVerdict.from_json(json.loads(fields[b"v"])),
     )
 
