@@ -3,7 +3,8 @@
 `tick(api, now)` does one pass: for every role, read the gate view, decide, and
 (unless dry-run) apply the move with `If-Match` set to the version the decision
 was made on, so a stale leader's write, or a move racing a human's, is refused
-with 409 and dropped. `Gatekeeper.run()` loops: acquire or renew the lease, tick
+with 409 and dropped; a role whose gate view answers an error is held for that
+tick while the others are judged. `Gatekeeper.run()` loops: acquire or renew the lease, tick
 if leader, sleep; SIGTERM lets the current tick finish, then releases the lease.
 """
 
