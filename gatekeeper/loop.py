@@ -4,8 +4,9 @@
 (unless dry-run) apply the move with `If-Match` set to the version the decision
 was made on, so a stale leader's write, or a move racing a human's, is refused
 with 409 and dropped; a role whose gate view answers an error is held for that
-tick while the others are judged. `Gatekeeper.run()` loops: acquire or renew the lease, tick
-if leader, sleep; SIGTERM lets the current tick finish, then releases the lease.
+tick while the others are judged. `Gatekeeper.run()` loops: acquire or renew
+the lease, tick if leader, sleep; SIGTERM lets the current tick finish, then
+releases the lease.
 """
 
 from __future__ import annotations
