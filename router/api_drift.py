@@ -20,6 +20,8 @@ from router.params import role_param
 bp = Blueprint("drift", __name__)
 
 MAX_RUNS = 100_000
+#: Each h replays every run once: more than this many thresholds is refused.
+MAX_HS = 50
 ARMS = ("current", "candidate", "shadow")
 
 
@@ -50,6 +52,9 @@ def calibrate_view(role: str) -> ResponseReturnValue:
     raw_hs = args.getlist("h")
     if not raw_hs:
         raise BadRequest("h: give at least one threshold, e.g. ?h=3&h=5", field="h")
+    if len(raw_hs) > MAX_HS:
+        raise BadRequest(f"h: at most {MAX_HS} thresholds per request, got {len(raw_hs)}",
+                         field="h")
     hs = [_float(h, "h", 0.0, 1e6) for h in raw_hs]
     drift = record.binding.gate.drift
     shift = _float(args["shift"], "shift", 0.0, 1.0) if "shift" in args else drift.shift

@@ -241,3 +241,13 @@ def test_a_contains_clause_of_another_type_never_fails_the_gate_view(
     _role(client)
     assert client.post("/v1/traces", headers=OP, json=run).status_code == 200
     assert client.get("/v1/roles/summarizer/gate", headers=OP).status_code == 200
+
+
+def test_calibrating_too_many_thresholds_is_a_400(client: FlaskClient) -> None:
+    """Each h replays every stored run: thousands of them in one request are refused up front."""
+    _role(client)
+    query = "&".join(f"h={h}" for h in range(1, 1002))
+    _error(client.get(f"/v1/roles/summarizer/drift/calibrate?{query}", headers=OP), 400)
+    query = "&".join(f"h={h}" for h in range(1, 51))
+    r = client.get(f"/v1/roles/summarizer/drift/calibrate?{query}", headers=OP)
+    assert r.status_code == 200, r.json
