@@ -108,7 +108,8 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "parameters": [
             {"name": "h", "in": "query", "required": True,
              "schema": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0,
-                                                   "maximum": 1e6}, "minItems": 1}},
+                                                   "maximum": 1e6},
+                        "minItems": 1, "maxItems": 50}},
             {"name": "config", "in": "query", "required": False, "schema": {"type": "string"}},
             {"name": "arm", "in": "query", "required": False,
              "schema": {"enum": ["current", "candidate", "shadow"]}},
