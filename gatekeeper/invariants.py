@@ -83,7 +83,9 @@ class TraceVerdict:
     @functools.cached_property
     def json_text(self) -> str:
         """`to_json()` serialized compactly, built once (the store and the answer share it)."""
-        return json.dumps(self._json, separators=(",", ":"))
+        # Most traces of a role get one of a few verdicts: encode each once per process.
+        return _verdict_text(self.passed, tuple(self.criteria.items()), self.forbidden,
+                             self.required_lost, self.missing_artifacts, self.tools_reported)
 
     @functools.cached_property
     def _json(self) -> dict[str, Any]:
@@ -109,6 +111,15 @@ class TraceVerdict:
             missing_artifacts=tuple(data.get("missing_artifacts", ())),
             tools_reported=bool(data.get("tools_reported", True)),
         )
+
+
+@functools.lru_cache(maxsize=1024)
+def _verdict_text(passed: bool, criteria: tuple[tuple[str, bool], ...],
+                  forbidden: tuple[str, ...], required_lost: tuple[str, ...],
+                  missing_artifacts: tuple[str, ...], tools_reported: bool) -> str:
+    verdict = TraceVerdict(passed, dict(criteria), forbidden, required_lost, missing_artifacts,
+                           tools_reported)
+    return json.dumps(verdict._json, separators=(",", ":"))
 
 
 def tools_reported(trace: Trace) -> bool:

@@ -38,6 +38,7 @@ from bindings.traces import Checked, TraceStore, epoch_of
 from gatekeeper import tripwire
 from gatekeeper.invariants import check
 from gatekeeper.trace import Trace
+from router.app import Services
 from router.auth import require
 from router.bodies import SURROGATE_ESCAPE, json_body, unstorable
 from router.errors import BadRequest, validation_details
@@ -91,11 +92,11 @@ def _refusal(index: int, item: Any, code: str, message: str,
             "error": {"code": code, "message": message, "details": details or {}}}
 
 
-def _binding(role: str, seen: dict[str, VersionedBinding]) -> VersionedBinding:
+def _binding(role: str, seen: dict[str, VersionedBinding],
+             services: Services) -> VersionedBinding:
     """The role's binding: this request's earlier read, the worker's copy, or the store."""
     if role in seen:
         return seen[role]
-    services = current_app.extensions["rolegate"]
     cached: VersionedBinding | None = services.cache.get(role)[0]
     # A role created a moment ago may not be in this worker's copy yet.
     record: VersionedBinding = cached if cached is not None else services.store.get(role)
@@ -122,11 +123,11 @@ def _parse_fast(raw: bytes) -> list[Trace] | None:
     Any failure (bad JSON, a bad trace, an unexpected shape) returns None and the
     request takes the per-trace path, which explains each refusal.
     """
-    head = raw.lstrip()[:1]
+    body = raw.lstrip()
     try:
-        if head == b"[":
+        if body[:1] == b"[":
             traces = _TRACE_LIST.validate_json(raw)
-        elif raw.lstrip()[1:].lstrip().startswith(b'"traces"'):
+        elif body[1:].lstrip().startswith(b'"traces"'):
             traces = _Batch.model_validate_json(raw).traces
         else:
             traces = [Trace.model_validate_json(raw)]
@@ -178,6 +179,8 @@ def ingest() -> ResponseReturnValue:
         valid = _parse_each(items, results,
                             check_values=SURROGATE_ESCAPE.search(raw) is not None)
     now = time.time()
+    extensions = current_app.extensions
+    services: Services = extensions["rolegate"]
     checked: list[Checked] = []
     positions: list[int] = []
     seen: dict[str, VersionedBinding] = {}
@@ -193,7 +196,7 @@ def ingest() -> ResponseReturnValue:
                                       {"field": "tools"})
             continue
         try:
-            record = _binding(trace.role, seen)
+            record = _binding(trace.role, seen, services)
         except NotFound as exc:
             results[index] = _refused(index, trace, exc.code, exc.message, exc.details)
             continue
@@ -203,11 +206,13 @@ def ingest() -> ResponseReturnValue:
         checked.append(Checked(trace, verdict, epoch_of(record.binding)))
         positions.append(index)
 
-    stored = trace_store().add(checked) if checked else []
+    stored = extensions[EXTENSION].add(checked) if checked else []
     # For the metrics hook: what was newly stored, by role and arm.
-    g.ingested = [(c.trace.role, c.trace.arm) for c, o in zip(checked, stored) if not o.duplicate]
-    trips = _tripwire(checked, stored, now)
-    g.tripwire = trips  # for the metrics hook, which would otherwise re-parse the answer
+    ctx = g._get_current_object()  # one proxy lookup for both attributes
+    ctx.ingested = [(c.trace.role, c.trace.arm) for c, o in zip(checked, stored)
+                    if not o.duplicate]
+    trips = _tripwire(checked, stored, now, services)
+    ctx.tripwire = trips  # for the metrics hook, which would otherwise re-parse the answer
     duplicates = 0
     for index, item, outcome in zip(positions, checked, stored):
         duplicates += outcome.duplicate
@@ -216,6 +221,11 @@ def ingest() -> ResponseReturnValue:
         # answer holds one of these per trace, and jsonify would encode them again.
         results[index] = (f'{{"index":{index},"run_id":{json.dumps(item.trace.run_id)},'
                           f'"status":"{status}","verdict":{item.verdict.json_text}}}')
+    if len(results) == 1 and isinstance(results[0], str) and not trips:
+        # One trace stored (every single-trace POST): its answer without the batch walk.
+        return current_app.response_class(
+            f'{{"accepted":{1 - duplicates},"duplicates":{duplicates},"refused":0,'
+            f'"results":[{results[0]}],"tripwire":[]}}\n', mimetype="application/json")
     return _answer([r for r in results if r is not None], duplicates, trips)
 
 
@@ -224,13 +234,13 @@ def _refused(index: int, trace: Trace, code: str, message: str,
     return _refusal(index, {"run_id": trace.run_id}, code, message, details)
 
 
-def _tripwire(checked: list[Checked], stored: list[Any], now: float) -> list[dict[str, Any]]:
+def _tripwire(checked: list[Checked], stored: list[Any], now: float,
+              services: Services) -> list[dict[str, Any]]:
     """Roll back each role a breaching candidate/shadow trace belongs to.
 
     Tried once per (role, config): after that the role is rolled back, or that
     config was not its live candidate; another config's breach is tried on its own.
     """
-    services = current_app.extensions["rolegate"]
     fired: list[dict[str, Any]] = []
     done: set[tuple[str, str]] = set()
     for item, outcome in zip(checked, stored):
