@@ -109,8 +109,12 @@ def _after(response: Response) -> Response:
         if action is not None:
             lines.append(line("decision", request_id, _binding_decision(action, response, actor)))
         elif endpoint == "traces.ingest":
-            # A breaching trace rolls its role back inside the ingest request.
-            for trip in (response.get_json(silent=True) or {}).get("tripwire") or ():
+            # A breaching trace rolls its role back inside the ingest request;
+            # api_traces leaves the list on g, so the answer is not parsed again.
+            trips = ctx.get("tripwire")
+            if trips is None:
+                trips = (response.get_json(silent=True) or {}).get("tripwire") or ()
+            for trip in trips:
                 lines.append(line("decision", request_id, {
                     "decision": "rollback", "actor": "tripwire", "role": trip.get("role"),
                     "version": trip.get("version"), "stage": trip.get("stage"),
