@@ -50,46 +50,65 @@ def make_config(root: Path, name: str, **script: Any) -> AgentConfig:
     return load_config(path)
 
 
-class CountingTool:
-    """A real HTTP tool on loopback that counts the calls it actually executes."""
+class LoopbackJSONServer:
+    """A real HTTP server on loopback whose POSTs are answered by `answer(body, headers)`."""
+
+    path = "/"
 
     def __init__(self) -> None:
-        self.calls = 0
-        self.authorization: list[str | None] = []
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 """Quiet."""
 
-            def do_POST(self) -> None:  # noqa: N802
-                """Count, then answer."""
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                owner.calls += 1
-                owner.authorization.append(self.headers.get("Authorization"))
-                body = json.dumps({"sent": True, "count": owner.calls}).encode()
+            def do_POST(self) -> None:
+                """Read the body, let the owner answer, send its JSON."""
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                data = json.dumps(owner.answer(raw, self.headers)).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(body)
+                self.wfile.write(data)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever,
                                        kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
 
+    def answer(self, body: bytes, headers: Any) -> Any:
+        """The JSON to answer one POST with."""
+        raise NotImplementedError
+
     @property
     def url(self) -> str:
-        """The tool's URL."""
+        """The server's URL, at `path`."""
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}/send"
+        return f"http://{host}:{port}{self.path}"
 
     def close(self) -> None:
         """Stop and release the socket."""
         self.server.shutdown()
         self.thread.join()
         self.server.server_close()
+
+
+class CountingTool(LoopbackJSONServer):
+    """A real HTTP tool on loopback that counts the calls it actually executes."""
+
+    path = "/send"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.authorization: list[str | None] = []
+        super().__init__()
+
+    def answer(self, body: bytes, headers: Any) -> Any:
+        """Count, then answer."""
+        self.calls += 1
+        self.authorization.append(headers.get("Authorization"))
+        return {"sent": True, "count": self.calls}
 
 
 @pytest.fixture

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ from click.testing import CliRunner
 
 from gatekeeper.suite.judge import JudgeSettings, PairwiseJudge, judge_suites, summarize
 from router.cli import main
+from tests.suite_support import LoopbackJSONServer
 from tests.test_suite_compare import _result, _run
 
 VALID = {"winner": "BASELINE", "score_delta": -2.0,
@@ -24,47 +23,21 @@ VALID = {"winner": "BASELINE", "score_delta": -2.0,
          "flagged_issues": ["table removed"]}
 
 
-class ChatServer:
+class ChatServer(LoopbackJSONServer):
     """An OpenAI-compatible endpoint answering scripted message contents, in order."""
+
+    path = "/v1/chat/completions"
 
     def __init__(self, replies: list[str]) -> None:
         self.replies = list(replies)
         self.requests: list[dict[str, Any]] = []
-        owner = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                """Quiet."""
-
-            def do_POST(self) -> None:  # noqa: N802
-                """Answer the next scripted content (the last one repeats)."""
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                owner.requests.append(body)
-                content = owner.replies.pop(0) if len(owner.replies) > 1 else owner.replies[0]
-                data = json.dumps({"choices": [{"message": {"role": "assistant",
-                                                            "content": content}}]}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever,
-                                       kwargs={"poll_interval": 0.05}, daemon=True)
-        self.thread.start()
-
-    @property
-    def url(self) -> str:
-        """The chat-completions URL."""
-        host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}/v1/chat/completions"
-
-    def close(self) -> None:
-        """Stop serving."""
-        self.server.shutdown()
-        self.thread.join()
-        self.server.server_close()
+    def answer(self, body: bytes, headers: Any) -> Any:
+        """Answer the next scripted content (the last one repeats)."""
+        self.requests.append(json.loads(body))
+        content = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+        return {"choices": [{"message": {"role": "assistant", "content": content}}]}
 
 
 @pytest.fixture
@@ -95,7 +68,7 @@ def _pair(safety: bool = False) -> tuple[Any, Any]:
 
 
 def _seed_for(swapped: bool) -> int:
-    import random  # noqa: PLC0415 - find a seed giving the wanted order
+    import random
 
     return next(s for s in range(100) if (random.Random(s).random() < 0.5) is swapped)
 
