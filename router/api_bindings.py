@@ -14,12 +14,12 @@ from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.errors import Conflict, NotFound, PreconditionRequired
-from bindings.models import Binding, Stage, VersionedBinding
+from bindings.models import Binding, VersionedBinding
 from gatekeeper.stages import Event, apply
-from router.api_offline import require_offline_pass
+from router.api_offline import guard_live_candidate
 from router.auth import actor, require
-from router.errors import BadRequest
 from router.bodies import json_body, parse
+from router.errors import BadRequest
 from router.params import if_match, role_param
 
 bp = Blueprint("bindings", __name__)
@@ -129,8 +129,7 @@ def put_binding(role: str) -> ResponseReturnValue:
         if expected not in (None, 0):
             raise NotFound(f"no binding for role {role!r} to replace", role=role,
                            current_version=0)
-        if binding.stage is Stage.SHADOW:
-            require_offline_pass(role, binding)
+        guard_live_candidate(role, None, binding)
         binding = binding.with_changes(stage_since=time.time())
         return _written(store.write(role, binding, expected_version=0, actor=actor(),
                                     action="create", reason=reason), 201)
@@ -143,10 +142,7 @@ def put_binding(role: str) -> ResponseReturnValue:
         raise Conflict(f"role {role!r} is at version {existing.version}, not {expected}",
                        role=role, current_version=existing.version, expected_version=expected)
     old = existing.binding
-    if binding.stage is Stage.SHADOW and (old.stage, old.candidate) != (Stage.SHADOW,
-                                                                       binding.candidate):
-        # Writing a shadow stage directly is a way into shadow too.
-        require_offline_pass(role, binding)
+    guard_live_candidate(role, old, binding)
     moved = (old.stage, old.share, old.candidate) != (binding.stage, binding.share,
                                                       binding.candidate)
     binding = binding.with_changes(stage_since=time.time() if moved else old.stage_since)
@@ -159,9 +155,8 @@ def _transition(role: str, event: Event, body: _Action, *, share: float | None =
     store = _store()
     current = _current(role)
     move = apply(current.binding, event, time.time(), share=share)
-    if move.binding.stage is Stage.SHADOW and current.binding.stage is not Stage.SHADOW:
-        # A role may demand an offline suite pass before its candidate sees shadow traffic.
-        require_offline_pass(role, move.binding)
+    # A role may demand an offline suite pass before its candidate runs on real jobs.
+    guard_live_candidate(role, current.binding, move.binding)
     details = {"summary": move.summary, **body.details}
     return _written(store.write(role, move.binding, expected_version=current.version,
                                actor=actor(), action=action or event.value, reason=body.reason,
@@ -179,11 +174,7 @@ def rollback(role: str) -> ResponseReturnValue:
     current = _current(role)
     old = store.history_entry(role, body.to_version)
     restored = old.binding.with_changes(stage_since=time.time())
-    if restored.stage is Stage.SHADOW and (current.binding.stage,
-                                           current.binding.candidate) != (Stage.SHADOW,
-                                                                          restored.candidate):
-        # Restoring a shadow version is a way into shadow too.
-        require_offline_pass(role, restored)
+    guard_live_candidate(role, current.binding, restored)
     details = {"summary": f"restored version {body.to_version}",
                "restored_version": body.to_version, **body.details}
     return _written(store.write(role, restored, expected_version=current.version, actor=actor(),

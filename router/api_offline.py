@@ -15,7 +15,7 @@ from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import Conflict, NotFound
-from bindings.models import Binding
+from bindings.models import Binding, Stage
 from bindings.offline import OfflineStore, OfflineVerdict
 from router.auth import actor, require
 from router.bodies import json_body, parse
@@ -52,6 +52,23 @@ def get_verdict(role: str, config: str) -> ResponseReturnValue:
     return jsonify(_store().get(role_param(role), config).model_dump(mode="json"))
 
 
+#: Stages in which a candidate runs on real jobs (shadow included: it sees real input).
+_LIVE = frozenset({Stage.SHADOW, Stage.CANARY, Stage.FULL})
+
+
+def guard_live_candidate(role: str, old: Binding | None, new: Binding) -> None:
+    """Require the offline pass whenever a write lets a candidate start running on real jobs.
+
+    That is entering shadow, and also skipping it (an operator's canary share or a
+    restored canary/full version), since the pass protects the jobs, not a stage name.
+    """
+    if new.stage not in _LIVE:
+        return
+    if old is not None and old.stage in _LIVE and old.candidate == new.candidate:
+        return
+    require_offline_pass(role, new)
+
+
 def require_offline_pass(role: str, binding: Binding) -> None:
     """Raise Conflict (409) if `binding` may not enter shadow for want of an offline pass."""
     if not binding.gate.require_offline_pass or binding.candidate is None:
@@ -61,15 +78,16 @@ def require_offline_pass(role: str, binding: Binding) -> None:
         stored = _store().get(role, candidate)
     except NotFound:
         raise Conflict(
-            f"role {role!r} requires an offline suite pass before shadow, and none is "
-            f"recorded for candidate {candidate!r}: run 'rolegate suite run ... --post "
-            f"--role {role}'",
+            f"role {role!r} requires an offline suite pass before its candidate runs on "
+            f"real jobs, and none is recorded for candidate {candidate!r}: run "
+            f"'rolegate suite run ... --post --role {role}'",
             role=role, candidate=candidate, missing="offline_pass",
         ) from None
     if not stored.verdict.passed:
         raise Conflict(
-            f"role {role!r} requires an offline suite pass before shadow, but the suite "
-            f"failed candidate {candidate!r}: {'; '.join(stored.verdict.reasons[:3])}",
+            f"role {role!r} requires an offline suite pass before its candidate runs on "
+            f"real jobs, but the suite failed candidate {candidate!r}: "
+            f"{'; '.join(stored.verdict.reasons[:3])}",
             role=role, candidate=candidate, missing="offline_pass",
             reasons=stored.verdict.reasons[:20],
         )

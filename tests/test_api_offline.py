@@ -95,3 +95,28 @@ def test_writing_a_shadow_stage_directly_needs_the_pass_too(client: FlaskClient)
     _post(client, True)
     r = client.put(f"/v1/bindings/{ROLE}", json=body, headers={**auth(OPERATOR), "If-Match": "1"})
     assert r.status_code == 200 and r.json["binding"]["stage"] == "shadow"
+
+
+def test_a_canary_that_skips_shadow_needs_the_pass_too(client: FlaskClient) -> None:
+    """Setting a canary share straight from stable is refused without a pass, allowed with one."""
+    _create(client, require=True)
+    r = client.post(f"/v1/bindings/{ROLE}/canary", json={"share": 0.1, "reason": "skip shadow"},
+                    headers=auth(OPERATOR))
+    assert r.status_code == 409, r.json
+    assert r.json["error"]["details"]["missing"] == "offline_pass"
+    assert client.get(f"/v1/bindings/{ROLE}", headers=auth(CALLER)).json["version"] == 1
+    _post(client, True)
+    r = client.post(f"/v1/bindings/{ROLE}/canary", json={"share": 0.1, "reason": "skip shadow"},
+                    headers=auth(OPERATOR))
+    assert r.status_code == 200 and r.json["binding"]["stage"] == "canary", r.json
+
+
+def test_moving_a_live_candidate_along_needs_no_new_check(client: FlaskClient) -> None:
+    """Once a candidate runs on real jobs, its next steps are the gate's business, not the suite's."""
+    _create(client, require=True)
+    _post(client, True)
+    assert _promote(client).status_code == 200
+    _post(client, False)  # a later failing verdict does not freeze a candidate already live
+    r = client.post(f"/v1/bindings/{ROLE}/canary", json={"share": 0.5, "reason": "step"},
+                    headers=auth(OPERATOR))
+    assert r.status_code == 200 and r.json["binding"]["share"] == 0.5, r.json
