@@ -22,6 +22,10 @@ MAX_STEPS = 1_000_000
 MAX_TOKENS = 10**12
 MAX_COST_USD = 1_000_000.0
 MAX_LATENCY_S = 10_000_000.0
+#: Each distinct tool name is one counter update inside the ingest script, which
+#: blocks Redis while it runs: a run calling thousands of different tools is not real.
+MAX_DISTINCT_TOOLS = 256
+MAX_TOOL_NAME = 200
 
 
 class Step(BaseModel):
@@ -95,6 +99,14 @@ class Trace(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> Trace:
+        if len(self.tools) > MAX_STEPS:
+            raise ValueError(f"tools: at most {MAX_STEPS} calls per trace")
+        distinct = set(self.tools)
+        if len(distinct) > MAX_DISTINCT_TOOLS:
+            raise ValueError(f"tools: at most {MAX_DISTINCT_TOOLS} distinct tool names per trace, "
+                             f"got {len(distinct)}")
+        if any(not name or len(name) > MAX_TOOL_NAME for name in distinct):
+            raise ValueError(f"tools: each name must be 1-{MAX_TOOL_NAME} characters")
         if self.steps is not None:
             names = tuple(step.tool for step in self.steps)
             if self.tools != names:

@@ -251,3 +251,18 @@ def test_calibrating_too_many_thresholds_is_a_400(client: FlaskClient) -> None:
     query = "&".join(f"h={h}" for h in range(1, 51))
     r = client.get(f"/v1/roles/summarizer/drift/calibrate?{query}", headers=OP)
     assert r.status_code == 200, r.json
+
+
+def test_a_trace_with_too_many_distinct_tools_is_refused_alone(client: FlaskClient) -> None:
+    """Thousands of distinct tool names in one trace are refused (207), the rest stored."""
+    client.put("/v1/bindings/summarizer", json={"current": "cfg_a"}, headers=auth(OPERATOR))
+    stamps = {"agent_version": "1", "instruction_hash": "h", "model_id": "m",
+              "tool_schema_hash": "t"}
+    good = {"run_id": "ok-1", "role": "summarizer", "config": "cfg_a", "arm": "current",
+            "tools": ["search"], "stamps": stamps}
+    bad = {**good, "run_id": "bad-1", "tools": [f"tool{i}" for i in range(5000)]}
+    r = client.post("/v1/traces", json={"traces": [good, bad]}, headers=auth(OPERATOR))
+    assert r.status_code == 207, r.json
+    by_id = {res["run_id"]: res for res in r.json["results"]}
+    assert by_id["ok-1"]["status"] == "accepted"
+    assert by_id["bad-1"]["status"] == "refused" and "distinct" in str(by_id["bad-1"]["error"])
