@@ -19,8 +19,7 @@ from gatekeeper.stages import Event, apply
 from router.api_offline import guard_live_candidate
 from router.auth import actor, require
 from router.bodies import json_body, parse
-from router.errors import BadRequest
-from router.params import if_match, role_param
+from router.params import if_match, int_arg, role_param
 
 bp = Blueprint("bindings", __name__)
 
@@ -214,20 +213,7 @@ def resume(role: str) -> ResponseReturnValue:
 @require("caller", "gatekeeper")
 def history(role: str) -> ResponseReturnValue:
     """The role's changes, newest first (`?limit=&offset=`)."""
-    limit = _int_arg("limit", None)
-    offset = _int_arg("offset", 0) or 0
+    limit = int_arg("limit", None)
+    offset = int_arg("offset", 0) or 0
     entries = _store().history(role_param(role), limit=limit, offset=offset)
     return jsonify({"role": role, "entries": [e.model_dump(mode="json") for e in entries]})
-
-
-def _int_arg(name: str, default: int | None) -> int | None:
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name}: expected a whole number, got {raw!r}", field=name) from None
-    if value < 0:
-        raise BadRequest(f"{name}: must not be negative", field=name)
-    return value

@@ -13,7 +13,6 @@ reprocessed, reviewed; a `negative` carrying a correction is stored as
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -28,7 +27,7 @@ from router.api_traces import trace_store
 from router.auth import actor, require
 from router.bodies import json_body, parse
 from router.errors import BadRequest
-from router.params import role_param
+from router.params import role_param, seconds_arg
 
 bp = Blueprint("feedback", __name__)
 
@@ -96,20 +95,6 @@ def get_feedback(run_id: str) -> ResponseReturnValue:
     return jsonify(_summary(role, run_id, feedback_store().get(role, run_id)))
 
 
-def _float_arg(name: str, default: float) -> float:
-    raw = request.args.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise BadRequest(f"{name}: expected seconds, got {raw!r}", field=name) from None
-    if not 0 <= value < math.inf:  # also refuses NaN
-        raise BadRequest(f"{name}: expected a finite, non-negative number of seconds, "
-                         f"got {raw!r}", field=name)
-    return value
-
-
 def _quotas() -> dict[str, int]:
     quotas: dict[str, int] = {}
     for raw in request.args.getlist("quota"):
@@ -127,8 +112,8 @@ def golden_sample(role: str) -> ResponseReturnValue:
     """Sample recent, policy-current cases of the role's current config across feedback tiers."""
     role = role_param(role)
     quotas = _quotas()
-    min_age = _float_arg("min_age", golden.DEFAULT_MIN_AGE_S)
-    window = _float_arg("window", golden.DEFAULT_WINDOW_S)
+    min_age = seconds_arg("min_age", golden.DEFAULT_MIN_AGE_S)
+    window = seconds_arg("window", golden.DEFAULT_WINDOW_S)
     seed = request.args.get("seed", "golden")
     now = time.time()
     record = current_app.extensions["rolegate"].store.get(role)

@@ -1,6 +1,8 @@
-"""Reading path parameters and headers: the value, or a 400 naming what is wrong with it."""
+"""Reading path and query parameters and headers: the value, or a 400 naming what is wrong."""
 
 from __future__ import annotations
+
+import math
 
 from flask import request
 
@@ -28,3 +30,32 @@ def if_match(what: str) -> int | None:
         return int(raw.strip().removeprefix("W/").strip('"'))
     except ValueError:
         raise BadRequest(f"If-Match: expected a {what} version number, got {raw!r}") from None
+
+
+def int_arg(name: str, default: int | None) -> int | None:
+    """The non-negative whole number in query parameter `name`; `default` if absent."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name}: expected a whole number, got {raw!r}", field=name) from None
+    if value < 0:
+        raise BadRequest(f"{name}: must not be negative", field=name)
+    return value
+
+
+def seconds_arg(name: str, default: float) -> float:
+    """The finite, non-negative number of seconds in query parameter `name`; `default` if absent."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise BadRequest(f"{name}: expected seconds, got {raw!r}", field=name) from None
+    if not 0 <= value < math.inf:  # also refuses NaN
+        raise BadRequest(f"{name}: expected a finite, non-negative number of seconds, "
+                         f"got {raw!r}", field=name)
+    return value
