@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 from bindings.configs import ConfigStore  # noqa: E402
 from bindings.models import Binding, Invariants  # noqa: E402
 from bindings.store import BindingStore  # noqa: E402
-from bindings.traces import Checked, TraceStore, epoch_of  # noqa: E402
+from bindings.trace_keys import epoch_of  # noqa: E402
+from bindings.traces import Checked, TraceStore  # noqa: E402
 from gatekeeper.criteria import evaluate, generate  # noqa: E402
 from gatekeeper.invariants import check  # noqa: E402
 from gatekeeper.spec import Spec  # noqa: E402

@@ -182,7 +182,8 @@ def phase(pool: Any, port: int, path: str, template: str, clients: int,
 def window_n(redis_url: str) -> int:
     """Traces in the candidate arm's current-stage window, read from its aggregate."""
     from bindings.store import BindingStore
-    from bindings.traces import TraceStore, epoch_of
+    from bindings.trace_keys import epoch_of
+    from bindings.traces import TraceStore
 
     connection = redis.Redis.from_url(redis_url)
     try:
@@ -302,7 +303,7 @@ def time_gate(url: str, redis_url: str, batch: str, rounds: int = 15) -> None:
 def epoch_now(connection: redis.Redis) -> str:
     """The role's current window epoch."""
     from bindings.store import BindingStore
-    from bindings.traces import epoch_of
+    from bindings.trace_keys import epoch_of
 
     return epoch_of(BindingStore(connection).get(ROLE).binding)
 

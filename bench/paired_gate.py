@@ -39,11 +39,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.client_resolve import redis_server  # noqa: E402
+from bindings.drift_state import DRIFT_KEY_TEMPLATE  # noqa: E402
 from bindings.models import Binding, GatePolicy, Stage  # noqa: E402
 from bindings.paired_state import PAIRED_KEY_TEMPLATE  # noqa: E402
-from bindings.drift_state import DRIFT_KEY_TEMPLATE  # noqa: E402
 from bindings.store import BindingStore  # noqa: E402
-from bindings.traces import Checked, TraceStore, epoch_of  # noqa: E402
+from bindings.trace_keys import epoch_of  # noqa: E402
+from bindings.traces import Checked, TraceStore  # noqa: E402
 from gatekeeper.invariants import check  # noqa: E402
 from gatekeeper.pairing import compare, pair_runs  # noqa: E402
 from gatekeeper.trace import Trace  # noqa: E402

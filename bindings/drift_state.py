@@ -30,7 +30,8 @@ from typing import Any
 import redis
 
 from bindings.store import _redis_errors
-from bindings.traces import WINDOW_TTL_S, stream_key
+from bindings.trace_keys import stream_key
+from bindings.traces import WINDOW_TTL_S
 from gatekeeper.drift import Detector, Params, stream_order
 from gatekeeper.pairing import Run
 

@@ -17,7 +17,7 @@ import redis
 
 from bindings.errors import Conflict, NotFound
 from bindings.store import _redis_errors, load_stored
-from bindings.traces import run_key
+from bindings.trace_keys import run_key
 from gatekeeper.golden import Feedback
 
 FEEDBACK_KEY_TEMPLATE = "rolegate:{{{role}}}:feedback:{run_id}"

@@ -41,9 +41,19 @@ import redis
 
 from bindings.drift_state import run_of_fields
 from bindings.store import _redis_errors
-from bindings.traces import WINDOW_TTL_S, stream_key
+from bindings.trace_keys import stream_key
+from bindings.traces import WINDOW_TTL_S
 from gatekeeper.pair_tally import (
-    ARMS, CURRENT, SHADOW, Listed, Queue, Step, Tally, Waiting, advance, keys_of,
+    ARMS,
+    CURRENT,
+    SHADOW,
+    Listed,
+    Queue,
+    Step,
+    Tally,
+    Waiting,
+    advance,
+    keys_of,
 )
 from gatekeeper.pairing import Run
 from gatekeeper.trajectory import Change

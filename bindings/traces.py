@@ -41,15 +41,9 @@ import redis
 
 from bindings.errors import Conflict, InvalidInput, NotFound
 from bindings.store import _redis_errors, load_stored
-from bindings.trace_keys import (  # noqa: F401 - re-exported for callers
-    CONFIGS_KEY_TEMPLATE,
-    RUN_KEY_TEMPLATE,
-    STREAM_KEY_TEMPLATE,
-    TALLY_KEY_TEMPLATE,
-    WINDOW_KEY_TEMPLATE,
+from bindings.trace_keys import (
     Location,
     configs_key,
-    epoch_of,
     run_key,
     stream_id_time,
     stream_key,

@@ -21,7 +21,8 @@ from flask.typing import ResponseReturnValue
 from bindings.configs import ConfigStore
 from bindings.models import VersionedBinding
 from bindings.store import BindingStore
-from bindings.traces import TraceStore, epoch_of
+from bindings.trace_keys import epoch_of
+from bindings.traces import TraceStore
 from gatekeeper.gate import compare, evaluate
 from gatekeeper.window import WindowStats
 from router.api_traces import trace_store

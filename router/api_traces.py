@@ -34,7 +34,8 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from bindings.errors import NotFound
 from bindings.models import VersionedBinding, validate_role_name
-from bindings.traces import Checked, TraceStore, epoch_of
+from bindings.trace_keys import epoch_of
+from bindings.traces import Checked, TraceStore
 from gatekeeper import tripwire
 from gatekeeper.invariants import check
 from gatekeeper.trace import Trace

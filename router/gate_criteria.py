@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, cast
 
 from bindings.configs import ConfigStore
 from bindings.store import _redis_errors
-from bindings.traces import StreamEntries, stream_key
+from bindings.trace_keys import stream_key
+from bindings.traces import StreamEntries
 from gatekeeper.criteria import Criterion, evaluate
 from gatekeeper.review import Tally, regressions, tally
 from gatekeeper.statistics import difference_interval

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from bindings.models import Stage
 from bindings.drift_state import DriftStates, Watch, run_of_fields
+from bindings.models import Stage
 from bindings.paired_state import Arms, PairedStates
 from bindings.store import _redis_errors
-from bindings.traces import StoredTrace, StreamEntries, TraceStore, stream_key
+from bindings.trace_keys import stream_key
+from bindings.traces import StoredTrace, StreamEntries, TraceStore
 from gatekeeper.decide import shadow_pairs_needed
 from gatekeeper.drift import METRICS, disabled_view, params_for, section
 from gatekeeper.pairing import Run

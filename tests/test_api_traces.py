@@ -10,7 +10,8 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bindings.traces import Checked, epoch_of
+from bindings.trace_keys import epoch_of
+from bindings.traces import Checked
 from gatekeeper.invariants import check
 from gatekeeper.trace import Trace
 from router import create_app

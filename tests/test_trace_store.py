@@ -11,7 +11,8 @@ import redis
 
 from bindings.errors import InvalidInput, NotFound
 from bindings.models import Invariants
-from bindings.traces import Checked, TraceStore, stream_key
+from bindings.trace_keys import stream_key
+from bindings.traces import Checked, TraceStore
 from gatekeeper.invariants import check
 from gatekeeper.trace import Trace
 from gatekeeper.window import WindowStats
