@@ -1,12 +1,12 @@
-"""In-process resolve (router.client.Client) beside the HTTP resolve, in one run.
+"""In-process resolve (rolegate.client.Client) beside the HTTP resolve, in one run.
 
     .venv/bin/python bench/client_resolve.py [--calls 200000] [--http-calls 3000]
 
 Starts its own redis-server and a gunicorn router on free loopback ports (it
 touches no other Redis), puts a role on a 10% canary, then times, per call:
 
-- the bare bucketing hash `bindings.routing.bucket` (the floor: every resolve pays it),
-- the server's pure `bindings.routing.resolve` (what each HTTP resolve computes),
+- the bare bucketing hash `rolegate.routing.bucket` (the floor: every resolve pays it),
+- the server's pure `rolegate.routing.resolve` (what each HTTP resolve computes),
 - `Client.resolve` in-process (the client under test),
 - `GET /v1/resolve/<role>` over a keep-alive HTTP connection to gunicorn.
 
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import requests
 
-from bindings.routing import bucket, resolve
 from bindings.models import Binding
-from router.client import Client
+from rolegate.client import Client
+from rolegate.routing import bucket, resolve
 
 OPERATOR = "bench-operator"
 CALLER = "bench-caller"

@@ -182,8 +182,8 @@ def phase(pool: Any, port: int, path: str, template: str, clients: int,
 def window_n(redis_url: str) -> int:
     """Traces in the candidate arm's current-stage window, read from its aggregate."""
     from bindings.store import BindingStore
-    from bindings.trace_keys import epoch_of
-    from bindings.traces import TraceStore
+    from gatekeeper.store.trace_keys import epoch_of
+    from gatekeeper.store.traces import TraceStore
 
     connection = redis.Redis.from_url(redis_url)
     try:
@@ -215,9 +215,9 @@ def _ms(timings: list[float]) -> str:
 def replayed_drift(connection: redis.Redis) -> dict[str, Any]:
     """The drift section as it was built before its detectors were kept: a full replay."""
     from bindings.store import BindingStore
-    from bindings.traces import TraceStore
     from gatekeeper.drift import drift_view
-    from router.gate_sections import REFERENCE_RUNS, candidate_arm, latest, since
+    from gatekeeper.store.traces import TraceStore
+    from gatekeeper.view.sections import REFERENCE_RUNS, candidate_arm, latest, since
 
     traces = TraceStore(connection)
     binding = BindingStore(connection).get(ROLE).binding
@@ -234,10 +234,10 @@ def time_gate(url: str, redis_url: str, batch: str, rounds: int = 15) -> None:
     The drift part both ways in one run: replayed from the streams (as before)
     and advanced from the kept detectors (cold, catching up, then steady).
     """
-    from bindings.drift_state import DRIFT_KEY_TEMPLATE, MAX_ADVANCE
     from bindings.store import BindingStore
-    from bindings.traces import TraceStore
-    from router.api_gate import arms_section, comparison_section, gate_context
+    from gatekeeper.store.drift_state import DRIFT_KEY_TEMPLATE, MAX_ADVANCE
+    from gatekeeper.store.traces import TraceStore
+    from router.api.gate import arms_section, comparison_section, gate_context
 
     connection = redis.Redis.from_url(redis_url)
     store, traces = BindingStore(connection), TraceStore(connection)
@@ -303,7 +303,7 @@ def time_gate(url: str, redis_url: str, batch: str, rounds: int = 15) -> None:
 def epoch_now(connection: redis.Redis) -> str:
     """The role's current window epoch."""
     from bindings.store import BindingStore
-    from bindings.trace_keys import epoch_of
+    from gatekeeper.store.trace_keys import epoch_of
 
     return epoch_of(BindingStore(connection).get(ROLE).binding)
 

@@ -31,8 +31,8 @@ ROLE = "summarizer"  # from bindings.example.json, which the private server is s
 TOKEN = "bench-token"
 #: name -> (blueprint modules left out, settings overrides)
 VARIANTS: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
-    "baseline (no logs, no metrics)": (("router.logs", "router.metrics"), {}),
-    "metrics only": (("router.logs",), {}),
+    "baseline (no logs, no metrics)": (("router.server.logs", "router.server.metrics"), {}),
+    "metrics only": (("router.server.logs",), {}),
     "logs + metrics (shipped)": ((), {}),
     "same, ROLEGATE_LOG_RESOLVES=0": ((), {"log_resolves": False}),
 }

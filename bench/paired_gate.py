@@ -7,7 +7,7 @@ Redis), writes a shadow-stage binding and stores `--runs` traces per arm
 in-process (TraceStore.add, untimed): every job runs on both arms, half of the
 shadow runs arrive before their current run, and 1 job in 20 runs on current
 only (it waits for a mate that never comes). Then it times, in-process (no HTTP),
-`router.api_gate.gate_view` (every section):
+`router.api.gate.gate_view` (every section):
 
 1. cold: the kept pairing tally and drift detectors catch up from the stage's
    first run (at most 5,000 entries per arm per read);
@@ -39,15 +39,15 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.client_resolve import redis_server  # noqa: E402
-from bindings.drift_state import DRIFT_KEY_TEMPLATE  # noqa: E402
 from bindings.models import Binding, GatePolicy, Stage  # noqa: E402
-from bindings.paired_state import PAIRED_KEY_TEMPLATE  # noqa: E402
 from bindings.store import BindingStore  # noqa: E402
-from bindings.trace_keys import epoch_of  # noqa: E402
-from bindings.traces import Checked, TraceStore  # noqa: E402
 from gatekeeper.invariants import check  # noqa: E402
 from gatekeeper.pairing import compare, pair_runs  # noqa: E402
-from gatekeeper.trace import Trace  # noqa: E402
+from gatekeeper.store.drift_state import DRIFT_KEY_TEMPLATE  # noqa: E402
+from gatekeeper.store.paired_state import PAIRED_KEY_TEMPLATE  # noqa: E402
+from gatekeeper.store.trace_keys import epoch_of  # noqa: E402
+from gatekeeper.store.traces import Checked, TraceStore  # noqa: E402
+from rolegate.trace import Trace  # noqa: E402
 
 ROLE = "summarizer"
 GATE: dict[str, Any] = {
@@ -107,7 +107,7 @@ class Fill:
 
 def replayed_paired(ctx: Any, count: int = 20_000) -> dict[str, Any] | None:
     """The paired section as it was built before: both arms replayed from the streams."""
-    from router.gate_sections import since
+    from gatekeeper.view.sections import since
 
     binding = ctx.record.binding
     if binding.stage is not Stage.SHADOW or binding.candidate is None:
@@ -151,8 +151,8 @@ def _forget(connection: redis.Redis, template: str, **names: str) -> None:
 
 def run(runs: int, batch: int, rounds: int) -> None:
     """Fill one shadow stage, then time the gate view and the paired section both ways."""
+    from gatekeeper.view.sections import paired_section
     from router import api_gate
-    from router.gate_sections import paired_section
 
     with redis_server() as url:
         connection = redis.Redis.from_url(url)

@@ -149,8 +149,8 @@ def private_redis() -> Iterator[tuple[str, str]]:
     metrics files stay out of the checkout's .rolegate/).
     """
     from bindings.store import BindingStore
-    from router.cli_serve import load_binding_file, seed_bindings
-    from router.embedded import EmbeddedRedis
+    from router.cli.serve import load_binding_file, seed_bindings
+    from router.server.embedded import EmbeddedRedis
 
     with tempfile.TemporaryDirectory(prefix="rolegate-bench-") as data_dir:
         server = EmbeddedRedis(data_dir, appendfsync="no")
@@ -169,7 +169,7 @@ def private_redis() -> Iterator[tuple[str, str]]:
 def gunicorn(redis_url: str, data_dir: str, worker_class: str,
              workers: int) -> Iterator[tuple[int, int]]:
     """gunicorn with deploy/gunicorn.conf.py serving bench_app(); yield (port, master pid)."""
-    from router.embedded import free_port
+    from router.server.embedded import free_port
 
     port = free_port()
     env = {**os.environ, "REDIS_URL": redis_url, "ROLEGATE_TOKENS": f"bench={TOKEN}:caller",

@@ -40,7 +40,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bindings.models import (
-    Binding, DriftPolicy, GatePolicy, Stage, Thresholds, VersionedBinding,
+    Binding,
+    DriftPolicy,
+    GatePolicy,
+    Stage,
+    Thresholds,
+    VersionedBinding,
 )
 from gatekeeper.decide import Action, Evidence, decide, shadow_pairs_needed
 from gatekeeper.drift import RUN_FAILURE, params_for

@@ -20,7 +20,10 @@ import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.errors import (
-    Conflict, InvalidInput, NotFound, StoreUnavailable,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    StoreUnavailable,
 )
 from bindings.store import _redis_errors, load_stored
 from gatekeeper.criteria import Criterion, diff, generate

@@ -1,5 +1,7 @@
 """Exceptions raised by the binding table and the packages built on it.
 
+`RolegateError` and `NotFound` come from the caller SDK (`rolegate.errors`).
+
 Each carries the HTTP status it maps to (like h11's `error_status_hint`), so the
 router renders every one of them with a single handler::
 
@@ -15,19 +17,12 @@ router renders every one of them with a single handler::
 
 from __future__ import annotations
 
-from typing import Any
+# The base and NotFound are the caller SDK's, so a client and the service raise
+# the same classes.
+from rolegate.errors import NotFound, RolegateError
 
-
-class RolegateError(Exception):
-    """Base of every rolegate error; `status`, `code` and `details` feed the API."""
-
-    status = 500
-    code = "internal"
-
-    def __init__(self, message: str, **details: Any) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details
+__all__ = ["Conflict", "CorruptRecord", "IllegalTransition", "InvalidInput", "NotFound",
+           "PreconditionRequired", "RolegateError", "StoreUnavailable"]
 
 
 class InvalidInput(RolegateError):
@@ -35,13 +30,6 @@ class InvalidInput(RolegateError):
 
     status = 422
     code = "invalid"
-
-
-class NotFound(RolegateError):
-    """The named role, version or record does not exist."""
-
-    status = 404
-    code = "not_found"
 
 
 class Conflict(RolegateError):

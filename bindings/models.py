@@ -7,25 +7,21 @@ the same messages.
 
 from __future__ import annotations
 
-import enum
 import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+# One definition of the stages, in the caller SDK: clients route with it too.
+from rolegate.routing import Stage
+
+__all__ = ["Binding", "BindingFile", "DriftPolicy", "Frozen", "GatePolicy", "HistoryEntry",
+           "Invariants", "Stage", "Thresholds", "VersionedBinding", "validate_role_name"]
+
 #: Role names become part of Redis keys and URL paths; keep them boring.
 ROLE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 DEFAULT_STEPS: tuple[float, ...] = (0.1, 0.5, 1.0)
 
-
-class Stage(str, enum.Enum):
-    """Where a role's candidate stands in its rollout."""
-
-    STABLE = "stable"
-    SHADOW = "shadow"
-    CANARY = "canary"
-    FULL = "full"
-    ROLLED_BACK = "rolled_back"
 
 
 class Frozen(BaseModel):

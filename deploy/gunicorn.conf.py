@@ -71,8 +71,8 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR",
 
 def on_starting(server: Any) -> None:
     """Before the workers fork: embedded Redis if needed, then the seed file."""
-    from router.cli_serve import master_starting
-    from router.metrics import clear_multiproc_dir
+    from router.cli.serve import master_starting
+    from router.server.metrics import clear_multiproc_dir
 
     clear_multiproc_dir()
     master_starting(server.log)
@@ -80,13 +80,13 @@ def on_starting(server: Any) -> None:
 
 def child_exit(server: Any, worker: Any) -> None:
     """A worker is gone: fold its gauges out of the metrics (its counters stay summed)."""
-    from router.metrics import mark_worker_dead
+    from router.server.metrics import mark_worker_dead
 
     mark_worker_dead(worker.pid)
 
 
 def on_exit(server: Any) -> None:
     """After the workers are gone: stop the embedded Redis, if the master started one."""
-    from router.cli_serve import master_exiting
+    from router.cli.serve import master_exiting
 
     master_exiting(server.log)

@@ -35,7 +35,7 @@ _PY_TYPES: dict[str, tuple[type, ...]] = {
 
 
 class Scorable(Protocol):
-    """What a check reads of a run; `gatekeeper.trace.Trace` is one."""
+    """What a check reads of a run; `rolegate.trace.Trace` is one."""
 
     @property
     def tools(self) -> Sequence[str]:

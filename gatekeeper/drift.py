@@ -5,7 +5,7 @@ runs; p1 = p0 + shift is the rate worth detecting; k = (p0 + p1) / 2 (seed 002).
 The gate view keeps each detector's state (`Detector`: sum, counts, alarms, the
 last stream id it read, the p0 it runs with) and advances it over the new runs
 only, so a read costs what arrived since the last one, not the whole stage; the
-state lives in Redis (`bindings.drift_state`), this module does no I/O.
+state lives in Redis (`gatekeeper.store.drift_state`), this module does no I/O.
 `replay` runs the same math over a list of runs from scratch: a Detector fed
 the same runs with the same p0 stands exactly where `replay` does.
 
@@ -124,7 +124,7 @@ def drift_view(candidate: Sequence[Run] | None, current: Sequence[Run],
     The candidate is watched against p0 from the current arm. The current is
     watched over its newer half against p0 from its older half (or the fixed
     baseline), which is what "a stable current drifted" means without a release.
-    The gate view advances stored `Detector`s instead (`bindings.drift_state`);
+    The gate view advances stored `Detector`s instead (`gatekeeper.store.drift_state`);
     this replaying form serves tests and offline comparisons.
     """
     if not policy.enabled:
@@ -185,7 +185,7 @@ def alarms_of(view: Mapping[str, Any], arm: str) -> list[str]:
 # -- incremental detectors -------------------------------------------------------
 # The gate view keeps one `Detector` per (role, config, arm, stage epoch, metric)
 # in Redis and advances it over the stream entries that arrived since its last
-# read; this part is the pure math of that, the storage is `bindings.drift_state`.
+# read; this part is the pure math of that, the storage is `gatekeeper.store.drift_state`.
 
 #: Once p0 rests on this many current runs it is kept for the rest of the stage;
 #: below that, a detector restarts whenever its reference has doubled.

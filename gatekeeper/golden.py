@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from gatekeeper.trace import Trace
+from rolegate.trace import Trace
 
 FeedbackTier = Literal["negative_corrected", "negative", "positive", "reprocessed", "reviewed"]
 FEEDBACK_TIERS: tuple[str, ...] = (

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bindings.models import Invariants
-from gatekeeper.trace import Trace
+from rolegate.trace import Trace
 
 ARTIFACT_EXISTS = "artifact_exists"
 MUST_CONTAIN_TABLE = "must_contain_table"

@@ -26,7 +26,7 @@ from urllib.parse import quote
 from bindings.models import VersionedBinding
 from gatekeeper.decide import Action, Decision, decide, evidence_from_view
 from gatekeeper.webhooks import ALARM, REFUSED, ROLLBACK, STAGE_CHANGE, Notifier
-from router.http import ApiClient, ApiError
+from rolegate.http import ApiClient, ApiError
 
 log = logging.getLogger("rolegate.gatekeeper")
 

@@ -5,7 +5,7 @@ once. The gate view cannot replay a stage on every read, so it keeps a `Tally`
 (running pair, flip and trajectory counts, the first listed keys, and the last
 stream id counted per arm) plus, per job key, the runs still waiting for their
 mate, and folds only new stream entries into them with `advance`. Pure: the
-state lives in Redis (`bindings.paired_state`); this module does no I/O.
+state lives in Redis (`gatekeeper.store.paired_state`); this module does no I/O.
 
 Pairing is the one-shot rule: a key's k-th current run pairs with its k-th
 shadow run. At most one arm has runs waiting on a key (a run arriving on the

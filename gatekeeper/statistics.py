@@ -7,8 +7,8 @@ and exactness matters more than speed at these sizes).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 Z_95 = 1.959963984540054
 

@@ -16,7 +16,7 @@ from bindings.models import Stage, VersionedBinding
 from bindings.store import BindingStore
 from gatekeeper.invariants import TraceVerdict
 from gatekeeper.stages import Event, apply
-from gatekeeper.trace import Trace
+from rolegate.trace import Trace
 
 ACTOR = "tripwire"
 ARMS = frozenset({"candidate", "shadow"})

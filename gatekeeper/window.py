@@ -21,7 +21,7 @@ from typing import Any
 from bindings.models import Invariants
 from gatekeeper.invariants import CRITERIA, TraceVerdict, check
 from gatekeeper.statistics import histogram_percentile
-from gatekeeper.trace import Trace
+from rolegate.trace import Trace
 
 #: Scalar fields: traces, passes, traces with a forbidden call, blocking traces,
 #: answered runs, tool calls, failed calls, runs with a failed call, micro-USD,

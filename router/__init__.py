@@ -1,8 +1,13 @@
-"""rolegate's router: the Flask app, its HTTP API, the CLI and the caller client.
+"""rolegate's router: the Flask app factory and its parts, one subpackage each.
+
+`api` (the HTTP API's blueprints), `server` (settings, auth, errors, the
+binding cache, embedded Redis, logs, metrics), `cli` (the `rolegate` command),
+`dashboard` (the operator pages) and `openapi` (the API's description). The
+caller SDK is the separate `rolegate` package.
 
 `create_app()` is the factory gunicorn and the tests call (`router:create_app()`).
-Flask is imported only when an app is built, so the HTTP client and the CLI's
-helpers import without it.
+Flask is imported only when an app is built, so the CLI's helpers import
+without it.
 """
 
 from __future__ import annotations

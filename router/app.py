@@ -12,30 +12,30 @@ import redis
 from flask import Flask
 
 from bindings.store import BindingStore
-from router import errors
-from router.auth import TokenTable
-from router.cache import BindingCache
-from router.settings import Settings, load_settings
+from router.server import errors
+from router.server.auth import TokenTable
+from router.server.cache import BindingCache
+from router.server.settings import Settings, load_settings
 
 log = logging.getLogger("rolegate")
 
 #: Each module exposes `bp` (a Blueprint) and may expose `init_app(app)`.
 BLUEPRINT_MODULES = (
-    "router.logs",
-    "router.metrics",
-    "router.openapi",
-    "router.dashboard",
-    "router.health",
-    "router.api_resolve",
-    "router.api_bindings",
-    "router.api_traces",
-    "router.api_gate",
-    "router.api_lease",
-    "router.api_drift",
-    "router.api_watch",
-    "router.api_configs",
-    "router.api_feedback",
-    "router.api_offline",
+    "router.server.logs",
+    "router.server.metrics",
+    "router.openapi.document",
+    "router.dashboard.views",
+    "router.api.health",
+    "router.api.resolve",
+    "router.api.bindings",
+    "router.api.traces",
+    "router.api.gate",
+    "router.api.lease",
+    "router.api.drift",
+    "router.api.watch",
+    "router.api.configs",
+    "router.api.feedback",
+    "router.api.offline",
 )
 
 

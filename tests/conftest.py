@@ -73,7 +73,7 @@ def _embedded_test_redis(reason: Exception) -> Iterator[None]:
             "or set ROLEGATE_TEST_REDIS")
     if "ROLEGATE_TEST_REDIS" in os.environ:
         pytest.exit(f"no Redis answers at {TEST_REDIS} ({reason}); {hint}", returncode=2)
-    from router.embedded import EmbeddedError, EmbeddedRedis
+    from router.server.embedded import EmbeddedError, EmbeddedRedis
 
     with tempfile.TemporaryDirectory(prefix="rolegate-test-redis-") as data_dir:
         # Test data is thrown away: no fsync per write.

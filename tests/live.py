@@ -13,7 +13,7 @@ import requests
 from flask import Flask
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from router.api_watch import notifier
+from router.api.watch import notifier
 from tests.conftest import OPERATOR, auth
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import requests
 
 from bindings.models import VersionedBinding
-from bindings.routing import resolve
+from rolegate.routing import resolve
 from tests.conftest import CALLER, auth
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",

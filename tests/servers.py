@@ -24,7 +24,7 @@ import requests
 from flask import Flask
 from werkzeug.serving import make_server
 
-from router.embedded import valkey_executable
+from router.server.embedded import valkey_executable
 
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN_CONFIG = ROOT / "deploy" / "gunicorn.conf.py"

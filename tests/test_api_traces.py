@@ -10,10 +10,10 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from bindings.trace_keys import epoch_of
-from bindings.traces import Checked
 from gatekeeper.invariants import check
-from gatekeeper.trace import Trace
+from gatekeeper.store.trace_keys import epoch_of
+from gatekeeper.store.traces import Checked
+from rolegate.trace import Trace
 from router import create_app
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
 

@@ -14,13 +14,20 @@ import requests
 from flask import Flask
 
 from bindings.models import Binding, VersionedBinding
-from bindings.routing import resolve
-from router.api_resolve import resolve_role
-from router.client import Client, SnapshotTooOld, SnapshotUnavailable
+from rolegate.client import Client, SnapshotTooOld, SnapshotUnavailable
+from rolegate.routing import resolve
+from router.api.resolve import resolve_role
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
-from tests.live import LiveRouter, canary, put_role, refused_url, rollback, wait_for
+from tests.live import (
+    LiveRouter,
+    canary,
+    put_role,
+    refused_url,
+    rollback,
+    router,  # noqa: F401  (the pytest fixture the tests below take)
+    wait_for,
+)
 from tests.servers import base_env, gunicorn
-from tests.live import router  # noqa: F401  (the pytest fixture the tests below take)
 
 
 def test_local_answers_equal_the_servers_for_10000_keys(router: LiveRouter, app: Flask) -> None:
@@ -226,14 +233,14 @@ def test_watch_answers_on_change_or_304_on_timeout(router: LiveRouter) -> None:
 
 
 def test_client_imports_without_flask() -> None:
-    """router.client (and the reporter and recorder) import without importing Flask."""
-    code = ("import sys, router.client; "
+    """rolegate.client (and the reporter and recorder) import without importing Flask."""
+    code = ("import sys, rolegate.client; "
             "assert 'flask' not in sys.modules, sorted(m for m in sys.modules if 'flask' in m)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_every_stage_and_share_resolves_as_routing_does() -> None:
-    """Client.resolve equals bindings.routing.resolve for each stage and many shares and keys."""
+    """Client.resolve equals rolegate.routing.resolve for each stage and many shares and keys."""
     bindings = {"stable": Binding(current="a"),
                 "shadow": Binding(current="a", candidate="b", stage="shadow"),
                 "full": Binding(current="a", candidate="b", stage="full", share=1.0),

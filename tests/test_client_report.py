@@ -14,12 +14,16 @@ from typing import Any
 import pytest
 import redis
 
-from bindings.traces import TraceStore
-from router.client import Client
-from router.recorder import Recorder
+from gatekeeper.store.traces import TraceStore
+from rolegate.client import Client
+from rolegate.recorder import Recorder
 from tests.conftest import CALLER
-from tests.live import LiveRouter, put_role, wait_for
-from tests.live import router  # noqa: F401  (the pytest fixture the tests below take)
+from tests.live import (
+    LiveRouter,
+    put_role,
+    router,  # noqa: F401  (the pytest fixture the tests below take)
+    wait_for,
+)
 
 STAMPS = {"agent_version": "agent-1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}
@@ -261,7 +265,7 @@ def test_an_agent_that_exits_without_close_still_sends(router: LiveRouter,
     put_role(router, "r", current="a")
     script = (
         "import sys\n"
-        "from router.client import Client\n"
+        "from rolegate.client import Client\n"
         "client = Client(sys.argv[1], sys.argv[2])\n"
         "for n in range(5):\n"
         f"    client.report({{'run_id': f'exit-{{n}}', 'role': 'r', 'config': 'a',"

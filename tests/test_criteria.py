@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from gatekeeper.criteria import Criterion, check, diff, evaluate, generate
 from gatekeeper.review import regressions, tally
 from gatekeeper.spec import Spec
-from gatekeeper.trace import Trace
+from rolegate.trace import Trace
 
 STAMPS = {"agent_version": "1", "instruction_hash": "h", "model_id": "m", "tool_schema_hash": "t"}
 

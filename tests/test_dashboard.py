@@ -9,7 +9,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from router import create_app
-from router.svg import bar_chart, line_chart
+from router.dashboard.svg import bar_chart, line_chart
 from tests.conftest import CALLER, OPERATOR, auth
 from tests.dashboard_seed import seed
 
@@ -136,7 +136,7 @@ def test_cross_site_writes_refused_even_when_open(open_app: Flask) -> None:
 def test_cusum_path_climbs_alarms_at_h_and_resets() -> None:
     """The CUSUM path rises with failures, is drawn at h where it alarms, then restarts."""
     from gatekeeper.pairing import Run
-    from router.dashboard_data import cusum_path
+    from router.dashboard.data import cusum_path
 
     runs = [Run(key=str(i), passed=False) for i in range(12)]
     path = cusum_path("run_failure", runs, p0=0.1, shift=0.1, h=3.0)
@@ -151,10 +151,10 @@ def test_cusum_path_climbs_alarms_at_h_and_resets() -> None:
 
 def test_pass_rate_series_buckets_by_run_time() -> None:
     """Pass rate per time bucket, from each run's own end time, empty buckets left out."""
-    from bindings.traces import StoredTrace
     from gatekeeper.invariants import TraceVerdict
-    from gatekeeper.trace import Trace
-    from router.dashboard_data import pass_rate_series
+    from gatekeeper.store.traces import StoredTrace
+    from rolegate.trace import Trace
+    from router.dashboard.data import pass_rate_series
     from tests.dashboard_seed import STAMPS
 
     def stored(i: int, when: float, passed: bool) -> StoredTrace:

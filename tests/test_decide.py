@@ -10,7 +10,11 @@ from pydantic import ValidationError
 from bindings.errors import IllegalTransition
 from bindings.models import Binding, GatePolicy, Stage, Thresholds, VersionedBinding
 from gatekeeper.decide import (
-    Action, Evidence, decide, evidence_from_view, shadow_pairs_needed,
+    Action,
+    Evidence,
+    decide,
+    evidence_from_view,
+    shadow_pairs_needed,
 )
 from gatekeeper.stages import TRANSITIONS, Event, apply
 

@@ -70,12 +70,13 @@ def test_gatekeeper_command_exists() -> None:
 def test_dashboard_files_are_package_data() -> None:
     """Every template and static file matches pyproject's package-data, so wheels ship them."""
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    patterns = pyproject["tool"]["setuptools"]["package-data"]["router"]
-    shipped = [p for sub in ("templates", "static") for p in (ROOT / "router" / sub).iterdir()
+    patterns = pyproject["tool"]["setuptools"]["package-data"]["router.dashboard"]
+    package = ROOT / "router" / "dashboard"
+    shipped = [p for sub in ("templates", "static") for p in (package / sub).iterdir()
                if p.is_file()]
     assert len(shipped) >= 7
     for path in shipped:
-        relative = path.relative_to(ROOT / "router").as_posix()
+        relative = path.relative_to(package).as_posix()
         assert any(fnmatch.fnmatch(relative, pattern) for pattern in patterns), relative
 
 

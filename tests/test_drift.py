@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from bindings.models import DriftPolicy
 from gatekeeper.drift import (
-    FORBIDDEN_CALL, RUN_FAILURE, TOOL_ERROR, alarms_of, calibrate, drift_view, replay, watch,
+    FORBIDDEN_CALL,
+    RUN_FAILURE,
+    TOOL_ERROR,
+    alarms_of,
+    calibrate,
+    drift_view,
+    replay,
+    watch,
 )
 from gatekeeper.pairing import Run
 

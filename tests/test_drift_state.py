@@ -10,17 +10,24 @@ from typing import Any
 import pytest
 import redis
 
-from bindings.drift_state import DriftStates, Watch, drift_key
 from bindings.models import DriftPolicy, Invariants
-from bindings.traces import Checked, TraceStore
 from gatekeeper.drift import (
-    FORBIDDEN_CALL, METRICS, RUN_FAILURE, SETTLED_REFERENCE, TOOL_ERROR, Detector, Params,
-    params_for, replay,
+    FORBIDDEN_CALL,
+    METRICS,
+    RUN_FAILURE,
+    SETTLED_REFERENCE,
+    TOOL_ERROR,
+    Detector,
+    Params,
+    params_for,
+    replay,
 )
 from gatekeeper.invariants import check
 from gatekeeper.pairing import Run
-from gatekeeper.trace import Trace
+from gatekeeper.store.drift_state import DriftStates, Watch, drift_key
+from gatekeeper.store.traces import Checked, TraceStore
 from gatekeeper.window import WindowStats
+from rolegate.trace import Trace
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}
@@ -225,7 +232,7 @@ def test_detector_fed_in_chunks_matches_replay_and_skips_counted_entries() -> No
 
 def test_gate_view_advances_kept_detectors_as_runs_arrive(client: Any) -> None:
     """The gate view's drift counts each new run once, p0 frozen from current's aggregate."""
-    from router.dashboard_data import role_detail
+    from router.dashboard.data import role_detail
     from tests.conftest import CALLER, OPERATOR, auth
     from tests.population import trace
 

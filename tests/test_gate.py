@@ -8,10 +8,10 @@ import pytest
 
 from bindings.models import GatePolicy, Invariants, Thresholds
 from gatekeeper.gate import compare, evaluate
-from gatekeeper.statistics import wilson_interval
-from gatekeeper.trace import Trace
-from gatekeeper.window import WindowStats, cost_bucket, increments
 from gatekeeper.invariants import check
+from gatekeeper.statistics import wilson_interval
+from gatekeeper.window import WindowStats, cost_bucket, increments
+from rolegate.trace import Trace
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}

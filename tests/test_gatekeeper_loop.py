@@ -15,8 +15,8 @@ from flask import Flask
 from gatekeeper.decide import Action, Decision
 from gatekeeper.loop import Gatekeeper, _act, tick
 from gatekeeper.webhooks import Notifier
+from rolegate.http import ApiClient
 from router.cli import main
-from router.http import ApiClient
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
 from tests.population import STAMPS, Population
 from tests.servers import werkzeug_server

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from gatekeeper.golden import Feedback, select, to_scenario, with_inline
 from gatekeeper.reference import score
 from gatekeeper.suite.scenario import Scenario
-from gatekeeper.trace import Trace
+from rolegate.trace import Trace
 
 STAMPS = {"agent_version": "1", "instruction_hash": "h", "model_id": "m", "tool_schema_hash": "t"}
 DAY = 86400.0

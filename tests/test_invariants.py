@@ -8,7 +8,7 @@ import pytest
 
 from bindings.models import Invariants
 from gatekeeper.invariants import CRITERIA, TraceVerdict, check, contains_table
-from gatekeeper.trace import Trace
+from rolegate.trace import Trace
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}

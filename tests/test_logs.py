@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from flask.testing import FlaskClient
 
-from router.logs import LOGGER_NAME
+from router.server.logs import LOGGER_NAME
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
 
 

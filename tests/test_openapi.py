@@ -25,7 +25,7 @@ from schemathesis.specs.openapi.checks import (
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from router import create_app
-from router.openapi import build_spec
+from router.openapi.document import build_spec
 from tests.conftest import OPERATOR, TEST_REDIS, TOKENS, auth
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,

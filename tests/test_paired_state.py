@@ -11,12 +11,12 @@ import pytest
 import redis
 
 from bindings.models import Invariants
-from bindings.paired_state import Arms, PairedStates
-from bindings.traces import Checked, TraceStore
 from gatekeeper.invariants import check
 from gatekeeper.pair_tally import Queue, Tally, advance
 from gatekeeper.pairing import MAX_LISTED_KEYS, PairedReport, Run, compare, pair_runs
-from gatekeeper.trace import Trace
+from gatekeeper.store.paired_state import Arms, PairedStates
+from gatekeeper.store.traces import Checked, TraceStore
+from rolegate.trace import Trace
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from bindings.models import Binding, Stage
-from bindings.routing import bucket, resolve
+from rolegate.routing import bucket, resolve
 
 KEYS = [f"job-{i}" for i in range(10_000)]
 
@@ -58,7 +58,7 @@ def test_resolution_is_finer_than_one_in_ten_thousand() -> None:
 def test_buckets_are_the_same_in_another_process() -> None:
     """A process with a different hash seed computes the same buckets (no salted hash())."""
     keys = KEYS[:50]
-    code = ("import json,sys; from bindings.routing import bucket; "
+    code = ("import json,sys; from rolegate.routing import bucket; "
             "print(json.dumps([bucket('summarizer', k) for k in json.loads(sys.argv[1])]))")
     env = {**os.environ, "PYTHONHASHSEED": "12345"}
     out = subprocess.run([sys.executable, "-c", code, json.dumps(keys)], env=env,

@@ -8,7 +8,13 @@ import random
 import pytest
 
 from gatekeeper.sequential import (
-    THETAS, flip_test, flips_of, log_ratio, rate_log_ratio, rate_test, upper_p0,
+    THETAS,
+    flip_test,
+    flips_of,
+    log_ratio,
+    rate_log_ratio,
+    rate_test,
+    upper_p0,
 )
 from gatekeeper.statistics import mcnemar_exact
 

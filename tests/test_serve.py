@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import requests
 
-from router.embedded import LOCK_FILE, EmbeddedError, EmbeddedRedis
+from router.server.embedded import LOCK_FILE, EmbeddedError, EmbeddedRedis
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
 from tests.servers import ROOT, base_env, free_port, gunicorn, process, rolegate_serve
 

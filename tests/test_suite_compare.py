@@ -9,7 +9,7 @@ from gatekeeper.suite.compare import compare_results
 from gatekeeper.suite.report import comparison_html, comparison_markdown
 from gatekeeper.suite.runner import RunRecord
 from gatekeeper.suite.verdict import ScenarioResult, SuiteResult
-from gatekeeper.trace import Stamps, Trace
+from rolegate.trace import Stamps, Trace
 
 STAMPS = Stamps(agent_version="a", instruction_hash="i", model_id="m", tool_schema_hash="t")
 

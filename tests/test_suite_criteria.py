@@ -20,8 +20,12 @@ from bindings.configs import ConfigStore
 from bindings.models import GatePolicy
 from gatekeeper.spec import Spec
 from gatekeeper.suite.compare import compare_results
-from gatekeeper.suite.report import (comparison_html, comparison_markdown, result_html,
-                                     result_markdown)
+from gatekeeper.suite.report import (
+    comparison_html,
+    comparison_markdown,
+    result_html,
+    result_markdown,
+)
 from gatekeeper.suite.runner import RunOptions, SuiteRunner
 from gatekeeper.suite.scenario import load_config, load_suite
 from gatekeeper.suite.verdict import SuiteResult, evaluate_run

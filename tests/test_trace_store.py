@@ -11,11 +11,11 @@ import redis
 
 from bindings.errors import InvalidInput, NotFound
 from bindings.models import Invariants
-from bindings.trace_keys import stream_key
-from bindings.traces import Checked, TraceStore
 from gatekeeper.invariants import check
-from gatekeeper.trace import Trace
+from gatekeeper.store.trace_keys import stream_key
+from gatekeeper.store.traces import Checked, TraceStore
 from gatekeeper.window import WindowStats
+from rolegate.trace import Trace
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}

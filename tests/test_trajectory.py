@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from gatekeeper.trajectory import (
-    Change, classify, edit_distance, histogram, lost_tools, merge_histograms,
+    Change,
+    classify,
+    edit_distance,
+    histogram,
+    lost_tools,
+    merge_histograms,
 )
 
 

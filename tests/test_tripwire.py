@@ -14,7 +14,7 @@ from bindings.store import BindingStore
 from gatekeeper import tripwire
 from gatekeeper.invariants import check
 from gatekeeper.stages import Event, apply
-from gatekeeper.trace import Trace
+from rolegate.trace import Trace
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}

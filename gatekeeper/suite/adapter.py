@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from gatekeeper.suite.isolation import RunContext
 from gatekeeper.suite.scenario import AgentConfig, Scenario
-from gatekeeper.trace import Trace
+from rolegate.trace import Trace
 
 PROTOCOL = "rolegate-agent/1"
 #: Trace fields the suite owns; an agent's values for them are overwritten.

@@ -26,7 +26,7 @@ from gatekeeper.reference import score
 from gatekeeper.review import Regression, Tally, rates_table, regressions, tally
 from gatekeeper.spec import Spec
 from gatekeeper.suite.scenario import Scenario, SuiteError
-from gatekeeper.trace import Trace
+from rolegate.trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover - only for annotations; avoids an import cycle
     from gatekeeper.suite.runner import RunRecord

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
-from gatekeeper.pairing import Run, compare as paired_compare, pair_runs
+from gatekeeper.pairing import Run, pair_runs
+from gatekeeper.pairing import compare as paired_compare
 from gatekeeper.suite.by_criterion import criterion_comparison
 from gatekeeper.suite.runner import RunRecord
 from gatekeeper.suite.verdict import SuiteResult

@@ -17,10 +17,10 @@ from typing import Any, Protocol
 
 import requests
 
-from gatekeeper.trace import Step
 from gatekeeper.suite.scenario import ToolCatalog, ToolSpec
 from gatekeeper.suite.workspace import Workspace, WorkspaceEscape
-from router.http import ApiClient, ApiError
+from rolegate.http import ApiClient, ApiError
+from rolegate.trace import Step
 
 PLACEHOLDER_PREFIX = "rolegate-placeholder-"
 #: JSON-schema type names -> the Python types a decoded JSON value may have.

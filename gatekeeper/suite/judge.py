@@ -32,8 +32,8 @@ from tenacity import (
 )
 
 from gatekeeper.suite.verdict import ScenarioResult, SuiteResult
-from gatekeeper.trace import Trace
-from router.http import ApiClient, ApiError
+from rolegate.http import ApiClient, ApiError
+from rolegate.trace import Trace
 
 DEFAULT_FLOOR = -0.3
 MAX_RESULT_CHARS = 2000

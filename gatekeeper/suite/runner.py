@@ -26,7 +26,7 @@ from gatekeeper.suite.isolation import RunContext, agent_credentials
 from gatekeeper.suite.replay import Fixture, ToolProxy, load_fixtures, record_fixture, replay_for
 from gatekeeper.suite.scenario import AgentConfig, Scenario, Suite, repeats_for
 from gatekeeper.suite.workspace import Workspace
-from gatekeeper.trace import Trace
+from rolegate.trace import Trace
 
 #: Extra criterion keys the suite adds beside the invariants' own.
 AGENT_OK = "agent_ok"

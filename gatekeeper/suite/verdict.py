@@ -18,8 +18,8 @@ from gatekeeper.gate import evaluate
 from gatekeeper.invariants import TraceVerdict
 from gatekeeper.suite.runner import RunRecord, SuiteRun
 from gatekeeper.suite.scenario import Scenario
-from gatekeeper.trace import Stamps, Trace
 from gatekeeper.window import WindowStats
+from rolegate.trace import Stamps, Trace
 
 RESULT_FORMAT: Final = "rolegate-suite-result/1"
 

@@ -1,0 +1,6 @@
+"""The gate's state in Redis: traces and their running aggregates, drift and paired state, feedback.
+
+Thin I/O around the pure core: each store reads and writes Redis and hands
+the numbers to `gatekeeper.window`, `gatekeeper.drift` and `gatekeeper.pairing`.
+Per-role keys carry the role as a Redis Cluster hash tag (`trace_keys`).
+"""

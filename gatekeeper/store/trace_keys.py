@@ -1,0 +1,71 @@
+"""Key names of the trace store, and where a stored run lives.
+
+Module-level templates (never built inline); the role is the Redis Cluster hash
+tag in every key, so one ingest script touches a single slot. See
+`gatekeeper.store.traces` for what each key holds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from bindings.models import Binding
+
+STREAM_KEY_TEMPLATE = "rolegate:{{{role}}}:traces:{config}:{arm}"
+WINDOW_KEY_TEMPLATE = "rolegate:{{{role}}}:window:{config}:{arm}:{epoch}"
+RUN_KEY_TEMPLATE = "rolegate:{{{role}}}:run:{run_id}"
+TALLY_KEY_TEMPLATE = "rolegate:{{{role}}}:tools:{config}"
+CONFIGS_KEY_TEMPLATE = "rolegate:{{{role}}}:configs"
+
+
+def stream_key(role: str, config: str, arm: str) -> str:
+    """The stream holding one (role, config, arm)'s traces, oldest first."""
+    return STREAM_KEY_TEMPLATE.format(role=role, config=config, arm=arm)
+
+
+def window_key(role: str, config: str, arm: str, epoch: str) -> str:
+    """The running aggregate of one (role, config, arm) over one stage."""
+    return WINDOW_KEY_TEMPLATE.format(role=role, config=config, arm=arm, epoch=epoch)
+
+
+def run_key(role: str, run_id: str) -> str:
+    """Where a run id's location is kept (it makes ingest idempotent)."""
+    return RUN_KEY_TEMPLATE.format(role=role, run_id=run_id)
+
+
+def tally_key(role: str, config: str) -> str:
+    """A config's all-time tool tally."""
+    return TALLY_KEY_TEMPLATE.format(role=role, config=config)
+
+
+def configs_key(role: str) -> str:
+    """The set of configs that reported traces for a role."""
+    return CONFIGS_KEY_TEMPLATE.format(role=role)
+
+
+def epoch_of(binding: Binding | None) -> str:
+    """The window epoch of a binding's current stage: its stage_since, fixed-format."""
+    since = binding.stage_since if binding is not None else None
+    return "0" if since is None else f"{since:.6f}"
+
+
+def stream_id_time(stream_id: str) -> float:
+    """The arrival time (epoch seconds) encoded in a stream id."""
+    return int(stream_id.split("-", 1)[0]) / 1000
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a run is stored: its (config, arm) stream, stream id and window epoch."""
+
+    config: str
+    arm: str
+    epoch: str
+    id: str
+
+    @classmethod
+    def parse(cls, raw: str) -> Location:
+        """Read a location as the ingest script stored it."""
+        data = json.loads(raw)
+        return cls(config=data["config"], arm=data["arm"], epoch=data["epoch"], id=data["id"])

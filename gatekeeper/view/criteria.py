@@ -1,0 +1,132 @@
+"""The gate view's "by_criterion" section: pass rates per criterion key and per config, online.
+
+For each arm, the newest traces since the stage began (at most `SAMPLE` of them)
+are scored against the arm config's stored criteria (from its spec), beside the
+online invariants' own criterion verdicts. Candidate and shadow are then read
+against current criterion by criterion: paired by job key where both arms ran
+the same jobs (shadow), so a lost call shows as "12 cases lost the
+verifyIdentity call"; otherwise as a drop in rate whose 95% interval lies wholly
+below zero.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from bindings.configs import ConfigStore
+from bindings.store import _redis_errors
+from gatekeeper.criteria import Criterion, evaluate
+from gatekeeper.review import Tally, regressions, tally
+from gatekeeper.statistics import difference_interval
+from gatekeeper.store.trace_keys import stream_key
+from gatekeeper.store.traces import StreamEntries
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only; api_gate imports this module
+    from router.api.gate import GateContext
+
+#: Newest traces scored per arm per read: bounds the cost of one gate view.
+SAMPLE = 1_000
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """What the section reads of one stored run: what a check reads, and the invariants' verdicts."""
+
+    key: str
+    tools: Sequence[str]
+    output_text: str
+    input: dict[str, Any] | None
+    invariants: dict[str, bool]
+
+
+def _newest(ctx: GateContext, config: str, arm: str) -> list[_Scored]:
+    since = ctx.record.binding.stage_since
+    low = "-" if since is None else f"{max(0, int(since * 1000))}-0"
+    with _redis_errors():
+        entries = cast(StreamEntries, ctx.traces.connection.xrevrange(
+            stream_key(ctx.role, config, arm), max="+", min=low, count=SAMPLE))
+    out = []
+    for _, fields in reversed(entries):
+        # Validated on ingest: read the few fields a check needs, not the whole model.
+        trace = json.loads(fields[b"t"])
+        out.append(_Scored(key=trace.get("key") or trace["run_id"],
+                           tools=trace.get("tools", ()), output_text=trace.get("output_text", ""),
+                           input=trace.get("input"),
+                           invariants=json.loads(fields[b"v"]).get("criteria", {})))
+    return out
+
+
+def _verdicts(stored: _Scored, criteria: list[Criterion]) -> dict[str, bool | None]:
+    out: dict[str, bool | None] = dict(stored.invariants)
+    out.update(evaluate(criteria, stored))
+    return out
+
+
+def criteria_section(ctx: GateContext, configs: ConfigStore) -> dict[str, Any]:
+    """Per arm: the config, traces scored and each criterion's tally; then regressions by key.
+
+    When no arm's config has a spec, the invariants' criterion counts come from
+    the window aggregates the gate already read, and no trace is re-read.
+    """
+    records = {config: configs.find(config) for config, _ in ctx.arms.values()}
+    if not any(records.values()):
+        return _from_aggregates(ctx)
+    arms: dict[str, Any] = {}
+    by_arm: dict[str, dict[str, dict[str, bool | None]]] = {}
+    rates: dict[str, dict[str, Tally]] = {}
+    known: dict[str, Criterion] = {}
+    for arm, (config, _) in ctx.arms.items():
+        record = records[config]
+        criteria = list(record.criteria) if record is not None else []
+        known.update({c.key: c for c in criteria})
+        stored = _newest(ctx, config, arm)
+        # Keyed by job key so shadow and current runs of one job pair up.
+        by_arm[arm] = {s.key: _verdicts(s, criteria) for s in stored}
+        rates[arm] = tally(by_arm[arm].values())
+        arms[arm] = {"config": config, "spec": record is not None, "n": len(stored),
+                     "criteria": {k: t.as_dict() for k, t in rates[arm].items()}}
+    found: dict[str, Any] = {}
+    for arm in arms:
+        if arm == "current" or not by_arm[arm]:
+            continue
+        paired = by_arm["current"].keys() & by_arm[arm].keys()
+        if paired:
+            losses = regressions(by_arm["current"], by_arm[arm], known.values())
+            found[arm] = [{**r.as_dict(), "paired": True} for r in losses]
+        else:
+            found[arm] = _rate_drops(rates["current"], rates[arm])
+    return {"sample": SAMPLE, "arms": arms,
+            "descriptions": {k: c.description for k, c in sorted(known.items())},
+            "regressions": found}
+
+
+def _from_aggregates(ctx: GateContext) -> dict[str, Any]:
+    """The invariants' criteria per arm from the stage's running aggregates (no spec anywhere)."""
+    rates = {arm: {key: Tally(passed=passes, failed=n - passes)
+                   for key, (passes, n) in window.criterion_counts().items()}
+             for arm, (_, window) in ctx.arms.items()}
+    arms = {arm: {"config": config, "spec": False, "n": window.n,
+                  "criteria": {k: t.as_dict() for k, t in rates[arm].items()}}
+            for arm, (config, window) in ctx.arms.items()}
+    found = {arm: _rate_drops(rates["current"], rates[arm])
+             for arm in arms if arm != "current" and arms[arm]["n"]}
+    return {"sample": None, "arms": arms, "descriptions": {}, "regressions": found}
+
+
+def _rate_drops(current: dict[str, Tally], other: dict[str, Tally]) -> list[dict[str, Any]]:
+    """Criteria whose rate fell with the 95% interval of the difference wholly below zero."""
+    out = []
+    for key in sorted(current.keys() & other.keys()):
+        a, b = other[key], current[key]
+        if not a.n or not b.n:
+            continue
+        diff, low, high = difference_interval(a.passed, a.n, b.passed, b.n)
+        if high < 0:
+            out.append({"key": key, "difference": diff, "low": low, "high": high,
+                        "paired": False,
+                        "message": f"{key}: {a.rate:.0%} of {a.n} against {b.rate:.0%} "
+                                   f"of {b.n} on current"})
+    return sorted(out, key=lambda r: r["difference"])

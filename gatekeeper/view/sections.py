@@ -1,0 +1,119 @@
+"""The gatekeeper's sections of the gate view: "paired" (shadow) and "drift" (CUSUM).
+
+Both keep their state in Redis and advance it over the runs that arrived since
+the last read, so their cost follows what arrived, not the stage's size, and
+any number of gatekeepers still see the same numbers: "paired" a running
+pairing tally (`gatekeeper.store.paired_state`), "drift" CUSUM detectors
+(`gatekeeper.store.drift_state`) with p0 from the current arm's running aggregate or
+the policy's fixed baseline.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, cast
+
+from bindings.models import Stage
+from bindings.store import _redis_errors
+from gatekeeper.decide import shadow_pairs_needed
+from gatekeeper.drift import METRICS, disabled_view, params_for, section
+from gatekeeper.pairing import Run
+from gatekeeper.store.drift_state import DriftStates, Watch, run_of_fields
+from gatekeeper.store.paired_state import Arms, PairedStates
+from gatekeeper.store.trace_keys import stream_key
+from gatekeeper.store.traces import StoredTrace, StreamEntries, TraceStore
+
+if TYPE_CHECKING:
+    from router.api.gate import GateContext
+
+#: Most traces `since` reads per arm by default: bounds one replaying read.
+MAX_REPLAY = 20_000
+#: Newest current-arm runs the dashboard's CUSUM chart takes p0 from.
+REFERENCE_RUNS = 2_000
+
+
+def run_of(stored: StoredTrace) -> Run:
+    """The pairing/drift view of one stored trace."""
+    trace, verdict = stored.trace, stored.verdict
+    return Run(key=trace.key, passed=verdict.passed, tools=tuple(trace.tools),
+               tool_error=trace.tool_errors > 0, forbidden_call=bool(verdict.forbidden))
+
+
+def latest(traces: TraceStore, role: str, config: str, arm: str, count: int) -> list[Run]:
+    """The newest `count` runs of (role, config, arm), oldest first."""
+    with _redis_errors():
+        entries = cast(StreamEntries, traces.connection.xrevrange(stream_key(role, config, arm),
+                                                                  count=count))
+    return [run_of_fields(fields) for _, fields in reversed(entries)]
+
+
+def since(traces: TraceStore, role: str, config: str, arm: str, start: float | None,
+          count: int = MAX_REPLAY) -> list[Run]:
+    """Runs of (role, config, arm) that arrived at or after `start`, oldest first."""
+    low = "-" if start is None else f"{max(0, int(start * 1000))}-0"
+    with _redis_errors():
+        entries = cast(StreamEntries, traces.connection.xrange(stream_key(role, config, arm),
+                                                               min=low, max="+", count=count))
+    return [run_of_fields(fields) for _, fields in entries]
+
+
+def candidate_arm(stage: Stage) -> str:
+    """Which trace arm carries the candidate's runs in `stage`."""
+    return "shadow" if stage is Stage.SHADOW else "candidate"
+
+
+def paired_section(ctx: GateContext) -> dict[str, Any] | None:
+    """In shadow: current and shadow runs of the same jobs, paired and compared.
+
+    The kept tally advanced over the runs since its last read (at most
+    `paired_state.MAX_ADVANCE` per arm; `caught_up` is false while it is behind),
+    plus how many keys wait for a mate and how many were dropped per arm.
+    """
+    binding = ctx.record.binding
+    if binding.stage is not Stage.SHADOW or binding.candidate is None:
+        return None
+    arms = Arms(ctx.role, ctx.epoch, binding.current, binding.candidate, binding.stage_since)
+    paired = PairedStates(ctx.traces.connection).advance(
+        arms, binding.gate.invariants.required_tools)
+    thresholds = binding.gate.thresholds
+    # The exact McNemar look is taken once shadow has all its pairs: read at every
+    # tick from min_samples on, its false-alarm rate would grow past alpha.
+    view = paired.tally.report(alpha=thresholds.alpha,
+                               min_samples=shadow_pairs_needed(thresholds)).as_dict()
+    view["caught_up"] = paired.caught_up
+    view["waiting"] = paired.waiting
+    view["dropped"] = paired.dropped
+    view["last_ids"] = {"current": paired.tally.last_current or None,
+                        "shadow": paired.tally.last_shadow or None}
+    return view
+
+
+def drift_section(ctx: GateContext) -> dict[str, Any]:
+    """CUSUM per metric: the candidate's stage runs against current's rates, and current alone.
+
+    Both arms' detectors take p0 from the current arm's aggregate over the stage
+    (once it holds `min_samples` runs) or `drift.baseline`, and count the stage's
+    runs from its first; `caught_up` is false while one is still catching up.
+    """
+    binding = ctx.record.binding
+    policy = binding.gate.drift
+    if not policy.enabled:
+        view = disabled_view()
+        view["alert"] = False
+        return view
+    _, reference = ctx.arms["current"]
+    wanted = {metric: params for metric in METRICS
+              if (params := params_for(metric, policy, reference,
+                                       binding.gate.thresholds.min_samples)) is not None}
+    watches = {"current": Watch(binding.current, "current", binding.stage_since, wanted)}
+    if binding.candidate is not None and binding.stage in (Stage.SHADOW, Stage.CANARY,
+                                                            Stage.FULL):
+        watches["candidate"] = Watch(binding.candidate, candidate_arm(binding.stage),
+                                     binding.stage_since, wanted)
+    states = DriftStates(ctx.traces.connection).advance(ctx.role, ctx.epoch,
+                                                        list(watches.values()))
+    shown = {name: {m: d.as_dict(done.caught_up) for m, d in done.detectors.items()}
+             for name, done in zip(watches, states)}
+    view = section(shown.get("candidate", {}), shown["current"], policy)
+    view["caught_up"] = all(done.caught_up for done in states)
+    view["alert"] = any(a["arm"] == "current" for a in view["alarms"])
+    return view

@@ -1,0 +1,26 @@
+"""rolegate's caller SDK: what an agent imports to resolve its config and report its runs.
+
+    from rolegate import Client
+
+    client = Client("http://127.0.0.1:8080", token, stamps=STAMPS)
+    with client.recorder(client.resolve("summarizer", job_id)) as run:
+        run.output(my_agent(run.config, on_tool=run.tool))
+
+It imports nothing of the service (`router`, `bindings`, `gatekeeper`) nor
+Flask, gunicorn or redis-py, so it imports cleanly beside an application's own
+`router.py`. The service imports the shared pieces from here: the bucketing
+function (`rolegate.routing`), the trace schema (`rolegate.trace`) and the HTTP
+client with its retries (`rolegate.http`).
+"""
+
+from __future__ import annotations
+
+from rolegate.client import Client, SnapshotTooOld, SnapshotUnavailable
+from rolegate.errors import NotFound, RolegateError
+from rolegate.recorder import Recorder
+from rolegate.reporter import ReportStats
+from rolegate.routing import Resolution, Stage
+from rolegate.trace import Stamps, Step, Trace
+
+__all__ = ["Client", "NotFound", "Recorder", "ReportStats", "Resolution", "RolegateError",
+           "SnapshotTooOld", "SnapshotUnavailable", "Stage", "Stamps", "Step", "Trace"]

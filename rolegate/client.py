@@ -1,0 +1,332 @@
+"""The caller client: resolve in-process from a refreshed snapshot, report traces in the background.
+
+Adoption is three lines (see docs/client.md)::
+
+    client = Client("http://rolegate:8000", token, stamps=STAMPS)
+    with client.recorder(client.resolve("summarizer", job_id)) as run:
+        run.output(my_agent(run.config, on_tool=run.tool))
+
+Resolving never touches the network: it reads the last snapshot of
+`GET /v1/bindings`, which a daemon thread keeps fresh with a conditional GET
+(an unchanged table costs a 304), or, with `subscribe=True`, with the
+`/v1/bindings/watch` long-poll so a rollback arrives in milliseconds. The arm
+is decided by `rolegate.routing.bucket`, the server's own function, so every
+answer equals the server's. When the router cannot be reached the last
+snapshot keeps answering with `stale=True` (fail-static); once it is older than
+`max_age` seconds resolving raises `SnapshotTooOld` instead.
+
+This module must not import Flask: callers install rolegate for the client only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import requests
+from pydantic import ValidationError
+
+from rolegate.errors import NotFound, RolegateError
+from rolegate.http import ApiClient, ApiError
+from rolegate.recorder import Recorder
+from rolegate.reporter import ReportStats, TraceReporter
+from rolegate.routing import Resolution, bucket, new_key
+from rolegate.snapshot import Entry, Snapshot
+from rolegate.trace import Stamps, Trace
+
+log = logging.getLogger("rolegate.client")
+
+#: The server refuses longer job keys (router/api/resolve.py); so does the client.
+MAX_KEY_LENGTH = 500
+BINDINGS_PATH = "/v1/bindings"
+WATCH_PATH = "/v1/bindings/watch"
+#: Upper bound the router puts on one watch (router/api/watch.py MAX_TIMEOUT_S).
+MAX_WATCH_TIMEOUT = 25.0
+#: Pause before a failed watch is tried again.
+WATCH_RETRY_S = 0.5
+
+_monotonic = time.monotonic
+_FETCH_ERRORS = (ApiError, requests.RequestException, ValueError, ValidationError)
+
+
+class SnapshotTooOld(RolegateError):
+    """The router has not confirmed the snapshot for longer than `max_age` seconds."""
+
+    status = 503
+    code = "snapshot_too_old"
+
+
+class SnapshotUnavailable(RolegateError):
+    """The client has no snapshot: the router did not answer and no bootstrap was given."""
+
+    status = 503
+    code = "snapshot_unavailable"
+
+
+class Client:
+    """Resolve roles in-process and report traces without blocking the agent."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        refresh_interval: float = 2.0,
+        max_age: float | None = 300.0,
+        bootstrap: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        subscribe: bool = False,
+        watch_timeout: float = 20.0,
+        timeout: float = 5.0,
+        stamps: Stamps | Mapping[str, Any] | None = None,
+        max_queue: int = 10_000,
+        batch_size: int = 200,
+        flush_timeout: float = 10.0,
+        report_attempts: int = 5,
+    ) -> None:
+        """Load a snapshot (from the router, else `bootstrap`) and start refreshing it.
+
+        Raises SnapshotUnavailable when the router does not answer and no
+        bootstrap was given. `max_age=None` never refuses an old snapshot.
+        """
+        if refresh_interval <= 0:
+            raise ValueError("refresh_interval must be positive")
+        if max_age is not None and max_age <= 0:
+            raise ValueError("max_age must be positive (or None)")
+        self.url = url.rstrip("/")
+        self.refresh_interval = refresh_interval
+        self.max_age = max_age
+        self.subscribe = subscribe
+        self.watch_timeout = max(0.5, min(watch_timeout, MAX_WATCH_TIMEOUT))
+        if max_age is not None:
+            # A quiet watch is what confirms the snapshot: keep it well inside max_age.
+            self.watch_timeout = max(0.5, min(self.watch_timeout, max_age / 3))
+        self.stamps = Stamps.model_validate(stamps) if isinstance(stamps, Mapping) else stamps
+        self.last_error: str | None = None
+        self._stale = True
+        self._confirmed = _monotonic()
+        self._snapshot: Snapshot | None = None
+        self._entries: dict[str, Entry] = {}
+        self._etag: str | None = None
+        self._stop = threading.Event()
+        # The refresh thread owns this session (requests sessions are not shared
+        # across threads); one attempt per call, since the loop is the retry.
+        self._api = ApiClient(url, token, timeout=timeout, attempts=1)
+        if bootstrap is not None:
+            self._install(_read_bootstrap(bootstrap), confirmed=False)
+        if not self.refresh() and self._snapshot is None:
+            self._api.close()
+            raise SnapshotUnavailable(
+                f"the router at {self.url} did not answer ({self.last_error}) "
+                "and no bootstrap snapshot was given", url=self.url)
+        self._reporter = TraceReporter(
+            ApiClient(url, token, timeout=timeout, attempts=report_attempts,
+                      max_delay=min(10.0, flush_timeout)),
+            max_queue=max_queue, batch_size=batch_size, flush_timeout=flush_timeout)
+        # An agent that exits without close() still gets its traces sent: atexit
+        # runs while daemon threads are alive (bounded by flush_timeout).
+        atexit.register(self._reporter.close)
+        self._thread = threading.Thread(target=self._run, name="rolegate-client-refresh",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- resolving -----------------------------------------------------------
+
+    def resolve(self, role: str, key: str | None = None) -> Resolution:
+        """Which config serves `role` for job `key` (a fresh key when None): the server's answer.
+
+        Raises NotFound for an unknown role and SnapshotTooOld when the router has
+        not confirmed the snapshot for more than `max_age` seconds.
+        """
+        # The hot path: no lock, no network; every attribute read is of an
+        # object the refresh thread replaces whole, never mutates.
+        max_age = self.max_age
+        if max_age is not None and _monotonic() - self._confirmed > max_age:
+            raise self._too_old()
+        entry = self._entries.get(role)
+        if entry is None:
+            raise NotFound(f"no binding for role {role!r}", role=role)
+        if not key:
+            key = new_key()
+        elif len(key) > MAX_KEY_LENGTH:
+            raise ValueError(f"key: at most {MAX_KEY_LENGTH} characters")
+        current, candidate, share = entry
+        answer = (candidate if candidate is not None and bucket(role, key) < share
+                  else current).copy()
+        answer["key"] = key
+        answer["stale"] = self._stale
+        return answer  # type: ignore[return-value]
+
+    @property
+    def stale(self) -> bool:
+        """True while the last refresh failed or the snapshot came from a bootstrap."""
+        return self._stale
+
+    @property
+    def generation(self) -> int:
+        """The generation of the snapshot in use (-1 before any)."""
+        return self._snapshot.generation if self._snapshot is not None else -1
+
+    def age(self) -> float:
+        """Seconds since the router last confirmed the snapshot."""
+        return _monotonic() - self._confirmed
+
+    def roles(self) -> list[str]:
+        """The roles the snapshot knows, sorted."""
+        return sorted(self._entries)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The snapshot in use, in the shape of `GET /v1/bindings`."""
+        if self._snapshot is None:
+            raise SnapshotUnavailable("no snapshot loaded")
+        return self._snapshot.to_json()
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the snapshot in use to `path`, for a later `bootstrap=path`."""
+        target = Path(path)
+        temporary = target.with_name(target.name + ".tmp")
+        temporary.write_text(json.dumps(self.snapshot(), indent=1))
+        # Rename so a crash mid-write never leaves a half file as the bootstrap.
+        temporary.replace(target)
+
+    # -- refreshing ----------------------------------------------------------
+
+    def refresh(self) -> bool:
+        """Fetch the table once (conditionally); True when the router confirmed it."""
+        headers = {"If-None-Match": self._etag} if self._etag else {}
+        try:
+            response = self._api.request("GET", BINDINGS_PATH, ok=(200, 304), headers=headers)
+            self._take(response)
+        except _FETCH_ERRORS as exc:
+            self._failed(exc)
+            return False
+        return True
+
+    def _watch_once(self) -> None:
+        params = {"timeout": f"{self.watch_timeout:g}"}
+        if self._snapshot is not None:
+            params["generation"] = str(self._snapshot.generation)
+        try:
+            response = self._api.request("GET", WATCH_PATH, ok=(200, 304), params=params,
+                                         timeout=self.watch_timeout + self._api.timeout)
+            self._take(response)
+        except ApiError as exc:
+            if exc.status == 404:
+                log.warning("the router has no %s; polling instead", WATCH_PATH)
+                self.subscribe = False
+            self._failed(exc)
+            self._stop.wait(min(self.refresh_interval, WATCH_RETRY_S))
+        except _FETCH_ERRORS as exc:
+            self._failed(exc)
+            # A subscriber promised sub-second changes: retry soon, whatever the interval.
+            self._stop.wait(min(self.refresh_interval, WATCH_RETRY_S))
+
+    def _take(self, response: requests.Response) -> None:
+        if response.status_code == 200:
+            snapshot = Snapshot.from_json(response.json())
+            self._install(snapshot, confirmed=True)
+            self._etag = response.headers.get("ETag") or f'"g{snapshot.generation}"'
+        else:
+            self._confirm()
+
+    def _install(self, snapshot: Snapshot, *, confirmed: bool) -> None:
+        # Entries first, then the confirmation: a reader never pairs a fresh
+        # timestamp with the previous table.
+        self._snapshot = snapshot
+        self._entries = snapshot.entries
+        if confirmed:
+            self._confirm()
+
+    def _confirm(self) -> None:
+        self._confirmed = _monotonic()
+        if self._stale and self.last_error is not None:
+            log.info("router at %s answers again", self.url)
+        self._stale = False
+        self.last_error = None
+
+    def _failed(self, exc: Exception) -> None:
+        if self.last_error is None and self._snapshot is not None:
+            log.warning("router at %s unreachable, answering from the last snapshot: %s",
+                        self.url, exc)
+        self.last_error = str(exc) or type(exc).__name__
+        self._stale = True
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self.subscribe:
+                    self._watch_once()
+                elif not self._stop.wait(self.refresh_interval):
+                    self.refresh()
+        finally:
+            self._api.close()
+
+    def _too_old(self) -> SnapshotTooOld:
+        age = self.age()
+        return SnapshotTooOld(
+            f"the bindings snapshot is {age:.1f}s old, over max_age={self.max_age:g}s: "
+            f"the router at {self.url} has not confirmed it ({self.last_error})",
+            age_s=round(age, 3), max_age_s=self.max_age, url=self.url)
+
+    # -- reporting -----------------------------------------------------------
+
+    def report(self, trace: Trace | Mapping[str, Any]) -> None:
+        """Queue `trace` for sending; never blocks (a full queue drops the oldest)."""
+        self._reporter.report(trace)
+
+    def recorder(self, resolution: Mapping[str, Any], stamps: Stamps | Mapping[str, Any] | None
+                 = None, **fields: Any) -> Recorder:
+        """A Recorder for one run under `resolution`; it reports its trace when finished.
+
+        `fields` go to Recorder (`run_id`, `shadow`, `input`, `scenario`).
+        """
+        chosen = stamps if stamps is not None else self.stamps
+        if chosen is None:
+            raise ValueError("stamps are required: pass them here or to Client(stamps=...)")
+        return Recorder(resolution, chosen, sink=self.report, **fields)
+
+    def report_stats(self) -> ReportStats:
+        """Counts of traces queued, sent, dropped (queue full), rejected and unsent."""
+        return self._reporter.stats()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued trace was sent (or refused); False on timeout."""
+        return self._reporter.flush(timeout)
+
+    # -- lifetime ------------------------------------------------------------
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Flush queued traces (up to `flush_timeout`), then stop the refresh thread.
+
+        A subscribed client may be inside a watch that cannot be interrupted;
+        waiting for it is bounded by `timeout`, after which the daemon thread
+        ends by itself when the watch answers, and closes its connection.
+        """
+        atexit.unregister(self._reporter.close)
+        self._reporter.close()
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _read_bootstrap(source: str | os.PathLike[str] | Mapping[str, Any]) -> Snapshot:
+    if isinstance(source, Mapping):
+        return Snapshot.from_json(source)
+    path = Path(source)
+    try:
+        body = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"bootstrap file {str(path)!r} is unreadable: {exc}") from exc
+    return Snapshot.from_json(body)

@@ -1,0 +1,33 @@
+"""The errors a caller of the SDK sees; the service's error tree builds on them.
+
+Each carries the HTTP status it maps to, so the router renders the service's
+errors (`bindings.errors`, which subclasses `RolegateError`) with one handler::
+
+    RolegateError        500  base; never raised directly
+    ├── NotFound         404  no such role, version or run
+    ├── SnapshotTooOld   503  the client's snapshot is older than max_age (rolegate.client)
+    └── SnapshotUnavailable 503  the client has no snapshot at all (rolegate.client)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RolegateError(Exception):
+    """Base of every rolegate error; `status`, `code` and `details` feed the API."""
+
+    status = 500
+    code = "internal"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class NotFound(RolegateError):
+    """The named role, version or record does not exist."""
+
+    status = 404
+    code = "not_found"

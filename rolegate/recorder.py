@@ -1,0 +1,123 @@
+"""Build one run's Trace as the run happens, so callers never write trace JSON by hand.
+
+    with client.recorder(client.resolve("summarizer", job_id)) as run:
+        run.tool("search", {"q": "..."}, result=hits)
+        run.cost(usd=0.002, tokens=812)
+        run.output(answer)
+
+Leaving the block (normally or by an exception, which is not swallowed) builds
+the Trace (rolegate/trace.py, the model the server validates with) and hands
+it to the sink, once. A run that produced no non-blank output counts as
+unanswered, the same rule the offline suite applies.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from rolegate.trace import Stamps, Trace
+
+
+class Recorder:
+    """Collects tool calls, cost, artifacts and the output of one run."""
+
+    def __init__(
+        self,
+        resolution: Mapping[str, Any],
+        stamps: Stamps | Mapping[str, Any],
+        *,
+        sink: Callable[[Trace], None] | None = None,
+        run_id: str | None = None,
+        shadow: bool = False,
+        input: dict[str, Any] | None = None,
+        scenario: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Start recording a run of `resolution`'s config (its shadow config if `shadow`)."""
+        if shadow and not resolution.get("shadow"):
+            raise ValueError(f"role {resolution.get('role')!r} has no shadow config to record")
+        self.resolution = dict(resolution)
+        self.stamps = stamps if isinstance(stamps, Stamps) else Stamps.model_validate(stamps)
+        self.run_id = run_id or uuid.uuid4().hex
+        self.shadow = shadow
+        self.sink = sink
+        self.input = input
+        self.scenario = scenario
+        self.trace: Trace | None = None
+        self._clock = clock
+        self._started = clock()
+        self._steps: list[dict[str, Any]] = []
+        self._artifacts: list[str] = []
+        self._cost_usd = 0.0
+        self._tokens = 0
+        self._output = ""
+        self._feedback: dict[str, Any] | None = None
+
+    @property
+    def config(self) -> str:
+        """The config this run must use."""
+        return str(self.resolution["shadow"] if self.shadow else self.resolution["config"])
+
+    def tool(self, name: str, args: Mapping[str, Any] | None = None, *,
+             result: Any = None, error: str | BaseException | None = None) -> None:
+        """Record one tool call, in call order; `error` marks it failed."""
+        step: dict[str, Any] = {"tool": name, "args": dict(args or {})}
+        if result is not None:
+            step["result"] = result
+        if error is not None:
+            step["error"] = str(error) or type(error).__name__
+        self._steps.append(step)
+
+    def cost(self, usd: float = 0.0, tokens: int = 0) -> None:
+        """Add to the run's spend; call it once per model call, or once at the end."""
+        self._cost_usd += usd
+        self._tokens += tokens
+
+    def output(self, text: str) -> None:
+        """Set the run's final output (what the invariants read)."""
+        self._output = text
+
+    def artifact(self, path: str) -> None:
+        """Record a file the run produced."""
+        self._artifacts.append(str(path))
+
+    def feedback(self, **values: Any) -> None:
+        """Attach feedback (a rating, a label) to the trace."""
+        self._feedback = {**(self._feedback or {}), **values}
+
+    def finish(self) -> Trace:
+        """Build the trace and hand it to the sink; later calls return the same trace."""
+        if self.trace is not None:
+            return self.trace
+        resolution = self.resolution
+        self.trace = Trace.model_validate({
+            "run_id": self.run_id,
+            "role": resolution["role"],
+            "config": self.config,
+            "arm": "shadow" if self.shadow else resolution["arm"],
+            "key": resolution.get("key", ""),
+            "steps": self._steps,
+            "answered": bool(self._output.strip()),
+            "cost_usd": self._cost_usd,
+            "tokens": self._tokens,
+            "latency_s": max(0.0, self._clock() - self._started),
+            "artifacts": self._artifacts,
+            "output_text": self._output,
+            "stamps": self.stamps,
+            "scenario": self.scenario,
+            "feedback": self._feedback,
+            "input": self.input,
+            "time": time.time(),
+        })
+        if self.sink is not None:
+            self.sink(self.trace)
+        return self.trace
+
+    def __enter__(self) -> Recorder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.finish()

@@ -1,0 +1,219 @@
+"""The operator API over the binding table: read, replace, roll back, step a rollout.
+
+Every change is a compare-and-set against the version the writer read (the
+`If-Match` header, or the version this request read), recorded with who and why.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from flask import Blueprint, Response, current_app, jsonify, request
+from flask.typing import ResponseReturnValue
+from pydantic import BaseModel, ConfigDict, Field
+
+from bindings.errors import Conflict, NotFound, PreconditionRequired
+from bindings.models import Binding, VersionedBinding
+from gatekeeper.stages import Event, apply
+from router.api.bodies import json_body, parse
+from router.api.offline import guard_live_candidate
+from router.api.params import if_match, int_arg, role_param
+from router.server.auth import actor, require
+
+bp = Blueprint("bindings", __name__)
+
+
+class _Action(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    reason: str = Field(min_length=1, max_length=2000)
+    #: Numbers behind an automated decision, kept in the history entry.
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class RollbackRequest(_Action):
+    """Body of POST .../rollback: zero the canary, or restore `to_version`."""
+
+    to_version: int | None = Field(None, ge=1)
+
+
+class CanaryRequest(_Action):
+    """Body of POST .../canary: set the candidate's share directly."""
+
+    share: float = Field(gt=0.0, le=1.0)
+
+
+class PutRequest(BaseModel):
+    """Body of PUT /v1/bindings/<role> when it carries a reason beside the binding."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    binding: Binding
+    reason: str = Field("replaced through the API", min_length=1, max_length=2000)
+
+
+def _store() -> Any:
+    return current_app.extensions["rolegate"].store
+
+
+def _cache() -> Any:
+    return current_app.extensions["rolegate"].cache
+
+
+def _record_json(record: VersionedBinding) -> Response:
+    response = jsonify(record.model_dump(mode="json"))
+    response.headers["ETag"] = f'"{record.version}"'
+    return response
+
+
+def _current(role: str) -> VersionedBinding:
+    """The role's binding, which must be the version `If-Match` names when one is sent."""
+    current: VersionedBinding = _store().get(role_param(role))
+    expected = if_match("binding")
+    if expected is not None and expected != current.version:
+        raise Conflict(f"role {role!r} is at version {current.version}, not {expected}",
+                       role=role, current_version=current.version, expected_version=expected)
+    return current
+
+
+def _written(record: VersionedBinding, status: int = 200) -> ResponseReturnValue:
+    _cache().put(record)
+    return _record_json(record), status
+
+
+@bp.get("/v1/bindings")
+@require("caller", "gatekeeper")
+def list_bindings() -> ResponseReturnValue:
+    """Every role's binding; answers 304 when `If-None-Match` names the current generation."""
+    generation, records = _store().snapshot()
+    etag = f'"g{generation}"'
+    if request.headers.get("If-None-Match") == etag:
+        response = Response(status=304)
+        response.headers["ETag"] = etag
+        return response
+    response = jsonify({
+        "generation": generation,
+        "roles": {role: rec.model_dump(mode="json") for role, rec in records.items()},
+    })
+    response.headers["ETag"] = etag
+    return response
+
+
+@bp.get("/v1/bindings/<role>")
+@require("caller", "gatekeeper")
+def get_binding(role: str) -> ResponseReturnValue:
+    """One role's binding with its version (also the ETag)."""
+    return _record_json(_store().get(role_param(role)))
+
+
+@bp.put("/v1/bindings/<role>")
+@require()
+def put_binding(role: str) -> ResponseReturnValue:
+    """Create a role, or replace one given `If-Match: <version>`."""
+    role = role_param(role)
+    body = json_body()
+    if isinstance(body, dict) and "binding" in body:
+        put = parse(PutRequest, body)
+        binding, reason = put.binding, put.reason
+    else:
+        binding, reason = parse(Binding, body), "replaced through the API"
+    expected = if_match("binding")
+    store = _store()
+    try:
+        existing: VersionedBinding | None = store.get(role)
+    except NotFound:
+        existing = None
+    if existing is None:
+        if expected not in (None, 0):
+            raise NotFound(f"no binding for role {role!r} to replace", role=role,
+                           current_version=0)
+        guard_live_candidate(role, None, binding)
+        binding = binding.with_changes(stage_since=time.time())
+        return _written(store.write(role, binding, expected_version=0, actor=actor(),
+                                    action="create", reason=reason), 201)
+    if expected is None:
+        raise PreconditionRequired(
+            f"role {role!r} exists: send If-Match: {existing.version} to replace it",
+            role=role, current_version=existing.version,
+        )
+    if expected != existing.version:
+        raise Conflict(f"role {role!r} is at version {existing.version}, not {expected}",
+                       role=role, current_version=existing.version, expected_version=expected)
+    old = existing.binding
+    guard_live_candidate(role, old, binding)
+    moved = (old.stage, old.share, old.candidate) != (binding.stage, binding.share,
+                                                      binding.candidate)
+    binding = binding.with_changes(stage_since=time.time() if moved else old.stage_since)
+    return _written(store.write(role, binding, expected_version=expected, actor=actor(),
+                               action="replace", reason=reason))
+
+
+def _transition(role: str, event: Event, body: _Action, *, share: float | None = None,
+                action: str | None = None) -> ResponseReturnValue:
+    store = _store()
+    current = _current(role)
+    move = apply(current.binding, event, time.time(), share=share)
+    # A role may demand an offline suite pass before its candidate runs on real jobs.
+    guard_live_candidate(role, current.binding, move.binding)
+    details = {"summary": move.summary, **body.details}
+    return _written(store.write(role, move.binding, expected_version=current.version,
+                               actor=actor(), action=action or event.value, reason=body.reason,
+                               details=details))
+
+
+@bp.post("/v1/bindings/<role>/rollback")
+@require("gatekeeper")
+def rollback(role: str) -> ResponseReturnValue:
+    """Zero the canary, or (with to_version) restore an earlier version as a new one."""
+    body = parse(RollbackRequest, json_body())
+    if body.to_version is None:
+        return _transition(role, Event.ROLLBACK, body)
+    store = _store()
+    current = _current(role)
+    old = store.history_entry(role, body.to_version)
+    restored = old.binding.with_changes(stage_since=time.time())
+    guard_live_candidate(role, current.binding, restored)
+    details = {"summary": f"restored version {body.to_version}",
+               "restored_version": body.to_version, **body.details}
+    return _written(store.write(role, restored, expected_version=current.version, actor=actor(),
+                               action="restore", reason=body.reason, details=details))
+
+
+@bp.post("/v1/bindings/<role>/canary")
+@require()
+def set_canary(role: str) -> ResponseReturnValue:
+    """Set the candidate's share (1 means full)."""
+    body = parse(CanaryRequest, json_body())
+    return _transition(role, Event.SET_SHARE, body, share=body.share, action="canary")
+
+
+@bp.post("/v1/bindings/<role>/promote")
+@require("gatekeeper")
+def promote(role: str) -> ResponseReturnValue:
+    """Advance the rollout one step."""
+    return _transition(role, Event.ADVANCE, parse(_Action, json_body()), action="promote")
+
+
+@bp.post("/v1/bindings/<role>/pause")
+@require()
+def pause(role: str) -> ResponseReturnValue:
+    """Stop the gatekeeper from moving this role."""
+    return _transition(role, Event.PAUSE, parse(_Action, json_body()))
+
+
+@bp.post("/v1/bindings/<role>/resume")
+@require()
+def resume(role: str) -> ResponseReturnValue:
+    """Let the gatekeeper move this role again."""
+    return _transition(role, Event.RESUME, parse(_Action, json_body()))
+
+
+@bp.get("/v1/bindings/<role>/history")
+@require("caller", "gatekeeper")
+def history(role: str) -> ResponseReturnValue:
+    """The role's changes, newest first (`?limit=&offset=`)."""
+    limit = int_arg("limit", None)
+    offset = int_arg("offset", 0) or 0
+    entries = _store().history(role_param(role), limit=limit, offset=offset)
+    return jsonify({"role": role, "entries": [e.model_dump(mode="json") for e in entries]})

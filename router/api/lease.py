@@ -1,0 +1,84 @@
+"""The gatekeeper leader lease over HTTP: several gatekeepers may run, one leads.
+
+POST /v1/gatekeeper/lease {"holder", "ttl_s"}: 200 held (taken or renewed),
+409 held by another. DELETE /v1/gatekeeper/lease {"holder"}: 200 released, 409
+when the lease is not this holder's. GET shows who holds it.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, Flask, current_app, jsonify
+from flask.typing import ResponseReturnValue
+from pydantic import BaseModel, ConfigDict, Field
+
+from bindings.errors import Conflict
+from bindings.lease import LeaseStore
+from router.api.bodies import json_body, parse
+from router.server.auth import require
+
+bp = Blueprint("lease", __name__)
+
+EXTENSION = "rolegate.lease"
+
+
+class LeaseRequest(BaseModel):
+    """Body of POST /v1/gatekeeper/lease."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    holder: str = Field(min_length=1, max_length=200)
+    ttl_s: float = Field(15.0, gt=0.0, le=3600.0)
+
+
+class ReleaseRequest(BaseModel):
+    """Body of DELETE /v1/gatekeeper/lease."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    holder: str = Field(min_length=1, max_length=200)
+
+
+def init_app(app: Flask) -> None:
+    """Keep one LeaseStore on the app's Redis connection."""
+    app.extensions[EXTENSION] = LeaseStore(app.extensions["rolegate"].redis)
+
+
+def _leases() -> LeaseStore:
+    store: LeaseStore = current_app.extensions[EXTENSION]
+    return store
+
+
+@bp.post("/v1/gatekeeper/lease")
+@require("gatekeeper")
+def acquire() -> ResponseReturnValue:
+    """Take or renew the lease for `holder`; 409 when someone else holds it."""
+    body = parse(LeaseRequest, json_body(allow_empty=False))
+    leases = _leases()
+    # At least 1 ms: a ttl_s under half a millisecond would round to PX 0, which Redis refuses.
+    if not leases.acquire(body.holder, max(1, round(body.ttl_s * 1000))):
+        state = leases.state()
+        raise Conflict("the gatekeeper lease is held by another holder",
+                       holder=state.holder, ttl_ms=state.ttl_ms)
+    state = leases.state()
+    return jsonify({"held": True, "holder": body.holder, "ttl_ms": state.ttl_ms})
+
+
+@bp.delete("/v1/gatekeeper/lease")
+@require("gatekeeper")
+def release() -> ResponseReturnValue:
+    """Release the lease, only when `holder` holds it."""
+    body = parse(ReleaseRequest, json_body(allow_empty=False))
+    leases = _leases()
+    if not leases.release(body.holder):
+        state = leases.state()
+        raise Conflict("the gatekeeper lease is not held by this holder",
+                       holder=state.holder, ttl_ms=state.ttl_ms)
+    return jsonify({"released": True, "holder": body.holder})
+
+
+@bp.get("/v1/gatekeeper/lease")
+@require("caller", "gatekeeper")
+def show() -> ResponseReturnValue:
+    """Who holds the lease, and for how many more milliseconds."""
+    state = _leases().state()
+    return jsonify({"holder": state.holder, "ttl_ms": state.ttl_ms})

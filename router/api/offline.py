@@ -1,0 +1,93 @@
+"""Offline suite verdicts over HTTP, and the check that guards the way into shadow.
+
+POST /v1/roles/<role>/offline         store a suite's verdict for its config
+GET  /v1/roles/<role>/offline         every stored verdict of the role
+GET  /v1/roles/<role>/offline/<config> one config's verdict
+
+A role whose gate policy sets `require_offline_pass` may enter shadow only with a
+passing verdict for its candidate (`require_offline_pass()`, called from the
+transition path in api_bindings).
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, current_app, jsonify
+from flask.typing import ResponseReturnValue
+
+from bindings.errors import Conflict, NotFound
+from bindings.models import Binding, Stage
+from bindings.offline import OfflineStore, OfflineVerdict
+from router.api.bodies import json_body, parse
+from router.api.params import role_param
+from router.server.auth import actor, require
+
+bp = Blueprint("offline", __name__)
+
+
+def _store() -> OfflineStore:
+    return OfflineStore(current_app.extensions["rolegate"].redis)
+
+
+@bp.post("/v1/roles/<role>/offline")
+@require("gatekeeper")
+def post_verdict(role: str) -> ResponseReturnValue:
+    """Store a suite verdict for (role, config); the latest one for a config wins."""
+    verdict = parse(OfflineVerdict, json_body(allow_empty=False))
+    stored = _store().put(role_param(role), verdict, actor())
+    return jsonify(stored.model_dump(mode="json")), 201
+
+
+@bp.get("/v1/roles/<role>/offline")
+@require("caller", "gatekeeper")
+def list_verdicts(role: str) -> ResponseReturnValue:
+    """Every stored verdict of the role."""
+    found = _store().all(role_param(role))
+    return jsonify({"role": role, "verdicts": [v.model_dump(mode="json") for v in found]})
+
+
+@bp.get("/v1/roles/<role>/offline/<config>")
+@require("caller", "gatekeeper")
+def get_verdict(role: str, config: str) -> ResponseReturnValue:
+    """One config's stored verdict (404 when none was posted)."""
+    return jsonify(_store().get(role_param(role), config).model_dump(mode="json"))
+
+
+#: Stages in which a candidate runs on real jobs (shadow included: it sees real input).
+_LIVE = frozenset({Stage.SHADOW, Stage.CANARY, Stage.FULL})
+
+
+def guard_live_candidate(role: str, old: Binding | None, new: Binding) -> None:
+    """Require the offline pass whenever a write lets a candidate start running on real jobs.
+
+    That is entering shadow, and also skipping it (an operator's canary share or a
+    restored canary/full version), since the pass protects the jobs, not a stage name.
+    """
+    if new.stage not in _LIVE:
+        return
+    if old is not None and old.stage in _LIVE and old.candidate == new.candidate:
+        return
+    require_offline_pass(role, new)
+
+
+def require_offline_pass(role: str, binding: Binding) -> None:
+    """Raise Conflict (409) if `binding` may not enter shadow for want of an offline pass."""
+    if not binding.gate.require_offline_pass or binding.candidate is None:
+        return
+    candidate = binding.candidate
+    try:
+        stored = _store().get(role, candidate)
+    except NotFound:
+        raise Conflict(
+            f"role {role!r} requires an offline suite pass before its candidate runs on "
+            f"real jobs, and none is recorded for candidate {candidate!r}: run "
+            f"'rolegate suite run ... --post --role {role}'",
+            role=role, candidate=candidate, missing="offline_pass",
+        ) from None
+    if not stored.verdict.passed:
+        raise Conflict(
+            f"role {role!r} requires an offline suite pass before its candidate runs on "
+            f"real jobs, but the suite failed candidate {candidate!r}: "
+            f"{'; '.join(stored.verdict.reasons[:3])}",
+            role=role, candidate=candidate, missing="offline_pass",
+            reasons=stored.verdict.reasons[:20],
+        )

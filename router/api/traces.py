@@ -1,0 +1,286 @@
+"""POST /v1/traces: report agent runs; each is checked, stored once, and may trip the wire.
+
+The body is one trace, or `{"traces": [...]}` (a bare JSON list is taken too).
+Each trace is validated on its own: a bad one is refused with its index and the
+reason while the good ones in the same batch are kept. Answers:
+
+- 200: every trace accepted (a `duplicate` — a retried run_id — counts as accepted:
+  it was stored before and is not counted again);
+- 207: some refused, some accepted (the body says which);
+- 422: all refused; the body is the usual `{"error": ...}` plus the same `results`
+  (a trace holding NaN, Infinity or an unpaired surrogate escape is refused on its own);
+- 400: the body is not JSON (or nests too deep), or is neither a trace nor a
+  batch (empty, over MAX_BATCH);
+- 409: the tripwire lost its compare-and-set every time (the traces are stored;
+  retrying the same request trips it again, since a retried run_id stored in this
+  stage still counts); 503: Redis did not answer.
+
+Each result is ``{"index", "run_id", "status": "accepted"|"duplicate"|"refused",
+"verdict"?, "error"?}``. The top level adds counts and `tripwire`, the rollbacks
+this request caused. A candidate or shadow trace with a zero-tolerance breach
+rolls the role back before the answer is sent, and this worker serves the
+rolled-back binding at once (other workers within their refresh interval).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from flask import Blueprint, Flask, current_app, g, jsonify, request
+from flask.typing import ResponseReturnValue
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from bindings.errors import NotFound
+from bindings.models import VersionedBinding, validate_role_name
+from gatekeeper import tripwire
+from gatekeeper.invariants import check
+from gatekeeper.store.trace_keys import epoch_of
+from gatekeeper.store.traces import Checked, TraceStore
+from rolegate.trace import Trace
+from router.api.bodies import SURROGATE_ESCAPE, json_body, unstorable
+from router.app import Services
+from router.server.auth import require
+from router.server.errors import BadRequest, validation_details
+
+bp = Blueprint("traces", __name__)
+
+#: Where init_app keeps the app's TraceStore (beside the core Services).
+EXTENSION = "rolegate.traces"
+#: A batch larger than this is refused whole (split it; 500 per POST is plenty).
+MAX_BATCH = 10_000
+
+
+def init_app(app: Flask) -> None:
+    """Give the app a TraceStore on its Redis connection, with the configured retention."""
+    services = app.extensions["rolegate"]
+    app.extensions[EXTENSION] = TraceStore(services.redis,
+                                           retention=services.settings.trace_retention)
+
+
+def trace_store(app: Flask | None = None) -> TraceStore:
+    """The app's TraceStore (the current app's when `app` is None)."""
+    found: TraceStore = (app or current_app).extensions[EXTENSION]
+    return found
+
+
+def _items(body: Any) -> list[Any]:
+    if isinstance(body, list):
+        items = body
+    elif isinstance(body, dict) and "traces" in body:
+        if set(body) != {"traces"} or not isinstance(body["traces"], list):
+            raise BadRequest("a batch body is {\"traces\": [...]} with nothing beside it")
+        items = body["traces"]
+    elif isinstance(body, dict):
+        items = [body]
+    else:
+        raise BadRequest(f"expected a trace object or {{\"traces\": [...]}}, "
+                         f"got {type(body).__name__}")
+    if not items:
+        raise BadRequest("no traces in the batch")
+    if len(items) > MAX_BATCH:
+        raise BadRequest(f"at most {MAX_BATCH} traces per request, got {len(items)}",
+                         limit=MAX_BATCH)
+    return items
+
+
+def _refusal(index: int, item: Any, code: str, message: str,
+             details: dict[str, Any] | None = None) -> dict[str, Any]:
+    run_id = item.get("run_id") if isinstance(item, dict) else None
+    return {"index": index, "run_id": run_id if isinstance(run_id, str) else None,
+            "status": "refused",
+            "error": {"code": code, "message": message, "details": details or {}}}
+
+
+def _binding(role: str, seen: dict[str, VersionedBinding],
+             services: Services) -> VersionedBinding:
+    """The role's binding: this request's earlier read, the worker's copy, or the store."""
+    if role in seen:
+        return seen[role]
+    cached: VersionedBinding | None = services.cache.get(role)[0]
+    # A role created a moment ago may not be in this worker's copy yet.
+    record: VersionedBinding = cached if cached is not None else services.store.get(role)
+    seen[role] = record
+    return record
+
+
+class _Batch(BaseModel):
+    """A batch body, for the all-valid fast path."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    traces: list[Trace]
+
+
+_TRACE_LIST: TypeAdapter[list[Trace]] = TypeAdapter(list[Trace])
+
+
+def _parse_fast(raw: bytes) -> list[Trace] | None:
+    """Every trace of a body in which all are valid, parsed in one pass; else None.
+
+    Validating the raw bytes in pydantic-core skips building Python dicts first.
+    NaN and Infinity, which its parser reads, are refused by the Trace model.
+    Any failure (bad JSON, a bad trace, an unexpected shape) returns None and the
+    request takes the per-trace path, which explains each refusal.
+    """
+    body = raw.lstrip()
+    try:
+        if body[:1] == b"[":
+            traces = _TRACE_LIST.validate_json(raw)
+        elif body[1:].lstrip().startswith(b'"traces"'):
+            traces = _Batch.model_validate_json(raw).traces
+        else:
+            traces = [Trace.model_validate_json(raw)]
+    except ValidationError:
+        return None
+    return traces if 0 < len(traces) <= MAX_BATCH else None
+
+
+def _parse_each(items: list[Any], results: list[dict[str, Any] | str | None], *,
+                check_values: bool) -> list[tuple[int, Trace]]:
+    """Validate each item on its own, recording a refusal in `results` for each bad one.
+
+    `check_values`: the body may hold an unpaired surrogate (the parse let it
+    through), so look for one (or a NaN) in each item first.
+    """
+    valid: list[tuple[int, Trace]] = []
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            results[index] = _refusal(index, item, "bad_request",
+                                      f"a trace must be a JSON object, got {type(item).__name__}")
+            continue
+        problem = unstorable(item) if check_values else None
+        if problem is not None:
+            results[index] = _refusal(index, item, "invalid", problem)
+            continue
+        try:
+            valid.append((index, Trace.model_validate(item)))
+        except ValidationError as exc:
+            errors = validation_details(exc)
+            message = "; ".join(f"{e['field']}: {e['message']}" if e["field"] else e["message"]
+                                for e in errors)
+            results[index] = _refusal(index, item, "invalid", message, {"errors": errors})
+    return valid
+
+
+@bp.post("/v1/traces")
+@require("caller", "gatekeeper")
+def ingest() -> ResponseReturnValue:
+    """Validate, check, store and (on a breach) trip; answer each trace's outcome."""
+    raw = request.get_data(cache=True)
+    fast = _parse_fast(raw)
+    if fast is not None:
+        results: list[dict[str, Any] | str | None] = [None] * len(fast)
+        valid = list(enumerate(fast))
+    else:
+        # Not strict: a NaN or an unpaired surrogate refuses its own trace, not the batch.
+        items = _items(json_body(allow_empty=False, strict=False))
+        results = [None] * len(items)
+        valid = _parse_each(items, results,
+                            check_values=SURROGATE_ESCAPE.search(raw) is not None)
+    now = time.time()
+    extensions = current_app.extensions
+    services: Services = extensions["rolegate"]
+    checked: list[Checked] = []
+    positions: list[int] = []
+    seen: dict[str, VersionedBinding] = {}
+    for index, trace in valid:
+        try:
+            validate_role_name(trace.role)
+        except ValueError as exc:
+            results[index] = _refused(index, trace, "invalid", str(exc), {"field": "role"})
+            continue
+        if any("\n" in tool for tool in trace.tools):
+            results[index] = _refused(index, trace, "invalid",
+                                      "tools: a tool name must not contain a line break",
+                                      {"field": "tools"})
+            continue
+        try:
+            record = _binding(trace.role, seen, services)
+        except NotFound as exc:
+            results[index] = _refused(index, trace, exc.code, exc.message, exc.details)
+            continue
+        if trace.time is None:
+            trace = trace.model_copy(update={"time": now})
+        verdict = check(trace, record.binding.gate.invariants)
+        checked.append(Checked(trace, verdict, epoch_of(record.binding)))
+        positions.append(index)
+
+    stored = extensions[EXTENSION].add(checked) if checked else []
+    # For the metrics hook: what was newly stored, by role and arm.
+    ctx = g._get_current_object()  # one proxy lookup for both attributes
+    ctx.ingested = [(c.trace.role, c.trace.arm) for c, o in zip(checked, stored)
+                    if not o.duplicate]
+    trips = _tripwire(checked, stored, now, services)
+    ctx.tripwire = trips  # for the metrics hook, which would otherwise re-parse the answer
+    duplicates = 0
+    for index, item, outcome in zip(positions, checked, stored):
+        duplicates += outcome.duplicate
+        status = "duplicate" if outcome.duplicate else "accepted"
+        # Serialized here, with the verdict text the store already built: a batch
+        # answer holds one of these per trace, and jsonify would encode them again.
+        results[index] = (f'{{"index":{index},"run_id":{json.dumps(item.trace.run_id)},'
+                          f'"status":"{status}","verdict":{item.verdict.json_text}}}')
+    if len(results) == 1 and isinstance(results[0], str) and not trips:
+        # One trace stored (every single-trace POST): its answer without the batch walk.
+        return current_app.response_class(
+            f'{{"accepted":{1 - duplicates},"duplicates":{duplicates},"refused":0,'
+            f'"results":[{results[0]}],"tripwire":[]}}\n', mimetype="application/json")
+    return _answer([r for r in results if r is not None], duplicates, trips)
+
+
+def _refused(index: int, trace: Trace, code: str, message: str,
+             details: dict[str, Any] | None = None) -> dict[str, Any]:
+    return _refusal(index, {"run_id": trace.run_id}, code, message, details)
+
+
+def _tripwire(checked: list[Checked], stored: list[Any], now: float,
+              services: Services) -> list[dict[str, Any]]:
+    """Roll back each role a breaching candidate/shadow trace belongs to.
+
+    Tried once per (role, config): after that the role is rolled back, or that
+    config was not its live candidate; another config's breach is tried on its own.
+    """
+    fired: list[dict[str, Any]] = []
+    done: set[tuple[str, str]] = set()
+    for item, outcome in zip(checked, stored):
+        trace, verdict = item.trace, item.verdict
+        if (trace.role, trace.config) in done or not tripwire.applies(trace, verdict):
+            continue
+        # A retry of a run stored earlier in this same stage trips too: the first
+        # attempt may have stored it and then failed before the rollback landed.
+        if outcome.duplicate and outcome.location.epoch != item.epoch:
+            continue
+        trip = tripwire.trip(services.store, trace, verdict, now)
+        done.add((trace.role, trace.config))
+        if trip is None:
+            continue
+        services.cache.put(trip.record)
+        fired.append({"role": trace.role, "run_id": trip.run_id, "tools": list(trip.tools),
+                      "required_lost": list(trip.required_lost),
+                      "version": trip.record.version,
+                      "stage": trip.record.binding.stage.value})
+    return fired
+
+
+def _answer(results: list[dict[str, Any] | str], duplicates: int,
+            trips: list[dict[str, Any]]) -> ResponseReturnValue:
+    """Answer 200, 207 or 422; `results` are refusals (dicts) and stored outcomes (JSON text)."""
+    refused = [r for r in results if isinstance(r, dict)]
+    if refused and len(refused) == len(results):
+        one = len(refused) == 1
+        summary = refused[0]["error"]["message"] if one else \
+            f"all {len(refused)} traces were refused"
+        body = {"accepted": 0, "duplicates": 0, "refused": len(refused), "results": refused,
+                "tripwire": trips,
+                "error": {"code": refused[0]["error"]["code"] if one else "invalid",
+                          "message": summary, "details": {"refused": [
+                    {"index": r["index"], "reason": r["error"]["message"]} for r in refused]}}}
+        return jsonify(body), 422
+    parts = [r if isinstance(r, str) else json.dumps(r, separators=(",", ":")) for r in results]
+    text = (f'{{"accepted":{len(results) - len(refused) - duplicates},'
+            f'"duplicates":{duplicates},"refused":{len(refused)},'
+            f'"results":[{",".join(parts)}],"tripwire":{json.dumps(trips)}}}\n')
+    return current_app.response_class(text, status=207 if refused else 200,
+                                      mimetype="application/json")

@@ -1,0 +1,189 @@
+"""GET /v1/bindings/watch: a long-poll that answers as soon as any binding changes.
+
+A subscribed caller client (`rolegate.client.Client(subscribe=True)`) keeps one of
+these open, so a rollback reaches it in milliseconds instead of a refresh
+interval. The answer is the same body as `GET /v1/bindings` (200, ETag
+`"g<generation>"`) once the generation differs from `?generation=`, or a 304
+with the unchanged ETag when `?timeout=` seconds pass first.
+
+Each request holds a gunicorn gthread thread while it waits, so the timeout is
+bounded (MAX_TIMEOUT_S). Waiters do not poll Redis in a tight loop: one daemon
+thread per worker process listens on the store's `rolegate:changes` channel and
+wakes them all; each waiter re-reads the generation counter at least once a
+second anyway, so a message lost while the listener reconnects only costs that.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+
+import redis
+from flask import Blueprint, Flask, Response, current_app, jsonify, request
+from flask.typing import ResponseReturnValue
+
+from bindings.store import CHANGES_CHANNEL
+from router.server.auth import require
+from router.server.errors import BadRequest
+
+bp = Blueprint("watch", __name__)
+log = logging.getLogger("rolegate.watch")
+
+#: Longest a watch may hold a worker thread; keep it under gunicorn's `timeout`.
+MAX_TIMEOUT_S = 25.0
+DEFAULT_TIMEOUT_S = 20.0
+#: A waiter re-reads the generation this often even without a message.
+RECHECK_S = 1.0
+EXTENSION_KEY = "rolegate.watch"
+
+
+class ChangeNotifier:
+    """Wakes waiting watch requests when the store publishes a change.
+
+    `ticks` grows by one per message (and on every reconnect, since messages may
+    have been missed meanwhile). A waiter reads `ticks` before it reads the
+    generation, then waits for `ticks` to move: a change published after that
+    read cannot be missed.
+    """
+
+    def __init__(self, connection: redis.Redis) -> None:
+        self.connection = connection
+        self.ticks = 0
+        self.subscribed = False
+        #: Set by stop(): waiting watches answer at once instead of holding threads.
+        self.stopped = False
+        self._condition = threading.Condition()
+        self._owner_pid: int | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def wait(self, since: int, timeout: float) -> int:
+        """Block until `ticks` differs from `since` or `timeout` passes; return `ticks`."""
+        self._ensure_thread()
+        with self._condition:
+            self._condition.wait_for(lambda: self.ticks != since, timeout)
+            return self.ticks
+
+    def stop(self, timeout: float = 3.0) -> None:
+        """Stop the listener thread and release every waiting watch (tests; workers just exit)."""
+        self._stop.set()
+        self.stopped = True
+        self._bump()
+        thread = self._thread
+        if thread is not None and thread.is_alive():
+            thread.join(timeout)
+
+    def _bump(self) -> None:
+        with self._condition:
+            self.ticks += 1
+            self._condition.notify_all()
+
+    def _ensure_thread(self) -> None:
+        # Started lazily in the serving process: gunicorn forks workers after the
+        # app is built, and a thread started before the fork would not exist.
+        pid = os.getpid()
+        if self._owner_pid == pid:
+            return
+        with self._condition:
+            if self._owner_pid == pid:
+                return
+            self._owner_pid = pid
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._run, name="rolegate-watch", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            pubsub = self.connection.pubsub(  # type: ignore[no-untyped-call]
+                ignore_subscribe_messages=True)
+            try:
+                pubsub.subscribe(CHANGES_CHANNEL)
+                self.subscribed = True
+                self._bump()
+                while not self._stop.is_set():
+                    if pubsub.get_message(timeout=0.5) is not None:
+                        self._bump()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if self.subscribed:
+                    log.warning("change listener lost Redis, retrying: %s", exc)
+                self.subscribed = False
+                self._stop.wait(0.5)
+            finally:
+                self.subscribed = False
+                pubsub.close()
+
+
+def init_app(app: Flask) -> None:
+    """Give the app its change notifier (its thread starts on the first watch)."""
+    app.extensions[EXTENSION_KEY] = ChangeNotifier(app.extensions["rolegate"].redis)
+
+
+def notifier(app: Flask) -> ChangeNotifier:
+    """The app's change notifier."""
+    found: ChangeNotifier = app.extensions[EXTENSION_KEY]
+    return found
+
+
+@bp.get("/v1/bindings/watch")
+@require("caller", "gatekeeper")
+def watch() -> ResponseReturnValue:
+    """Answer with every binding once the generation differs from `?generation=`."""
+    known = _generation_arg()
+    timeout = _timeout_arg()
+    store = current_app.extensions["rolegate"].store
+    changes = notifier(current_app)
+    deadline = time.monotonic() + timeout
+    since = changes.ticks
+    generation = store.generation()
+    while generation == known:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or changes.stopped:
+            return _not_modified(generation)
+        since = changes.wait(since, min(remaining, RECHECK_S))
+        if changes.stopped:
+            # Shutting down: answer without another Redis read.
+            return _not_modified(generation)
+        generation = store.generation()
+    generation, records = store.snapshot()
+    response = jsonify({
+        "generation": generation,
+        "roles": {role: rec.model_dump(mode="json") for role, rec in records.items()},
+    })
+    response.headers["ETag"] = f'"g{generation}"'
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _not_modified(generation: int) -> Response:
+    response = Response(status=304)
+    response.headers["ETag"] = f'"g{generation}"'
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+def _generation_arg() -> int | None:
+    raw = request.args.get("generation")
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise BadRequest(f"generation: expected a whole number, got {raw!r}",
+                         field="generation") from None
+
+
+def _timeout_arg() -> float:
+    raw = request.args.get("timeout")
+    if raw is None or raw == "":
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0.0 <= value <= MAX_TIMEOUT_S:  # also refuses NaN
+        raise BadRequest(f"timeout: expected seconds within 0..{MAX_TIMEOUT_S:g}, got {raw!r}",
+                         field="timeout")
+    return value

@@ -1,0 +1,216 @@
+"""Operator commands over the binding table, all through the HTTP API.
+
+`rolegate bindings list|show|history|import|export`, and the rollout moves
+`canary`, `rollback`, `promote`, `pause`, `resume`, plus `resolve` to ask the
+router what a job key gets. Exit codes: see `router.cli.common`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import click
+from pydantic import ValidationError
+
+from bindings.models import Binding, BindingFile
+from rolegate.http import ApiClient
+from router.cli.common import EXIT_REFUSED, api_command, echo_json
+
+#: Fields the server sets itself; an import neither sends nor compares them.
+SERVER_FIELDS = frozenset({"stage_since"})
+
+
+def role_path(role: str, suffix: str = "") -> str:
+    """The API path of a role, its name escaped so it stays one path segment."""
+    return f"/v1/bindings/{quote(role, safe='')}{suffix}"
+
+
+def same_binding(stored: Binding, wanted: Binding) -> bool:
+    """True when `wanted` would change nothing in `stored` (server-set fields aside)."""
+    return stored.model_dump(exclude=set(SERVER_FIELDS)) == wanted.model_dump(
+        exclude=set(SERVER_FIELDS))
+
+
+def _summary(record: dict[str, Any]) -> str:
+    binding = record["binding"]
+    candidate = binding.get("candidate") or "-"
+    paused = ", paused" if binding.get("paused") else ""
+    return (f"{record['role']}: version {record['version']}, stage {binding['stage']}, "
+            f"share {binding['share']:g}, current {binding['current']}, "
+            f"candidate {candidate}{paused}")
+
+
+def _post_move(api: ApiClient, role: str, move: str, body: dict[str, Any]) -> dict[str, Any]:
+    """POST a rollout move against the version just read (If-Match).
+
+    The client retries a request that timed out; with If-Match, a retry of a
+    move the server already applied gets a 409 instead of moving a second step.
+    """
+    version = api.get(role_path(role))["version"]
+    answer: dict[str, Any] = api.post(role_path(role, f"/{move}"), body, version=version)
+    return answer
+
+
+@click.group()
+def bindings() -> None:
+    """Read, import and export the binding table."""
+
+
+@bindings.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
+@api_command
+def list_roles(api: ApiClient, as_json: bool) -> None:
+    """Every role with its version, stage, share and configs."""
+    table = api.get("/v1/bindings")
+    if as_json:
+        echo_json(table)
+        return
+    rows = [("ROLE", "VERSION", "STAGE", "SHARE", "CURRENT", "CANDIDATE", "PAUSED")]
+    for role, record in sorted(table["roles"].items()):
+        b = record["binding"]
+        rows.append((role, str(record["version"]), b["stage"], f"{b['share']:g}", b["current"],
+                     b.get("candidate") or "-", "yes" if b.get("paused") else "no"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip())
+
+
+@bindings.command("show")
+@click.argument("role")
+@api_command
+def show(api: ApiClient, role: str) -> None:
+    """One role's binding and version, as JSON."""
+    echo_json(api.get(role_path(role)))
+
+
+@bindings.command("history")
+@click.argument("role")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Newest N changes.")
+@click.option("--json", "as_json", is_flag=True, help="Print the API's JSON.")
+@api_command
+def history(api: ApiClient, role: str, limit: int | None, as_json: bool) -> None:
+    """A role's changes, newest first: version, time, actor, action, reason."""
+    params = {"limit": limit} if limit else None
+    answer = api.get(role_path(role, "/history"), params=params)
+    if as_json:
+        echo_json(answer)
+        return
+    for entry in answer["entries"]:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(entry["time"]))
+        b = entry["binding"]
+        click.echo(f"v{entry['version']:<4} {when}Z  {entry['actor']:<16} {entry['action']:<9} "
+                   f"{b['stage']} {b['share']:g}  {entry['reason']}")
+
+
+@bindings.command("import")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--reason", default=None, help="Recorded in history (default: the file name).")
+@click.option("--dry-run", is_flag=True, help="Say what would change; write nothing.")
+@api_command
+def import_file(api: ApiClient, path: str, reason: str | None, dry_run: bool) -> None:
+    """Make the table match PATH: create or update roles that differ, leave the rest.
+
+    Idempotent: a second run prints `unchanged` for every role. Roles on the
+    server but not in the file are left alone.
+    """
+    try:
+        wanted = BindingFile.model_validate_json(Path(path).read_bytes())
+    except (ValidationError, ValueError) as exc:
+        click.echo(f"error: {path} is not a valid bindings file:\n{exc}", err=True)
+        sys.exit(EXIT_REFUSED)
+    why = reason or f"imported from {Path(path).name}"
+    stored = api.get("/v1/bindings")["roles"]
+    for role, binding in wanted.roles.items():
+        body = {"binding": binding.model_dump(mode="json", exclude=set(SERVER_FIELDS)),
+                "reason": why}
+        record = stored.get(role)
+        if record is None:
+            outcome = "created"
+            if not dry_run:
+                api.put(role_path(role), body)
+        elif same_binding(Binding.model_validate(record["binding"]), binding):
+            outcome = "unchanged"
+        else:
+            outcome = "updated"
+            if not dry_run:
+                # If-Match: the version we compared against; a change in between is a 409.
+                api.put(role_path(role), body, version=record["version"])
+        click.echo(f"{role}: {outcome}{' (dry run)' if dry_run and outcome != 'unchanged' else ''}")
+
+
+@bindings.command("export")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None,
+              help="Write to this file instead of stdout.")
+@api_command
+def export(api: ApiClient, output: str | None) -> None:
+    """The whole table as a `{"roles": {...}}` file that `import` reads back."""
+    table = api.get("/v1/bindings")
+    document = {"roles": {role: record["binding"]
+                          for role, record in sorted(table["roles"].items())}}
+    text = json.dumps(document, indent=2, sort_keys=True) + "\n"
+    if output:
+        Path(output).write_text(text)
+    else:
+        click.echo(text, nl=False)
+
+
+@click.command()
+@click.argument("role")
+@click.argument("share", type=float)
+@click.option("--reason", default="canary share set from the CLI", show_default=True)
+@api_command
+def canary(api: ApiClient, role: str, share: float, reason: str) -> None:
+    """Route SHARE (0..1] of ROLE's jobs to its candidate; 1 means full."""
+    click.echo(_summary(_post_move(api, role, "canary", {"share": share, "reason": reason})))
+
+
+@click.command()
+@click.argument("role")
+@click.option("--to-version", type=click.IntRange(min=1), default=None,
+              help="Restore this earlier version (as a new one) instead of zeroing the canary.")
+@click.option("--reason", required=True, help="Why; recorded in history.")
+@api_command
+def rollback(api: ApiClient, role: str, to_version: int | None, reason: str) -> None:
+    """Zero ROLE's canary (candidate kept), or restore an earlier version."""
+    body: dict[str, Any] = {"reason": reason}
+    if to_version is not None:
+        body["to_version"] = to_version
+    click.echo(_summary(_post_move(api, role, "rollback", body)))
+
+
+def _move(name: str, help_text: str) -> click.Command:
+    @click.command(name=name, help=help_text)
+    @click.argument("role")
+    @click.option("--reason", required=True, help="Why; recorded in history.")
+    @api_command
+    def command(api: ApiClient, role: str, reason: str) -> None:
+        click.echo(_summary(_post_move(api, role, name, {"reason": reason})))
+
+    return command
+
+
+promote = _move("promote", "Advance ROLE's rollout one step (shadow, canary steps, full, stable).")
+pause = _move("pause", "Stop the gatekeeper from moving ROLE.")
+resume = _move("resume", "Let the gatekeeper move ROLE again.")
+
+
+@click.command()
+@click.argument("role")
+@click.option("--key", default=None, help="The job key (the router draws one when absent).")
+@api_command
+def resolve(api: ApiClient, role: str, key: str | None) -> None:
+    """Ask the router which config serves ROLE for job KEY."""
+    params = {"key": key} if key else None
+    echo_json(api.get(f"/v1/resolve/{quote(role, safe='')}", params=params))
+
+
+def register(main: click.Group) -> None:
+    """Add the binding commands to the `rolegate` command group."""
+    main.add_command(bindings)
+    for command in (canary, rollback, promote, pause, resume, resolve):
+        main.add_command(command)

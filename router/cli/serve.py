@@ -1,0 +1,142 @@
+"""`rolegate serve`: the router under gunicorn, with an embedded Redis when none is given.
+
+`serve` replaces itself with gunicorn running `deploy/gunicorn.conf.py`, so
+signals (and systemd's notify socket) reach gunicorn's master directly. The
+config's hooks call `master_starting` and `master_exiting` here: with REDIS_URL
+unset the master starts one embedded server before its workers fork and hands
+them its URL through REDIS_URL; with `--seed FILE` it loads FILE into an empty
+binding table.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import redis
+from pydantic import ValidationError
+
+from bindings.errors import Conflict
+from bindings.models import BindingFile
+from bindings.store import BindingStore
+from router.cli.common import EXIT_REFUSED
+from router.server.embedded import EmbeddedRedis
+
+#: The factory gunicorn imports in each worker.
+APP_SPEC = "router:create_app()"
+SEED_ACTOR = "rolegate-serve"
+
+_embedded: EmbeddedRedis | None = None
+
+
+def default_config() -> Path:
+    """deploy/gunicorn.conf.py of this checkout, else of the working directory."""
+    beside_package = Path(__file__).resolve().parent.parent / "deploy" / "gunicorn.conf.py"
+    if beside_package.is_file():
+        return beside_package
+    return Path("deploy") / "gunicorn.conf.py"
+
+
+def load_binding_file(path: str | os.PathLike[str]) -> BindingFile:
+    """Read and validate a `{"roles": {...}}` file with the service's own models."""
+    return BindingFile.model_validate_json(Path(path).read_bytes())
+
+
+def seed_bindings(store: BindingStore, bindings: BindingFile, source: str) -> list[str]:
+    """Create every role of `bindings` if the table is empty; return the roles created."""
+    if store.roles():
+        return []
+    created = []
+    now = time.time()
+    for role, binding in bindings.roles.items():
+        try:
+            store.write(role, binding.with_changes(stage_since=now), expected_version=0,
+                        actor=SEED_ACTOR, action="create",
+                        reason=f"loaded from {source} on first start")
+        except Conflict:
+            # Another router sharing this Redis seeded the role first: theirs stands.
+            continue
+        created.append(role)
+    return created
+
+
+def master_starting(log: logging.Logger | Any) -> None:
+    """Gunicorn `on_starting`: start the embedded Redis if needed, then seed."""
+    global _embedded
+    if not os.environ.get("REDIS_URL"):
+        data_dir = os.environ.get("ROLEGATE_DATA_DIR") or ".rolegate"
+        _embedded = EmbeddedRedis(data_dir)
+        os.environ["REDIS_URL"] = _embedded.start()
+        log.info("REDIS_URL is unset: embedded valkey-server at %s, data in %s",
+                 _embedded.url, _embedded.data_dir)
+    seed = os.environ.get("ROLEGATE_SEED_FILE")
+    if not seed:
+        return
+    connection = redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=5.0)
+    try:
+        created = seed_bindings(BindingStore(connection), load_binding_file(seed),
+                                Path(seed).name)
+    except BaseException:
+        master_exiting(log)
+        raise
+    finally:
+        connection.close()
+    if created:
+        log.info("binding table was empty: loaded %s from %s", ", ".join(created), seed)
+
+
+def master_exiting(log: logging.Logger | Any) -> None:
+    """Gunicorn `on_exit`: stop the embedded Redis this master started, if any."""
+    global _embedded
+    if _embedded is not None:
+        _embedded.stop()
+        log.info("embedded valkey-server stopped")
+        _embedded = None
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--workers", type=click.IntRange(1, 256), default=None,
+              help="Worker processes (default: the config's, one per core).")
+@click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
+              default=None, help="Gunicorn config file (default: deploy/gunicorn.conf.py).")
+@click.option("--data-dir", envvar="ROLEGATE_DATA_DIR", default=".rolegate", show_default=True,
+              help="Where the embedded Redis keeps its data (used when REDIS_URL is unset).")
+@click.option("--seed", type=click.Path(exists=True, dir_okay=False), envvar="ROLEGATE_SEED_FILE",
+              default=None,
+              help="Load this bindings file (e.g. bindings.example.json) if the table is empty.")
+def serve(host: str, port: int, workers: int | None, config_path: str | None, data_dir: str,
+          seed: str | None) -> None:
+    """Run the router under gunicorn (embedded Redis when REDIS_URL is unset)."""
+    if seed:
+        try:
+            load_binding_file(seed)
+        except (ValidationError, ValueError) as exc:
+            click.echo(f"error: {seed} is not a valid bindings file: {exc}", err=True)
+            sys.exit(EXIT_REFUSED)
+    config = Path(config_path) if config_path else default_config()
+    if not config.is_file():
+        raise click.UsageError(f"gunicorn config {config} not found; pass --config")
+    env = dict(os.environ)
+    env["ROLEGATE_DATA_DIR"] = str(Path(data_dir).resolve())
+    if seed:
+        env["ROLEGATE_SEED_FILE"] = str(Path(seed).resolve())
+    argv = [sys.executable, "-m", "gunicorn", "--config", str(config.resolve()),
+            "--bind", f"{host}:{port}"]
+    if workers is not None:
+        argv += ["--workers", str(workers)]
+    argv.append(APP_SPEC)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv, env)
+
+
+def register(main: click.Group) -> None:
+    """Add `serve` to the `rolegate` command group."""
+    main.add_command(serve)

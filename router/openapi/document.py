@@ -1,0 +1,210 @@
+"""GET /openapi.json: an OpenAPI 3.1 description of the router, as it really behaves.
+
+Schemas come from the pydantic models the endpoints validate with, so the spec
+cannot drift from the code on a field. The paths are written out below, one
+entry per operation, with every status the view can answer. A route with no
+entry here still appears, with a generic description, so the spec lists every
+endpoint the app serves (the test suite checks that no route is left generic).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from flask import Blueprint, Flask, current_app, jsonify
+from flask.typing import ResponseReturnValue
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+from werkzeug.routing import Rule
+
+from bindings.configs import CONFIG_ID_PATTERN, ConfigRecord
+from bindings.models import ROLE_NAME_PATTERN, Binding, HistoryEntry, VersionedBinding
+from bindings.offline import OfflineVerdict, StoredOfflineVerdict
+from gatekeeper.criteria import CriteriaDiff
+from router.api.bindings import CanaryRequest, PutRequest, RollbackRequest
+from router.api.bindings import _Action as ActionRequest
+from router.api.configs import CheckRequest, PutConfig
+from router.api.feedback import FeedbackRequest
+from router.api.lease import LeaseRequest, ReleaseRequest
+from router.openapi.more import MORE_PATHS
+from router.openapi.paths import ERROR_STATUSES, PATHS, RESOLUTION
+
+bp = Blueprint("openapi", __name__)
+
+REF = "#/components/schemas/{model}"
+_EXTENSION_KEY = "rolegate.openapi"
+#: Flask's `<converter:name>` becomes `{name}`; the converter decides the schema.
+_RULE_ARGUMENT = re.compile(r"<(?:(?P<converter>\w+)(?:\([^)]*\))?:)?(?P<name>\w+)>")
+_CONVERTER_SCHEMAS = {"int": {"type": "integer"}, "float": {"type": "number"}}
+_SKIPPED_ENDPOINTS = {"static"}
+
+#: (model, mode) pairs whose JSON schemas become components.
+MODELS: list[tuple[type[BaseModel], Any]] = [
+    (Binding, "validation"),
+    (PutRequest, "validation"),
+    (RollbackRequest, "validation"),
+    (CanaryRequest, "validation"),
+    (ActionRequest, "validation"),
+    (VersionedBinding, "serialization"),
+    (HistoryEntry, "serialization"),
+    (PutConfig, "validation"),
+    (CheckRequest, "validation"),
+    (ConfigRecord, "serialization"),
+    (CriteriaDiff, "serialization"),
+    (FeedbackRequest, "validation"),
+    (OfflineVerdict, "validation"),
+    (StoredOfflineVerdict, "serialization"),
+    (LeaseRequest, "validation"),
+    (ReleaseRequest, "validation"),
+]
+#: Every described operation: {path: {method: operation}}.
+OPERATIONS = {**PATHS, **MORE_PATHS}
+
+ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message", "details"],
+            "properties": {
+                "code": {"type": "string"},
+                "message": {"type": "string"},
+                "details": {"type": "object"},
+            },
+        }
+    },
+}
+
+ERROR_DESCRIPTIONS = {
+    400: "Malformed request: not JSON, wrong shape or a bad parameter.",
+    401: "No bearer token, or one the server does not know.",
+    403: "The token's scope may not call this.",
+    404: "No such role, version or record.",
+    409: "The version you read is no longer current, or the stage machine refuses the move.",
+    413: "The request body is larger than ROLEGATE_MAX_BODY_BYTES.",
+    422: "A field broke a model invariant.",
+    428: "Replacing an existing binding needs If-Match.",
+    503: "Redis did not answer.",
+}
+
+
+def model_schemas(models: list[tuple[type[BaseModel], Any]] | None = None) -> dict[str, Any]:
+    """Component schemas for `models` (default MODELS), refs pointing into components."""
+    _, top = models_json_schema(models or MODELS, ref_template=REF)
+    schemas: dict[str, Any] = dict(top.get("$defs", {}))
+    schemas["Error"] = ERROR_SCHEMA
+    schemas["ErrorDetail"] = ERROR_SCHEMA["properties"]["error"]
+    schemas["Resolution"] = RESOLUTION
+    # Some answers are a model's fields plus a few more; models forbid extra keys,
+    # so these are copies of the model's schema with the extra properties added.
+    summary = {"type": "string"}
+    schemas["DiffSummary"] = extended(schemas["CriteriaDiff"], "DiffSummary",
+                                      summary=summary)
+    schemas["DiffBetween"] = extended(schemas["CriteriaDiff"], "DiffBetween", summary=summary,
+                                      **{"from": {"type": "string"}, "to": {"type": "string"}})
+    schemas["ConfigWritten"] = extended(schemas["ConfigRecord"], "ConfigWritten",
+                                        diff={"$ref": REF.format(model="DiffSummary")})
+    return schemas
+
+
+def extended(schema: dict[str, Any], title: str, **extra: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an object `schema` with the `extra` properties added and required."""
+    return {
+        **schema,
+        "title": title,
+        "properties": {**schema["properties"], **extra},
+        "required": [*schema.get("required", []), *extra],
+    }
+
+
+def openapi_path(rule: Rule) -> tuple[str, list[dict[str, Any]]]:
+    """The OpenAPI path of a Flask rule and its path parameters."""
+    params: list[dict[str, Any]] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group("name")
+        schema = _CONVERTER_SCHEMAS.get(match.group("converter") or "", {"type": "string"})
+        if name == "role":
+            schema = {"type": "string", "pattern": ROLE_NAME_PATTERN.pattern}
+        elif name in ("config", "a", "b"):
+            schema = {"type": "string", "pattern": CONFIG_ID_PATTERN.pattern}
+        params.append({"name": name, "in": "path", "required": True, "schema": schema})
+        return "{" + name + "}"
+
+    return _RULE_ARGUMENT.sub(replace, rule.rule), params
+
+
+def _responses(operation: dict[str, Any]) -> dict[str, Any]:
+    responses = dict(operation.get("responses", {}))
+    for status in operation.get("errors", ()):
+        responses[str(status)] = {"$ref": f"#/components/responses/E{status}"}
+    return responses
+
+
+def _operation(path: str, method: str, params: list[dict[str, Any]]) -> dict[str, Any]:
+    described = OPERATIONS.get(path, {}).get(method)
+    if described is None:
+        return {
+            "summary": f"{method.upper()} {path} (not yet described)",
+            "parameters": params,
+            "responses": {"default": {"description": "Any answer; JSON errors use Error.",
+                                      "content": {"application/json": {"schema": {}}}}},
+            "x-rolegate-generic": True,
+        }
+    operation = {k: v for k, v in described.items() if k not in ("errors", "scopes")}
+    operation["parameters"] = params + list(described.get("parameters", []))
+    operation["responses"] = _responses(described)
+    scopes = described.get("scopes")
+    if scopes is None:
+        operation["security"] = []
+    else:
+        operation["security"] = [{"bearer": []}]
+        operation["description"] = (operation.get("description", "") + " Needs a token of scope "
+                                    + ", ".join(scopes) + " (operator may always).").strip()
+    return operation
+
+
+def build_spec(app: Flask) -> dict[str, Any]:
+    """The whole OpenAPI 3.1 document for `app`'s routes."""
+    paths: dict[str, dict[str, Any]] = {}
+    for rule in sorted(app.url_map.iter_rules(), key=lambda r: r.rule):
+        if rule.endpoint in _SKIPPED_ENDPOINTS or rule.endpoint.endswith(".static"):
+            continue
+        path, params = openapi_path(rule)
+        for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
+            paths.setdefault(path, {})[method.lower()] = _operation(path, method.lower(), params)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "rolegate",
+            "version": "1",
+            "description": "Staged-rollout router and config-binding service for AI agents.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": model_schemas(),
+            "responses": {
+                f"E{status}": {
+                    "description": ERROR_DESCRIPTIONS.get(status, "An error."),
+                    "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/Error"}}},
+                }
+                for status in ERROR_STATUSES
+            },
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    }
+
+
+@bp.get("/openapi.json")
+def openapi_json() -> ResponseReturnValue:
+    """This router's OpenAPI 3.1 document."""
+    app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
+    spec = app.extensions.get(_EXTENSION_KEY)
+    if spec is None:
+        # Routes are fixed once the app serves, so one build per app is enough.
+        spec = app.extensions[_EXTENSION_KEY] = build_spec(app)
+    return jsonify(spec)

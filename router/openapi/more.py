@@ -1,0 +1,196 @@
+"""OpenAPI operations of the trace, gate, feedback, offline, lease and dashboard endpoints.
+
+Same shape as `router.openapi.paths` (which holds the binding, resolve and
+config operations); `router.openapi.document` merges both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from router.openapi.paths import AUTH, HTML, json_body, json_response, ref
+
+OBJECT: dict[str, Any] = {"type": "object"}
+
+
+def _obj(*required: str, **properties: Any) -> dict[str, Any]:
+    return {"type": "object", "required": list(required), "properties": properties}
+
+
+RESULT = _obj("index", "run_id", "status",
+              index={"type": "integer"}, run_id={"type": ["string", "null"]},
+              status={"enum": ["accepted", "duplicate", "refused"]},
+              verdict=OBJECT, error=ref("ErrorDetail"))
+INGEST = _obj("accepted", "duplicates", "refused", "results", "tripwire",
+              accepted={"type": "integer"}, duplicates={"type": "integer"},
+              refused={"type": "integer"}, results={"type": "array", "items": RESULT},
+              tripwire={"type": "array", "items": OBJECT}, error=ref("ErrorDetail"))
+TRACE_BODY = {"anyOf": [ref("Trace"), {"type": "array", "items": ref("Trace")},
+                        _obj("traces", traces={"type": "array", "items": ref("Trace")})]}
+FEEDBACK = _obj("role", "run_id", "tier", "feedback",
+                role={"type": "string"}, run_id={"type": "string"},
+                tier={"type": ["string", "null"]}, flagged={"type": ["string", "null"]},
+                feedback={"type": "array", "items": OBJECT})
+LEASE = _obj("holder", "ttl_ms", holder={"type": ["string", "null"]},
+             ttl_ms={"type": ["integer", "null"]})
+ROLE_QUERY = {"name": "role", "in": "query", "required": False,
+              "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"}}
+GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", "arms",
+            "comparison", role={"type": "string"}, version={"type": "integer"},
+            stage={"type": "string"}, share={"type": "number"}, paused={"type": "boolean"},
+            current={"type": "string"}, candidate={"type": ["string", "null"]},
+            window=OBJECT, policy=OBJECT, arms=OBJECT, comparison=OBJECT,
+            paired={"type": ["object", "null"]}, drift=OBJECT)
+
+MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
+    "/v1/traces": {"post": {
+        "summary": "Report one trace, a list, or {traces: [...]}; each gets its own outcome.",
+        "description": "200 when every trace was accepted or a duplicate, 207 when some were "
+                       "refused, 422 when all were. A breaching candidate or shadow trace "
+                       "rolls its role back at once (the tripwire list).",
+        "scopes": ("caller", "gatekeeper"),
+        "requestBody": json_body(TRACE_BODY, required=True),
+        "responses": {"200": json_response("Every trace accepted or a duplicate.", INGEST),
+                      "207": json_response("Some traces refused; the rest kept.", INGEST),
+                      "422": json_response("Every trace refused.", INGEST)},
+        # 409: the tripwire lost its compare-and-set on every retry (traces are stored).
+        "errors": (400, *AUTH, 409, 413, 503),
+    }},
+    "/v1/traces/{run_id}/feedback": {
+        "post": {
+            "summary": "Record a reviewer's feedback tier (and correction) on a stored run.",
+            "scopes": ("caller", "gatekeeper"),
+            "requestBody": json_body(ref("FeedbackRequest"), required=True),
+            "responses": {"201": json_response("The run's feedback so far.", FEEDBACK)},
+            "errors": (400, *AUTH, 404, 409, 413, 422, 503),
+        },
+        "get": {
+            "summary": "Every feedback entry on a run and the tier they add up to.",
+            "scopes": ("caller", "gatekeeper"),
+            "parameters": [ROLE_QUERY],
+            "responses": {"200": json_response("The run's feedback.", FEEDBACK)},
+            "errors": (400, *AUTH, 404, 409, 503),
+        },
+    },
+    "/v1/roles/{role}/gate": {"get": {
+        "summary": "The regression gate per arm since the stage began, with paired and drift.",
+        "scopes": ("caller", "gatekeeper"),
+        "responses": {"200": json_response("The gate view.", GATE)},
+        "errors": (400, *AUTH, 404, 503),
+    }},
+    "/v1/roles/{role}/tools": {"get": {
+        "summary": "Per config: every tool its runs called and how often.",
+        "scopes": ("caller", "gatekeeper"),
+        "responses": {"200": json_response("The tool tally.", _obj(
+            "role", "configs", role={"type": "string"}, configs=OBJECT))},
+        "errors": (400, *AUTH, 404, 503),
+    }},
+    "/v1/roles/{role}/golden": {"get": {
+        "summary": "A feedback-aware golden sample of the role's recent current-config runs.",
+        "scopes": ("caller", "gatekeeper"),
+        "parameters": [
+            {"name": "quota", "in": "query", "required": False,
+             "schema": {"type": "array", "items": {"type": "string"}}},
+            {"name": "min_age", "in": "query", "required": False,
+             "schema": {"type": "number", "minimum": 0}},
+            {"name": "window", "in": "query", "required": False,
+             "schema": {"type": "number", "minimum": 0}},
+            {"name": "seed", "in": "query", "required": False, "schema": {"type": "string"}},
+        ],
+        "responses": {"200": json_response("The sample.", _obj(
+            "role", "config", "cases", role={"type": "string"}, config={"type": "string"},
+            cases={"type": "array", "items": OBJECT}))},
+        "errors": (400, *AUTH, 404, 503),
+    }},
+    "/v1/roles/{role}/drift/calibrate": {"get": {
+        "summary": "False CUSUM alarms per h over the newest stored runs of (config, arm).",
+        "scopes": ("caller", "gatekeeper"),
+        "parameters": [
+            {"name": "h", "in": "query", "required": True,
+             "schema": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0,
+                                                   "maximum": 1e6},
+                        "minItems": 1, "maxItems": 50}},
+            {"name": "config", "in": "query", "required": False, "schema": {"type": "string"}},
+            {"name": "arm", "in": "query", "required": False,
+             "schema": {"enum": ["current", "candidate", "shadow"]}},
+            {"name": "metric", "in": "query", "required": False,
+             "schema": {"enum": ["run_failure", "tool_error", "forbidden_call"]}},
+            {"name": "shift", "in": "query", "required": False,
+             "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
+            {"name": "p0", "in": "query", "required": False,
+             "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
+            {"name": "runs", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": 100000}},
+        ],
+        "responses": {"200": json_response("One row per h.", _obj(
+            "role", "config", "arm", "metric", "shift", "runs", "results",
+            results={"type": "array", "items": OBJECT}))},
+        "errors": (400, *AUTH, 404, 503),
+    }},
+    "/v1/roles/{role}/offline": {
+        "post": {
+            "summary": "Store an offline suite's verdict for one config of the role.",
+            "scopes": ("gatekeeper",),
+            "requestBody": json_body(ref("OfflineVerdict"), required=True),
+            "responses": {"201": json_response("Stored.", ref("StoredOfflineVerdict"))},
+            "errors": (400, *AUTH, 413, 422, 503),
+        },
+        "get": {
+            "summary": "Every stored offline verdict of the role.",
+            "scopes": ("caller", "gatekeeper"),
+            "responses": {"200": json_response("Verdicts.", _obj(
+                "role", "verdicts", role={"type": "string"},
+                verdicts={"type": "array", "items": ref("StoredOfflineVerdict")}))},
+            "errors": (400, *AUTH, 503),
+        },
+    },
+    "/v1/roles/{role}/offline/{config}": {"get": {
+        "summary": "One config's stored offline verdict.",
+        "scopes": ("caller", "gatekeeper"),
+        "responses": {"200": json_response("The verdict.", ref("StoredOfflineVerdict"))},
+        "errors": (400, *AUTH, 404, 422, 503),
+    }},
+    "/v1/gatekeeper/lease": {
+        "post": {
+            "summary": "Take or renew the gatekeeper leader lease for a holder.",
+            "scopes": ("gatekeeper",),
+            "requestBody": json_body(ref("LeaseRequest"), required=True),
+            "responses": {"200": json_response("Held.", _obj(
+                "held", "holder", "ttl_ms", held={"const": True}, holder={"type": "string"},
+                ttl_ms={"type": ["integer", "null"]}))},
+            "errors": (400, *AUTH, 409, 413, 422, 503),
+        },
+        "delete": {
+            "summary": "Release the lease, only when the holder holds it.",
+            "scopes": ("gatekeeper",),
+            "requestBody": json_body(ref("ReleaseRequest"), required=True),
+            "responses": {"200": json_response("Released.", _obj(
+                "released", "holder", released={"const": True}, holder={"type": "string"}))},
+            "errors": (400, *AUTH, 409, 413, 422, 503),
+        },
+        "get": {
+            "summary": "Who holds the lease and for how many more milliseconds.",
+            "scopes": ("caller", "gatekeeper"),
+            "responses": {"200": json_response("The lease.", LEASE)},
+            "errors": (*AUTH, 503),
+        },
+    },
+    "/roles/{role}": {"get": {
+        "summary": "The dashboard page of one role (data inline only on an open server).",
+        "scopes": None,
+        "responses": {"200": HTML, "404": HTML},
+        "errors": (400,),
+    }},
+    "/ui/roles": {"get": {
+        "summary": "The dashboard's roles table, as an HTML fragment.",
+        "scopes": ("caller", "gatekeeper"),
+        "responses": {"200": HTML},
+        "errors": (*AUTH, 503),
+    }},
+    "/ui/roles/{role}": {"get": {
+        "summary": "The dashboard's detail of one role, as an HTML fragment.",
+        "scopes": ("caller", "gatekeeper"),
+        "responses": {"200": HTML},
+        "errors": (400, *AUTH, 404, 503),
+    }},
+}

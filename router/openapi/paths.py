@@ -1,0 +1,259 @@
+"""The router's operations, as OpenAPI 3.1 data: one entry per (path, method).
+
+Each operation lists the statuses its view really answers. `errors` names the
+error statuses (rendered as the shared Error body); `scopes` names the token
+scopes allowed (None: no token needed). Schemas refer to the components that
+`router.openapi.document` generates from the pydantic models.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Every error status some operation answers; each becomes a shared response.
+ERROR_STATUSES = (400, 401, 403, 404, 409, 413, 422, 428, 503)
+AUTH = (401, 403)
+
+
+def ref(name: str) -> dict[str, str]:
+    """A reference to a component schema."""
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def json_response(description: str, schema: dict[str, Any],
+                  headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A response with a JSON body of `schema`."""
+    response: dict[str, Any] = {"description": description,
+                                "content": {"application/json": {"schema": schema}}}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def json_body(schema: dict[str, Any], required: bool = False) -> dict[str, Any]:
+    """A JSON request body; an empty body counts as {} where not required."""
+    return {"required": required, "content": {"application/json": {"schema": schema}}}
+
+
+ETAG = {"ETag": {"description": "The binding's version, quoted.",
+                 "schema": {"type": "string"}}}
+IF_MATCH = {"name": "If-Match", "in": "header", "required": False,
+            "description": "The binding version the writer read (compare-and-set).",
+            "schema": {"type": "string", "pattern": "^(W/)?\"?[0-9]{1,15}\"?$"}}
+BINDING = json_response("The binding as stored, with its version.", ref("VersionedBinding"),
+                        ETAG)
+SNAPSHOT = {
+    "type": "object",
+    "required": ["generation", "roles"],
+    "properties": {
+        "generation": {"type": "integer"},
+        "roles": {"type": "object", "additionalProperties": ref("VersionedBinding")},
+    },
+}
+HEALTH = {
+    "type": "object",
+    "required": ["status", "checks"],
+    "properties": {
+        "status": {"enum": ["ok", "failing"]},
+        "checks": {"type": "object"},
+    },
+}
+HISTORY = {
+    "type": "object",
+    "required": ["role", "entries"],
+    "properties": {"role": {"type": "string"},
+                   "entries": {"type": "array", "items": ref("HistoryEntry")}},
+}
+#: `rolegate.routing.Resolution` is a TypedDict (no pydantic schema on 3.11); kept in step
+#: with it by the schemathesis test, which validates real answers against this.
+RESOLUTION = {
+    "type": "object",
+    "required": ["role", "config", "arm", "stage", "share", "shadow", "version", "key", "stale"],
+    "additionalProperties": False,
+    "properties": {
+        "role": {"type": "string"},
+        "config": {"type": "string"},
+        "arm": {"enum": ["current", "candidate"]},
+        "stage": {"enum": ["stable", "shadow", "canary", "full", "rolled_back"]},
+        "share": {"type": "number", "minimum": 0, "maximum": 1},
+        "shadow": {"type": ["string", "null"]},
+        "version": {"type": "integer", "minimum": 1},
+        "key": {"type": "string"},
+        "stale": {"type": "boolean"},
+    },
+}
+HTML = {"description": "An HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}}
+WRITE_ERRORS = (400, *AUTH, 404, 409, 413, 422, 503)
+
+
+def _action(summary: str, body: str, scopes: tuple[str, ...]) -> dict[str, Any]:
+    return {
+        "summary": summary,
+        "scopes": scopes,
+        "parameters": [IF_MATCH],
+        "requestBody": json_body(ref(body), required=True),
+        "responses": {"200": BINDING},
+        "errors": WRITE_ERRORS,
+    }
+
+
+PATHS: dict[str, dict[str, dict[str, Any]]] = {
+    "/healthz": {"get": {
+        "summary": "Ping Redis and report the binding copy's staleness.",
+        "scopes": None,
+        "responses": {"200": json_response("Every dependency answers.", HEALTH),
+                      "503": json_response("Redis does not answer.", HEALTH)},
+    }},
+    "/metrics": {"get": {
+        "summary": "Prometheus metrics, summed over every worker.",
+        "scopes": None,
+        "responses": {"200": {"description": "Prometheus text exposition.",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}}},
+    }},
+    "/openapi.json": {"get": {
+        "summary": "This document.",
+        "scopes": None,
+        "responses": {"200": json_response("The OpenAPI 3.1 document.", {"type": "object"})},
+    }},
+    "/v1/resolve/{role}": {"get": {
+        "summary": "Which config serves the role for a job key (drawn when absent).",
+        "scopes": ("caller", "gatekeeper"),
+        "parameters": [{"name": "key", "in": "query", "required": False,
+                        "schema": {"type": "string", "maxLength": 500}}],
+        "responses": {"200": json_response("The arm and config for this key.",
+                                           ref("Resolution"))},
+        "errors": (400, *AUTH, 404, 503),
+    }},
+    "/v1/bindings": {"get": {
+        "summary": "Every role's binding, with the table's generation as ETag.",
+        "scopes": ("caller", "gatekeeper"),
+        "parameters": [{"name": "If-None-Match", "in": "header", "required": False,
+                        "schema": {"type": "string"}}],
+        "responses": {
+            "200": json_response("The binding table.", SNAPSHOT,
+                                 {"ETag": {"schema": {"type": "string"}}}),
+            "304": {"description": "Unchanged since the generation named in If-None-Match."},
+        },
+        "errors": (*AUTH, 503),
+    }},
+    "/v1/bindings/{role}": {
+        "get": {
+            "summary": "One role's binding and version.",
+            "scopes": ("caller", "gatekeeper"),
+            "responses": {"200": BINDING},
+            "errors": (400, *AUTH, 404, 503),
+        },
+        "put": {
+            "summary": "Create a role, or replace one given If-Match.",
+            "description": "The body is a Binding, or {binding, reason}.",
+            "scopes": (),
+            "parameters": [IF_MATCH],
+            "requestBody": json_body({"anyOf": [ref("Binding"), ref("PutRequest")]}, True),
+            "responses": {"200": BINDING,
+                          "201": json_response("Created.", ref("VersionedBinding"), ETAG)},
+            "errors": (*WRITE_ERRORS, 428),
+        },
+    },
+    "/v1/bindings/{role}/rollback": {"post": _action(
+        "Zero the canary, or restore to_version as a new version.", "RollbackRequest",
+        ("gatekeeper",))},
+    "/v1/bindings/{role}/canary": {"post": _action(
+        "Set the candidate's share directly (1 means full).", "CanaryRequest", ())},
+    "/v1/bindings/{role}/promote": {"post": _action(
+        "Advance the rollout one step.", "_Action", ("gatekeeper",))},
+    "/v1/bindings/{role}/pause": {"post": _action(
+        "Stop the gatekeeper from moving this role.", "_Action", ())},
+    "/v1/bindings/{role}/resume": {"post": _action(
+        "Let the gatekeeper move this role again.", "_Action", ())},
+    "/v1/bindings/{role}/history": {"get": {
+        "summary": "The role's changes, newest first.",
+        "scopes": ("caller", "gatekeeper"),
+        "parameters": [
+            {"name": "limit", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 0}},
+            {"name": "offset", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 0}},
+        ],
+        "responses": {"200": json_response("History entries.", HISTORY)},
+        "errors": (400, *AUTH, 404, 503),
+    }},
+    "/": {"get": {"summary": "The dashboard: every role at a glance.", "scopes": None,
+                  "responses": {"200": HTML}}},
+    "/v1/bindings/watch": {"get": {
+        "summary": "Long-poll: every binding once the generation differs from ?generation=.",
+        "scopes": ("caller", "gatekeeper"),
+        "parameters": [
+            {"name": "generation", "in": "query", "required": False,
+             "schema": {"type": "integer"}},
+            {"name": "timeout", "in": "query", "required": False,
+             "schema": {"type": "number", "minimum": 0, "maximum": 25}},
+        ],
+        "responses": {
+            "200": json_response("The binding table, changed.", SNAPSHOT,
+                                 {"ETag": {"schema": {"type": "string"}}}),
+            "304": {"description": "No change within the timeout."},
+        },
+        "errors": (400, *AUTH, 503),
+    }},
+}
+
+CONFIG_PARAM = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$"}
+PATHS.update({
+    "/v1/configs": {"get": {
+        "summary": "Every config with a registered spec.",
+        "scopes": ("caller", "gatekeeper"),
+        "responses": {"200": json_response("Config ids.", {
+            "type": "object", "required": ["configs"],
+            "properties": {"configs": {"type": "array", "items": {"type": "string"}}}})},
+        "errors": (*AUTH, 503),
+    }},
+    "/v1/configs/{config}": {
+        "get": {
+            "summary": "A config's spec, criteria and versions.",
+            "scopes": ("caller", "gatekeeper"),
+            "responses": {"200": json_response("The config record.", ref("ConfigRecord"),
+                                               ETAG)},
+            "errors": (*AUTH, 404, 422, 503),
+        },
+        "put": {
+            "summary": "Register or replace a config's spec; criteria are generated from it.",
+            "scopes": (),
+            "parameters": [IF_MATCH],
+            "requestBody": json_body(ref("PutConfig"), required=True),
+            "responses": {
+                "200": json_response("Replaced; with the criteria diff.", ref("ConfigWritten"),
+                                     ETAG),
+                "201": json_response("Registered; with the criteria diff.", ref("ConfigWritten"),
+                                     ETAG),
+            },
+            "errors": (400, *AUTH, 409, 413, 422, 503),
+        },
+    },
+    "/v1/configs/{config}/criteria": {"get": {
+        "summary": "The criteria stored for a config.",
+        "scopes": ("caller", "gatekeeper"),
+        "responses": {"200": json_response("Criteria.", {
+            "type": "object", "required": ["config", "version", "criteria"],
+            "properties": {"config": {"type": "string"}, "version": {"type": "integer"},
+                           "policy_since": {"type": "number"},
+                           "criteria": {"type": "array", "items": ref("Criterion")}}})},
+        "errors": (*AUTH, 404, 422, 503),
+    }},
+    "/v1/configs/{a}/criteria/diff/{b}": {"get": {
+        "summary": "What changes in the criteria going from config a to config b.",
+        "scopes": ("caller", "gatekeeper"),
+        "responses": {"200": json_response("The diff.", ref("DiffBetween"))},
+        "errors": (*AUTH, 404, 422, 503),
+    }},
+    "/v1/configs/{config}/criteria/check": {"post": {
+        "summary": "Score one trace against the config's criteria: a verdict per key.",
+        "scopes": ("caller", "gatekeeper"),
+        "requestBody": json_body(ref("CheckRequest"), required=True),
+        "responses": {"200": json_response("Verdicts.", {
+            "type": "object", "required": ["config", "version", "verdicts", "failed"],
+            "properties": {"verdicts": {"type": "object",
+                                        "additionalProperties": {"type": ["boolean", "null"]}},
+                           "failed": {"type": "array", "items": {"type": "string"}}}})},
+        "errors": (400, *AUTH, 404, 413, 422, 503),
+    }},
+})
