@@ -33,17 +33,17 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bindings.configs import ConfigStore  # noqa: E402
 from bindings.models import Binding, Invariants  # noqa: E402
 from bindings.store import BindingStore  # noqa: E402
 from gatekeeper.criteria import evaluate, generate  # noqa: E402
 from gatekeeper.invariants import check  # noqa: E402
 from gatekeeper.spec import Spec  # noqa: E402
+from gatekeeper.store.configs import ConfigStore  # noqa: E402
 from gatekeeper.store.trace_keys import epoch_of  # noqa: E402
 from gatekeeper.store.traces import Checked, TraceStore  # noqa: E402
+from gatekeeper.view import gate_context, gate_view  # noqa: E402
 from gatekeeper.view.criteria import criteria_section  # noqa: E402
 from rolegate.trace import Trace  # noqa: E402
-from router.api.gate import gate_context, gate_view  # noqa: E402
 
 SPEC = Spec.model_validate(json.loads((ROOT / "examples/refunds/spec.json").read_text()))
 INVARIANTS = Invariants(forbidden_tools=("web_write",), max_steps=6,

@@ -237,7 +237,7 @@ def time_gate(url: str, redis_url: str, batch: str, rounds: int = 15) -> None:
     from bindings.store import BindingStore
     from gatekeeper.store.drift_state import DRIFT_KEY_TEMPLATE, MAX_ADVANCE
     from gatekeeper.store.traces import TraceStore
-    from router.api.gate import arms_section, comparison_section, gate_context
+    from gatekeeper.view import arms_section, comparison_section, gate_context
 
     connection = redis.Redis.from_url(redis_url)
     store, traces = BindingStore(connection), TraceStore(connection)

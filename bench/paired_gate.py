@@ -7,7 +7,7 @@ Redis), writes a shadow-stage binding and stores `--runs` traces per arm
 in-process (TraceStore.add, untimed): every job runs on both arms, half of the
 shadow runs arrive before their current run, and 1 job in 20 runs on current
 only (it waits for a mate that never comes). Then it times, in-process (no HTTP),
-`router.api.gate.gate_view` (every section):
+`gatekeeper.view.gate_view` (every section):
 
 1. cold: the kept pairing tally and drift detectors catch up from the stage's
    first run (at most 5,000 entries per arm per read);
@@ -151,8 +151,9 @@ def _forget(connection: redis.Redis, template: str, **names: str) -> None:
 
 def run(runs: int, batch: int, rounds: int) -> None:
     """Fill one shadow stage, then time the gate view and the paired section both ways."""
+    from gatekeeper.view import build as api_gate
+    from gatekeeper.view import context as gate_ctx
     from gatekeeper.view.sections import paired_section
-    from router import api_gate
 
     with redis_server() as url:
         connection = redis.Redis.from_url(url)
@@ -173,7 +174,7 @@ def run(runs: int, batch: int, rounds: int) -> None:
             return api_gate.gate_view(store, traces, ROLE, time.time())
 
         def ctx() -> Any:
-            return api_gate.gate_context(store, traces, ROLE, time.time())
+            return gate_ctx.gate_context(store, traces, ROLE, time.time())
 
         for template in (PAIRED_KEY_TEMPLATE, DRIFT_KEY_TEMPLATE):
             _forget(connection, template.split("{epoch}")[0], role=ROLE, current="*",

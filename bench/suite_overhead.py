@@ -30,8 +30,9 @@ from typing import Any
 
 from gatekeeper.suite import adapter
 from gatekeeper.suite.isolation import RunContext
+from gatekeeper.suite.records import RunOptions
 from gatekeeper.suite.replay import Fixture, FixtureReplay, RecordedCall, ToolProxy
-from gatekeeper.suite.runner import RunOptions, SuiteRunner
+from gatekeeper.suite.runner import SuiteRunner
 from gatekeeper.suite.scenario import load_config, load_suite
 from gatekeeper.suite.workspace import Workspace
 

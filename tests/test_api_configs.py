@@ -8,8 +8,8 @@ from typing import Any
 import redis
 from flask.testing import FlaskClient
 
-from bindings.configs import ConfigStore
 from gatekeeper.spec import Spec
+from gatekeeper.store.configs import ConfigStore
 from tests.conftest import CALLER, OPERATOR, auth
 
 SPEC: dict[str, Any] = {

@@ -16,8 +16,8 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
-from bindings.configs import ConfigStore, config_key
 from gatekeeper.spec import Spec
+from gatekeeper.store.configs import ConfigStore, config_key
 from gatekeeper.suite.scenario import load_suite
 from router.cli import main
 from tests.conftest import CALLER, OPERATOR, auth

@@ -6,8 +6,8 @@ import pytest
 
 from bindings.models import Invariants
 from gatekeeper.suite.compare import compare_results
+from gatekeeper.suite.records import RunRecord
 from gatekeeper.suite.report import comparison_html, comparison_markdown
-from gatekeeper.suite.runner import RunRecord
 from gatekeeper.suite.verdict import ScenarioResult, SuiteResult
 from rolegate.trace import Stamps, Trace
 

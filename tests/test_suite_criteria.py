@@ -16,17 +16,18 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
-from bindings.configs import ConfigStore
 from bindings.models import GatePolicy
 from gatekeeper.spec import Spec
+from gatekeeper.store.configs import ConfigStore
 from gatekeeper.suite.compare import compare_results
+from gatekeeper.suite.records import RunOptions
 from gatekeeper.suite.report import (
     comparison_html,
     comparison_markdown,
     result_html,
     result_markdown,
 )
-from gatekeeper.suite.runner import RunOptions, SuiteRunner
+from gatekeeper.suite.runner import SuiteRunner
 from gatekeeper.suite.scenario import load_config, load_suite
 from gatekeeper.suite.verdict import SuiteResult, evaluate_run
 from router.cli import main

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from gatekeeper.suite.records import RunOptions
 from gatekeeper.suite.replay import SchemaDrift, ToolProxy, fixture_path, load_fixtures
-from gatekeeper.suite.runner import RunOptions, SuiteRunner
+from gatekeeper.suite.runner import SuiteRunner
 from gatekeeper.suite.scenario import load_suite
 from tests.suite_support import AGENT, CountingTool, counting_tool, make_config, make_suite
 

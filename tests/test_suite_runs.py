@@ -10,7 +10,8 @@ import pytest
 
 from bindings.models import GatePolicy
 from gatekeeper.suite.isolation import PLACEHOLDER_PREFIX
-from gatekeeper.suite.runner import RunOptions, SuiteRunner
+from gatekeeper.suite.records import RunOptions
+from gatekeeper.suite.runner import SuiteRunner
 from gatekeeper.suite.verdict import evaluate_run
 from tests.suite_support import AGENT, CountingTool, counting_tool, make_config, make_suite
 

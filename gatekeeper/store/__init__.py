@@ -1,4 +1,7 @@
-"""The gate's state in Redis: traces and their running aggregates, drift and paired state, feedback.
+"""The gate's state in Redis: traces and their aggregates, drift and paired state, feedback, configs.
+
+The config registry (`configs`) lives here too: a config's record holds its
+spec and the criteria the gate generates from it.
 
 Thin I/O around the pure core: each store reads and writes Redis and hands
 the numbers to `gatekeeper.window`, `gatekeeper.drift` and `gatekeeper.pairing`.

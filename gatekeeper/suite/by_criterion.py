@@ -29,7 +29,7 @@ from gatekeeper.suite.scenario import Scenario, SuiteError
 from rolegate.trace import Trace
 
 if TYPE_CHECKING:  # pragma: no cover - only for annotations; avoids an import cycle
-    from gatekeeper.suite.runner import RunRecord
+    from gatekeeper.suite.records import RunRecord
     from gatekeeper.suite.verdict import SuiteResult
 
 SPEC_CHECKS = "spec"

@@ -19,7 +19,7 @@ from typing import Any
 from gatekeeper.pairing import Run, pair_runs
 from gatekeeper.pairing import compare as paired_compare
 from gatekeeper.suite.by_criterion import criterion_comparison
-from gatekeeper.suite.runner import RunRecord
+from gatekeeper.suite.records import RunRecord
 from gatekeeper.suite.verdict import SuiteResult
 
 LATENCY_WARN = 0.20

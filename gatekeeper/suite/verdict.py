@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bindings.models import GatePolicy, Invariants
 from gatekeeper.gate import evaluate
 from gatekeeper.invariants import TraceVerdict
-from gatekeeper.suite.runner import RunRecord, SuiteRun
+from gatekeeper.suite.records import RunRecord, SuiteRun
 from gatekeeper.suite.scenario import Scenario
 from gatekeeper.window import WindowStats
 from rolegate.trace import Stamps, Trace

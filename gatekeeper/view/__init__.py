@@ -4,3 +4,11 @@
 (`GET /v1/roles/<role>/gate`), the dashboard and the benches call; it imports
 no Flask. `context` holds what a view is computed from.
 """
+
+from __future__ import annotations
+
+from gatekeeper.view.build import arms_section, comparison_section, gate_view
+from gatekeeper.view.context import GateContext, arm_configs, gate_context
+
+__all__ = ["GateContext", "arm_configs", "arms_section", "comparison_section", "gate_context",
+           "gate_view"]

@@ -14,18 +14,16 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
-from bindings.configs import ConfigStore
 from bindings.store import _redis_errors
 from gatekeeper.criteria import Criterion, evaluate
 from gatekeeper.review import Tally, regressions, tally
 from gatekeeper.statistics import difference_interval
+from gatekeeper.store.configs import ConfigStore
 from gatekeeper.store.trace_keys import stream_key
 from gatekeeper.store.traces import StreamEntries
-
-if TYPE_CHECKING:  # pragma: no cover - annotations only; api_gate imports this module
-    from router.api.gate import GateContext
+from gatekeeper.view.context import GateContext
 
 #: Newest traces scored per arm per read: bounds the cost of one gate view.
 SAMPLE = 1_000

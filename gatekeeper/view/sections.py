@@ -10,7 +10,7 @@ the policy's fixed baseline.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from bindings.models import Stage
 from bindings.store import _redis_errors
@@ -21,9 +21,7 @@ from gatekeeper.store.drift_state import DriftStates, Watch, run_of_fields
 from gatekeeper.store.paired_state import Arms, PairedStates
 from gatekeeper.store.trace_keys import stream_key
 from gatekeeper.store.traces import StoredTrace, StreamEntries, TraceStore
-
-if TYPE_CHECKING:
-    from router.api.gate import GateContext
+from gatekeeper.view.context import GateContext
 
 #: Most traces `since` reads per arm by default: bounds one replaying read.
 MAX_REPLAY = 20_000

@@ -16,9 +16,9 @@ from flask import Blueprint, Flask, current_app, jsonify
 from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
-from bindings.configs import ConfigRecord, ConfigStore
 from gatekeeper.criteria import CriteriaDiff, diff, evaluate
 from gatekeeper.spec import Spec
+from gatekeeper.store.configs import ConfigRecord, ConfigStore
 from rolegate.trace import Trace
 from router.api.bodies import json_body, parse
 from router.api.params import if_match

@@ -20,6 +20,7 @@ from bindings.errors import RolegateError
 from bindings.models import GatePolicy
 from gatekeeper.suite.compare import SuiteComparison, compare_results, resource_deltas
 from gatekeeper.suite.judge import DEFAULT_FLOOR, JudgeSettings, PairwiseJudge, judge_suites
+from gatekeeper.suite.records import RunOptions
 from gatekeeper.suite.report import (
     RESULTS_FILE,
     comparison_markdown,
@@ -28,7 +29,7 @@ from gatekeeper.suite.report import (
     write_comparison,
     write_result,
 )
-from gatekeeper.suite.runner import RunOptions, SuiteRunner
+from gatekeeper.suite.runner import SuiteRunner
 from gatekeeper.suite.scenario import WEIGHT_REPEATS, load_config, load_suite
 from gatekeeper.suite.verdict import RESULT_FORMAT, SuiteResult, evaluate_run
 from rolegate.http import ApiClient, ApiError

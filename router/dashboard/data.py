@@ -1,6 +1,6 @@
 """What the dashboard shows, as plain data: read from the stores, shaped for templates.
 
-The gate numbers are the gate view's own (`router.api.gate.gate_view`), so the
+The gate numbers are the gate view's own (`gatekeeper.view.gate_view`), so the
 dashboard can never disagree with GET /v1/roles/<role>/gate. The two series the
 gate view does not carry, pass rate over time and the CUSUM path, are computed
 here from the same trace streams with the same detectors.
@@ -20,8 +20,8 @@ from gatekeeper.gate import evaluate
 from gatekeeper.pairing import Run
 from gatekeeper.statistics import Cusum
 from gatekeeper.store.traces import StoredTrace, TraceStore
+from gatekeeper.view import arm_configs, gate_context, gate_view
 from gatekeeper.view.sections import REFERENCE_RUNS, candidate_arm, latest, paired_section, run_of
-from router.api.gate import arm_configs, gate_context, gate_view
 
 #: Time buckets in the pass-rate chart.
 PASS_RATE_BUCKETS = 24

@@ -18,10 +18,10 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from werkzeug.routing import Rule
 
-from bindings.configs import CONFIG_ID_PATTERN, ConfigRecord
 from bindings.models import ROLE_NAME_PATTERN, Binding, HistoryEntry, VersionedBinding
 from bindings.offline import OfflineVerdict, StoredOfflineVerdict
 from gatekeeper.criteria import CriteriaDiff
+from gatekeeper.store.configs import CONFIG_ID_PATTERN, ConfigRecord
 from router.api.bindings import CanaryRequest, PutRequest, RollbackRequest
 from router.api.bindings import _Action as ActionRequest
 from router.api.configs import CheckRequest, PutConfig

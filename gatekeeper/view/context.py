@@ -1,0 +1,49 @@
+"""What a gate view is computed from: the role's binding, its stage's epoch and each arm's window.
+
+The window of each arm is "the traces since the current stage began" (the
+binding's `stage_since`), read from the running aggregates the ingest keeps, so
+building a context costs one Redis round trip whatever the window holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bindings.models import VersionedBinding
+from bindings.store import BindingStore
+from gatekeeper.store.trace_keys import epoch_of
+from gatekeeper.store.traces import TraceStore
+from gatekeeper.window import WindowStats
+
+
+@dataclass(frozen=True)
+class GateContext:
+    """Everything a gate section reads: the binding, the window epoch, each arm's window."""
+
+    role: str
+    record: VersionedBinding
+    epoch: str
+    #: arm -> (config, window) for "current", and "candidate"/"shadow" when there is one.
+    arms: dict[str, tuple[str, WindowStats]]
+    traces: TraceStore
+    now: float
+
+
+def arm_configs(record: VersionedBinding) -> dict[str, str]:
+    """Which config each arm of the role runs: current always, candidate and shadow if set."""
+    binding = record.binding
+    arms = {"current": binding.current}
+    if binding.candidate is not None:
+        arms["candidate"] = binding.candidate
+        arms["shadow"] = binding.candidate
+    return arms
+
+
+def gate_context(store: BindingStore, traces: TraceStore, role: str, now: float) -> GateContext:
+    """Read the binding (fresh, not a worker's copy) and each arm's current-stage window."""
+    record = store.get(role)
+    epoch = epoch_of(record.binding)
+    configs = arm_configs(record)
+    windows = traces.windows(role, [(config, arm) for arm, config in configs.items()], epoch)
+    arms = {arm: (config, window) for (arm, config), window in zip(configs.items(), windows)}
+    return GateContext(role, record, epoch, arms, traces, now)
