@@ -22,7 +22,7 @@ def _plain_sum(k: int, n: int) -> float:
 
 def test_every_tail_up_to_200_is_the_same_float_as_the_plain_sum() -> None:
     """Each P(X <= k), n <= 200, equals the exact sum's float (ties included)."""
-    for n in range(0, 201):
+    for n in range(201):
         for k in range(-1, n + 2):
             assert binomial_cdf_half(k, n) == _plain_sum(k, n), (k, n)
 
