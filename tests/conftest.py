@@ -10,6 +10,8 @@ and then only a database they claimed and found empty.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -17,6 +19,7 @@ import pytest
 import redis
 from flask import Flask
 from flask.testing import FlaskClient
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from router import create_app
 from tests.servers import OwnRedis
@@ -37,6 +40,22 @@ OPERATOR = "op-secret"
 GATEKEEPER = "gk-secret"
 CALLER = "caller-secret"
 TOKENS = f"alice={OPERATOR}:operator,gatekeeper={GATEKEEPER}:gatekeeper,{CALLER}:caller"
+
+
+_HYPOTHESIS_HOME: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Keep hypothesis's files (schemathesis writes some) in a temp dir, not the checkout."""
+    home = tempfile.mkdtemp(prefix="rolegate-test-hypothesis-")
+    _HYPOTHESIS_HOME.append(home)
+    set_hypothesis_home_dir(home)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the temp dir pytest_configure made."""
+    for home in _HYPOTHESIS_HOME:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def auth(token: str) -> dict[str, str]:
