@@ -56,6 +56,10 @@ class Thresholds(Frozen):
 class Invariants(Frozen):
     """Properties every run must hold. Never exact outputs."""
 
+    #: A run that did not answer (`answered: false` in its trace) fails, under the
+    #: criterion key `answered`. False only for an agent whose runs legitimately
+    #: end without an answer; its other invariants then judge those runs alone.
+    answered: bool = True
     artifact_exists: tuple[str, ...] = ()
     must_contain_table: bool = False
     forbidden_tools: tuple[str, ...] = ()

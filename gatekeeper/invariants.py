@@ -9,6 +9,11 @@ from `TraceVerdict.criteria` rather than trivially true, so per-criterion pass
 rates are never padded. The tool criteria need to know which tools ran: a trace
 that reports steps but neither `tools` nor `steps` leaves them unjudged (missing
 data never fails a run, and never trips the tripwire).
+
+A run that did not answer (`answered: false`: it crashed, timed out, or handed
+nothing back) fails under its own key, `answered`, unless the policy turns that
+check off: an agent whose every run crashed must not pass because its crashes
+broke no other rule.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 from bindings.models import Invariants
 from rolegate.trace import Trace
 
+ANSWERED = "answered"
 ARTIFACT_EXISTS = "artifact_exists"
 MUST_CONTAIN_TABLE = "must_contain_table"
 FORBIDDEN_TOOLS = "forbidden_tools"
@@ -33,6 +39,7 @@ MAX_COST_USD = "max_cost_usd"
 
 #: Every criterion key, in the order reports list them.
 CRITERIA: tuple[str, ...] = (
+    ANSWERED,
     ARTIFACT_EXISTS,
     MUST_CONTAIN_TABLE,
     FORBIDDEN_TOOLS,
@@ -158,6 +165,7 @@ def _cells(line: str) -> list[str]:
 class _Compiled:
     """An Invariants policy with its tool lists turned into sets, built once per policy."""
 
+    answered: bool
     artifacts: tuple[str, ...]
     table: bool
     forbidden: frozenset[str]
@@ -171,6 +179,7 @@ class _Compiled:
 def _compile(invariants: Invariants) -> _Compiled:
     allowed = invariants.allowed_tools
     return _Compiled(
+        answered=invariants.answered,
         artifacts=invariants.artifact_exists,
         table=invariants.must_contain_table,
         forbidden=frozenset(invariants.forbidden_tools),
@@ -186,6 +195,8 @@ def check(trace: Trace, invariants: Invariants) -> TraceVerdict:
     policy = _compile(invariants)  # ingest checks every trace: build the sets once
     criteria: dict[str, bool] = {}
     missing: tuple[str, ...] = ()
+    if policy.answered:
+        criteria[ANSWERED] = trace.answered
     if policy.artifacts:
         produced = set(trace.artifacts)
         missing = tuple(p for p in policy.artifacts if p not in produced)

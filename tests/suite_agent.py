@@ -4,7 +4,8 @@
 Config keys: `calls` ([tool, args] pairs made in order through the tool proxy),
 `output_text`, `cost_usd`, `tokens`, `sleep` (seconds before answering), `exit`
 (a non-zero status to crash with), `raw_stdout` (printed instead of a trace),
-`report_env` (environment variable names whose values go into output_text).
+`report_env` (environment variable names whose values go into output_text),
+`answered` (false: the run reports that it produced no answer).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ def main() -> int:
     if config.get("report_answers"):
         text += json.dumps(answers)
     print(json.dumps({"output_text": text, "cost_usd": config.get("cost_usd", 0.0),
-                      "tokens": config.get("tokens", 0)}))
+                      "tokens": config.get("tokens", 0),
+                      "answered": config.get("answered", True)}))
     return 0
 
 

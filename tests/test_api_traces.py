@@ -58,7 +58,8 @@ def test_single_trace_accepted_with_verdict(client: FlaskClient) -> None:
     assert r.json["accepted"] == 1 and r.json["tripwire"] == []
     (result,) = r.json["results"]
     assert result["status"] == "accepted" and result["verdict"]["passed"] is True
-    assert result["verdict"]["criteria"] == {"forbidden_tools": True, "max_steps": True}
+    assert result["verdict"]["criteria"] == {"answered": True, "forbidden_tools": True,
+                                             "max_steps": True}
     stored = client.application.extensions["rolegate.traces"].lookup("summarizer", "r1")
     assert stored.trace.time is not None and stored.trace.time >= before
 

@@ -67,7 +67,7 @@ def test_window_counts() -> None:
     assert (w.calls, w.tool_errors, w.error_runs) == (5, 1, 1)
     assert w.cost_usd == pytest.approx(0.05) and w.mean_cost_usd() == pytest.approx(0.05 / 3)
     assert w.forbidden_tools() == {"egress": 1}
-    assert w.criterion_counts() == {"forbidden_tools": (2, 3), "required_tools": (3, 3),
+    assert w.criterion_counts() == {"answered": (3, 3), "forbidden_tools": (2, 3), "required_tools": (3, 3),
                                     "max_steps": (3, 3)}
 
 
@@ -92,7 +92,8 @@ def test_increments_skip_zeros() -> None:
     """One trace's increments carry only the fields it moves."""
     t = trace(1, tools=[], cost_usd=0.0)
     inc = increments(t, check(t, Invariants()))
-    assert inc == {"n": 1, "passes": 1, "answered": 1, "steps:0": 1, "cost:0": 1}
+    assert inc == {"n": 1, "passes": 1, "answered": 1, "steps:0": 1, "cost:0": 1,
+                   "crit_n:answered": 1, "crit_pass:answered": 1}
 
 
 def test_empty_window_is_insufficient_data() -> None:
@@ -127,6 +128,24 @@ def test_fail_on_pass_rate() -> None:
     (reason,) = verdict.reasons
     assert reason.code == "pass_rate" and reason.value == 0.8 and reason.limit == 0.9
     assert "95% CI" in reason.message and "80/100" in reason.message
+
+
+def test_a_candidate_whose_every_run_crashed_fails() -> None:
+    """Unanswered runs are failed runs: pass rate 0 and a fail, by the `answered` criterion."""
+    verdict = evaluate(window(0, 60, answered=False), policy(min_samples=50))
+    assert verdict.verdict == "fail" and verdict.metrics["pass_rate"] == 0.0
+    assert verdict.metrics["answered_rate"] == 0.0
+    assert verdict.metrics["criteria"]["answered"]["pass_rate"] == 0.0
+    assert [r.code for r in verdict.reasons] == ["pass_rate"]
+
+
+def test_unanswered_runs_can_be_left_to_the_other_invariants() -> None:
+    """A policy with answered=False judges unanswered runs by its other invariants only."""
+    lenient = INV.model_copy(update={"answered": False})
+    crashed = WindowStats.from_traces([trace(i, answered=False) for i in range(60)], lenient)
+    verdict = evaluate(crashed, GatePolicy(thresholds=Thresholds(min_samples=50),
+                                           invariants=lenient))
+    assert verdict.verdict == "pass" and "answered" not in verdict.metrics["criteria"]
 
 
 def test_fail_on_p95_steps() -> None:

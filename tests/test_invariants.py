@@ -23,15 +23,32 @@ def trace(**fields: Any) -> Trace:
 
 
 def test_criteria_keys_are_stable() -> None:
-    """The criterion keys are exactly the seven the issue names, in report order."""
-    assert CRITERIA == ("artifact_exists", "must_contain_table", "forbidden_tools",
+    """The criterion keys are the seven the issue names and `answered`, in report order."""
+    assert CRITERIA == ("answered", "artifact_exists", "must_contain_table", "forbidden_tools",
                         "allowed_tools", "required_tools", "max_steps", "max_cost_usd")
 
 
 def test_no_invariants_pass_with_no_criteria() -> None:
-    """An empty policy judges nothing and passes."""
-    verdict = check(trace(tools=["a"]), Invariants())
+    """A policy that turns every check off judges nothing and passes."""
+    verdict = check(trace(tools=["a"], answered=False), Invariants(answered=False))
     assert verdict.passed and verdict.criteria == {} and not verdict.blocking
+
+
+def test_default_policy_judges_only_whether_the_run_answered() -> None:
+    """The default policy has one criterion: the run answered."""
+    verdict = check(trace(tools=["a"]), Invariants())
+    assert verdict.passed and verdict.criteria == {"answered": True}
+
+
+def test_an_unanswered_run_fails_under_its_own_key() -> None:
+    """A run that did not answer fails by default, under `answered`, whatever else it held."""
+    inv = Invariants(artifact_exists=("out.md",), forbidden_tools=("rm",), max_steps=5)
+    crashed = check(trace(answered=False, artifacts=["out.md"], tools=["ls"], step_count=1), inv)
+    assert not crashed.passed and crashed.failed_criteria == ("answered",)
+    assert crashed.criteria == {"answered": False, "artifact_exists": True,
+                                "forbidden_tools": True, "max_steps": True}
+    assert not crashed.blocking  # a crash is a failed run, not a tripwire breach
+    assert crashed.to_json()["failed"] == ["answered"]
 
 
 def test_artifact_exists() -> None:
@@ -39,7 +56,7 @@ def test_artifact_exists() -> None:
     inv = Invariants(artifact_exists=("out/a.md", "out/b.md"))
     ok = check(trace(artifacts=["out/a.md", "out/b.md", "x"]), inv)
     bad = check(trace(artifacts=["out/a.md"]), inv)
-    assert ok.passed and ok.criteria == {"artifact_exists": True}
+    assert ok.passed and ok.criteria == {"answered": True, "artifact_exists": True}
     assert not bad.passed and bad.missing_artifacts == ("out/b.md",)
     assert bad.failed_criteria == ("artifact_exists",) and not bad.blocking
 
@@ -66,7 +83,7 @@ def test_must_contain_table() -> None:
     inv = Invariants(must_contain_table=True)
     assert check(trace(output_text="| q | n |\n|--|--|\n| 1 | 2 |"), inv).passed
     verdict = check(trace(output_text="a summary with no table"), inv)
-    assert not verdict.passed and verdict.criteria == {"must_contain_table": False}
+    assert not verdict.passed and verdict.criteria == {"answered": True, "must_contain_table": False}
 
 
 def test_forbidden_tools_block() -> None:
@@ -74,7 +91,7 @@ def test_forbidden_tools_block() -> None:
     inv = Invariants(forbidden_tools=("web_write", "external_egress"))
     verdict = check(trace(tools=["read", "web_write", "web_write"]), inv)
     assert not verdict.passed and verdict.forbidden == ("web_write",)
-    assert verdict.blocking and verdict.criteria == {"forbidden_tools": False}
+    assert verdict.blocking and verdict.criteria == {"answered": True, "forbidden_tools": False}
     assert check(trace(tools=["read"]), inv).passed
 
 
@@ -82,7 +99,7 @@ def test_allowed_tools_outside_counts_as_forbidden() -> None:
     """A tool outside the allowlist fails allowed_tools and counts as a forbidden call."""
     inv = Invariants(allowed_tools=("read", "write"))
     verdict = check(trace(tools=["read", "delete_all"]), inv)
-    assert verdict.criteria == {"allowed_tools": False}
+    assert verdict.criteria == {"answered": True, "allowed_tools": False}
     assert verdict.forbidden == ("delete_all",) and verdict.blocking
     assert check(trace(tools=["write", "read"]), inv).passed
 
@@ -99,7 +116,7 @@ def test_required_tools_lost_blocks() -> None:
     inv = Invariants(required_tools=("verifyIdentity", "refund"))
     verdict = check(trace(tools=["refund"]), inv)
     assert verdict.required_lost == ("verifyIdentity",) and verdict.blocking
-    assert verdict.criteria == {"required_tools": False}
+    assert verdict.criteria == {"answered": True, "required_tools": False}
     assert check(trace(tools=["verifyIdentity", "refund", "refund"]), inv).passed
 
 
@@ -108,7 +125,7 @@ def test_unreported_tools_are_not_judged() -> None:
     inv = Invariants(forbidden_tools=("x",), required_tools=("y",), max_steps=3)
     verdict = check(trace(step_count=2), inv)
     assert not verdict.tools_reported and not verdict.blocking
-    assert verdict.criteria == {"max_steps": True} and verdict.passed
+    assert verdict.criteria == {"answered": True, "max_steps": True} and verdict.passed
 
 
 def test_max_steps_from_steps() -> None:
@@ -116,7 +133,7 @@ def test_max_steps_from_steps() -> None:
     inv = Invariants(max_steps=2)
     steps = [{"tool": "a"}, {"tool": "b"}, {"tool": "c", "error": "boom"}]
     verdict = check(trace(steps=steps), inv)
-    assert verdict.criteria == {"max_steps": False} and not verdict.passed
+    assert verdict.criteria == {"answered": True, "max_steps": False} and not verdict.passed
     assert check(trace(steps=steps[:2]), inv).passed
 
 
@@ -124,7 +141,7 @@ def test_max_cost_usd() -> None:
     """max_cost_usd holds at the limit and fails above it."""
     inv = Invariants(max_cost_usd=0.04)
     assert check(trace(cost_usd=0.04), inv).passed
-    assert check(trace(cost_usd=0.0401), inv).criteria == {"max_cost_usd": False}
+    assert check(trace(cost_usd=0.0401), inv).criteria == {"answered": True, "max_cost_usd": False}
 
 
 def test_all_criteria_reported_together() -> None:

@@ -152,6 +152,20 @@ def test_gate_fails_the_scenario_on_one_forbidden_call(tmp_path: Path) -> None:
     assert [r["code"] for r in gate["reasons"]][0] == "forbidden_rate"
 
 
+def test_an_unanswered_run_fails_the_scenario_under_answered(tmp_path: Path) -> None:
+    """Runs reporting answered: false fail under the `answered` key, as they do online."""
+    suite = make_suite(tmp_path / "suite", [_scenario(repeats=2)], seeds=SEEDS)
+    config = make_config(tmp_path, "silent", answered=False,
+                         calls=[["write_file", {"path": "out/result.md", "content": "x"}]])
+    result = evaluate_run(SuiteRunner(suite, config, AGENT, RunOptions(), progress=None).run(),
+                          GatePolicy(), AGENT)
+    assert not result.passed
+    gate = result.scenarios[0].gate
+    assert gate["criteria"]["answered"] == {"passes": 0, "n": 2, "pass_rate": 0.0}
+    assert gate["criteria"]["artifact_exists"]["pass_rate"] == 1.0
+    assert [r["code"] for r in gate["reasons"]] == ["pass_rate"]
+
+
 def test_gate_reports_pass_rate_per_criterion_and_p95_steps(tmp_path: Path) -> None:
     """The scenario gate reads p95 steps against max_steps and counts each criterion."""
     suite = make_suite(tmp_path / "suite", [_scenario(
