@@ -11,9 +11,11 @@ import redis
 
 from bindings.errors import InvalidInput, NotFound
 from bindings.models import Invariants
+from bindings.store import binding_key
 from gatekeeper.invariants import check
+from gatekeeper.store.trace_ingest import Checked, Moved
 from gatekeeper.store.trace_keys import stream_key
-from gatekeeper.store.traces import Checked, TraceStore
+from gatekeeper.store.traces import TraceStore
 from gatekeeper.window import WindowStats
 from rolegate.trace import Trace
 
@@ -176,3 +178,20 @@ def test_concurrent_ingest_of_same_runs_counts_once(redis_url: str) -> None:
     finally:
         for c in connections:
             c.close()
+
+
+def test_a_trace_checked_against_an_old_binding_version_is_not_written(
+        store: TraceStore, redis_conn: redis.Redis) -> None:
+    """The script compares the checked binding version with Redis's and writes nothing on a move."""
+    redis_conn.hset(binding_key("summarizer"), "version", 3)
+    stale = Checked(trace("late"), check(trace("late"), INV), "100.000000", version=2)
+    (outcome,) = store.add([stale])
+    assert outcome == Moved("late", 3)
+    assert store.window("summarizer", "cfg_b", "candidate", "100.000000").n == 0
+    assert store.length("summarizer", "cfg_b", "candidate") == 0
+    with pytest.raises(NotFound):
+        store.location("summarizer", "late")
+    current = Checked(trace("late"), check(trace("late"), INV), "200.000000", version=3)
+    (outcome,) = store.add([current])
+    assert not isinstance(outcome, Moved) and outcome.location.epoch == "200.000000"
+    assert store.window("summarizer", "cfg_b", "candidate", "200.000000").n == 1

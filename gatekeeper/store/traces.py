@@ -14,24 +14,17 @@ so it may hold up to ~100 entries more). Its ids are arrival times in ms, so a
 reader can ask for "everything since T".
 
 The gate's window is "the traces since the current stage began": the epoch is
-the binding's `stage_since` as the ingesting worker saw it, so each stage gets
-its own aggregate and the gate reads one hash instead of rescanning traces.
-Aggregates are not trimmed with the stream; they expire `window_ttl_s` after
-their last trace.
+the binding's `stage_since`, so each stage gets its own aggregate and the gate
+reads one hash instead of rescanning traces. Aggregates are not trimmed with the
+stream; they expire `window_ttl_s` after their last trace.
 
-One Lua call per (role, config, arm, epoch) group stores a whole batch. The
-caller says which run ids it expects to be known already (none, at first); the
-script checks every run-id key, and if the guess was wrong it writes nothing
-and answers which are known, so the caller sums the increments of the new ones
-and calls again. Otherwise it appends each new trace, sets its run-id key and
-adds the group's summed increments to the aggregate, all in one atomic step. A
-client retrying a run id therefore never counts twice, and the common all-new
-batch costs one round trip carrying one summed set of increments.
+Storing goes through one Lua script per (role, config, arm, epoch) group:
+idempotent on run ids, and written only while the role's binding is at the
+version the traces were checked against (`gatekeeper.store.trace_ingest`).
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -42,6 +35,7 @@ import redis
 from bindings.errors import Conflict, InvalidInput, NotFound
 from bindings.store import _redis_errors, load_stored
 from gatekeeper.invariants import TraceVerdict
+from gatekeeper.store.trace_ingest import INGEST_SCRIPT, Checked, IngestGroup, Moved, Stored
 from gatekeeper.store.trace_keys import (
     Location,
     configs_key,
@@ -51,8 +45,21 @@ from gatekeeper.store.trace_keys import (
     tally_key,
     window_key,
 )
-from gatekeeper.window import TOOL, WindowStats, increments
+from gatekeeper.window import TOOL, WindowStats
 from rolegate.trace import Trace
+
+#: Checked, Stored and Moved are what callers of `TraceStore.add` pass and get back.
+__all__ = [
+    "DEFAULT_RETENTION",
+    "RUN_TTL_S",
+    "WINDOW_TTL_S",
+    "Checked",
+    "Moved",
+    "Stored",
+    "StoredTrace",
+    "StreamEntries",
+    "TraceStore",
+]
 
 DEFAULT_RETENTION = 100_000
 #: How long a run id stays known: the window in which a retry is recognised.
@@ -61,59 +68,6 @@ RUN_TTL_S = 7 * 24 * 3600
 WINDOW_TTL_S = 30 * 24 * 3600
 #: Script calls per group before giving up on run ids that keep appearing.
 _ATTEMPTS = 4
-
-# KEYS: stream, window hash, tally hash, configs set, then one run-id key per trace
-# ARGV: maxlen, run ttl, window ttl, location prefix, config, n traces,
-#       the summed increments of the traces expected new, as "field\nvalue\n...",
-#       (trace JSON, verdict JSON, "1" if expected known else "0") * n traces
-# Returns {"R", "0"|"1" per trace} without writing when the expectation was wrong;
-# else {"OK", per trace "N<location>" when stored or "D<location>" when known}.
-_INGEST = """
-local n = tonumber(ARGV[6])
-local known, wrong = {}, false
-for i = 1, n do
-  known[i] = redis.call('GET', KEYS[4 + i])
-  if (known[i] ~= false) ~= (ARGV[7 + 3 * i] == '1') then wrong = true end
-end
-if wrong then
-  local flags = {'R'}
-  for i = 1, n do flags[i + 1] = known[i] and '1' or '0' end
-  return flags
-end
-local out, added = {'OK'}, 0
-for i = 1, n do
-  if known[i] then
-    out[i + 1] = 'D' .. known[i]
-  else
-    local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-                          't', ARGV[5 + 3 * i], 'v', ARGV[6 + 3 * i])
-    local location = ARGV[4] .. id .. '"}'
-    redis.call('SET', KEYS[4 + i], location, 'EX', ARGV[2])
-    out[i + 1] = 'N' .. location
-    added = added + 1
-  end
-end
-if added > 0 then
-  for name, value in string.gmatch(ARGV[7], '([^\\n]+)\\n(%-?%d+)') do
-    redis.call('HINCRBY', KEYS[2], name, value)
-    if name == 'n' or string.sub(name, 1, 5) == 'tool:' then
-      redis.call('HINCRBY', KEYS[3], name, value)
-    end
-  end
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
-  redis.call('SADD', KEYS[4], ARGV[5])
-end
-return out
-"""
-
-
-@dataclass(frozen=True)
-class Stored:
-    """The outcome of storing one trace: new or a duplicate of a known run id."""
-
-    run_id: str
-    duplicate: bool
-    location: Location
 
 
 @dataclass(frozen=True)
@@ -131,61 +85,6 @@ class StoredTrace:
                 "trace": self.trace.model_dump(mode="json"), "verdict": self.verdict.to_json()}
 
 
-@dataclass(frozen=True)
-class Checked:
-    """A validated trace ready to store: its verdict and the window epoch it counts in."""
-
-    trace: Trace
-    verdict: TraceVerdict
-    epoch: str
-
-
-class _Group:
-    """The traces of one (role, config, arm, epoch) in a request, one script call's worth.
-
-    A run id repeated within the request is sent once; its repeats are answered
-    as duplicates of the first.
-    """
-
-    def __init__(self, role: str, config: str, arm: str, epoch: str) -> None:
-        self.role, self.config, self.arm, self.epoch = role, config, arm, epoch
-        self.items: list[Checked] = []
-        self.indices: list[int] = []
-        self.repeats: list[tuple[int, int]] = []  # (index in request, position in items)
-        self.expect_known: list[bool] | None = None
-        self._seen: dict[str, int] = {}
-        #: The stored location JSON up to the stream id, which the script appends.
-        self.prefix = _location_prefix(config, arm, epoch)
-
-    def take(self, index: int, item: Checked) -> None:
-        """Add the request's trace number `index`."""
-        first = self._seen.get(item.trace.run_id)
-        if first is not None:
-            self.repeats.append((index, first))
-            return
-        self._seen[item.trace.run_id] = len(self.items)
-        self.items.append(item)
-        self.indices.append(index)
-
-    def resolve(self, items: Sequence[Checked], answers: list[str],
-                results: list[Stored | None]) -> None:
-        """Fill `results` from the script's per-trace answers."""
-        start = 1 + len(self.prefix)
-        for index, text in zip(self.indices, answers):
-            if text[0] == "N":
-                # Stored just now under this group's location: only the id is new.
-                where = Location(self.config, self.arm, self.epoch, text[start:-2])
-                results[index] = Stored(items[index].trace.run_id, False, where)
-            else:
-                results[index] = Stored(items[index].trace.run_id, True,
-                                        Location.parse(text[1:]))
-        for index, first in self.repeats:
-            earlier = results[self.indices[first]]
-            assert earlier is not None
-            results[index] = Stored(run_id=earlier.run_id, duplicate=True,
-                                    location=earlier.location)
-
-
 class TraceStore:
     """Stores traces idempotently with running aggregates; reads them back."""
 
@@ -195,35 +94,41 @@ class TraceStore:
         self.retention = retention
         self.run_ttl_s = run_ttl_s
         self.window_ttl_s = window_ttl_s
-        self._ingest = connection.register_script(_INGEST)
+        self._ingest = connection.register_script(INGEST_SCRIPT)
 
     # -- writes --------------------------------------------------------------
 
-    def add(self, items: Sequence[Checked]) -> list[Stored]:
+    def add(self, items: Sequence[Checked]) -> list[Stored | Moved]:
         """Store checked traces; the result lines up with `items`.
 
         All groups go in one pipelined round trip; each group is one atomic
-        script. Known run ids cost a second round trip for their group.
+        script. Known run ids cost a second round trip for their group. A group
+        checked against a binding version that is no longer current is written
+        nowhere and answered `Moved` (only items with a `version` can be).
         """
-        groups: dict[tuple[str, str, str, str], _Group] = {}
+        groups: dict[tuple[str, str, str, str, int | None], IngestGroup] = {}
         for index, item in enumerate(items):
             t = item.trace
             if any("\n" in tool for tool in t.tools):
                 # The script reads increments as "field\nvalue" lines.
                 raise InvalidInput(f"tools of run {t.run_id!r}: a tool name must not contain "
                                    "a line break", run_id=t.run_id)
-            key = (t.role, t.config, t.arm, item.epoch)
+            key = (t.role, t.config, t.arm, item.epoch, item.version)
             group = groups.get(key)
             if group is None:
-                group = groups[key] = _Group(*key)
+                group = groups[key] = IngestGroup(*key)
             group.take(index, item)
-        results: list[Stored | None] = [None] * len(items)
+        results: list[Stored | Moved | None] = [None] * len(items)
         pending = list(groups.values())
         for _ in range(_ATTEMPTS):
-            answers = self._run([self._group_call(g) for g in pending])
+            answers = self._run([g.call(self.retention, self.run_ttl_s, self.window_ttl_s)
+                                 for g in pending])
             retry = []
             for group, answer in zip(pending, answers):
                 flags = [_text(a) for a in answer]
+                if flags[0] == "V":
+                    group.moved(items, int(flags[1]) if flags[1] else None, results)
+                    continue
                 if flags[0] == "R":
                     group.expect_known = [f == "1" for f in flags[1:]]
                     retry.append(group)
@@ -241,7 +146,7 @@ class TraceStore:
             except redis.exceptions.NoScriptError:
                 # The server lost its script cache (restart, SCRIPT FLUSH): load and
                 # run again. Safe: a NOSCRIPT answer ran nothing.
-                self._ingest.sha = self.connection.script_load(_INGEST)
+                self._ingest.sha = self.connection.script_load(INGEST_SCRIPT)
                 return self._evalsha(calls)
 
     def _evalsha(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
@@ -272,31 +177,6 @@ class TraceStore:
         finally:
             pool.release(conn)
 
-    def _group_call(self, group: _Group) -> tuple[list[str], list[Any]]:
-        role, config = group.role, group.config
-        items = group.items
-        expect = group.expect_known
-        if expect is None and len(items) == 1:
-            # One new trace (every single-trace POST): its increments are the totals.
-            totals = increments(items[0].trace, items[0].verdict)
-        else:
-            expect = expect or [False] * len(items)
-            totals = {}
-            for item, known in zip(items, expect):
-                if not known:
-                    for name, value in increments(item.trace, item.verdict).items():
-                        totals[name] = totals.get(name, 0) + value
-        keys = [*_group_keys(role, config, group.arm, group.epoch)]
-        keys += [run_key(role, item.trace.run_id) for item in items]
-        args: list[Any] = [self.retention, self.run_ttl_s, self.window_ttl_s, group.prefix,
-                           config, len(items), _encode(totals)]
-        for index, item in enumerate(items):
-            args += (item.trace.model_dump_json(exclude_none=True),
-                     item.verdict.json_text,
-                     "1" if expect is not None and expect[index] else "0")
-        return keys, args
-
-    # -- reads ---------------------------------------------------------------
 
     def window(self, role: str, config: str, arm: str, epoch: str) -> WindowStats:
         """The running aggregate of one (role, config, arm) over one stage."""
@@ -374,22 +254,6 @@ class TraceStore:
         return out
 
 
-@functools.lru_cache(maxsize=1024)
-def _group_keys(role: str, config: str, arm: str, epoch: str) -> tuple[str, str, str, str]:
-    """A group's stream, window, tally and configs keys, built once per group (hot path)."""
-    return (stream_key(role, config, arm), window_key(role, config, arm, epoch),
-            tally_key(role, config), configs_key(role))
-
-
-@functools.lru_cache(maxsize=1024)
-def _location_prefix(config: str, arm: str, epoch: str) -> str:
-    """The stored location JSON of a group up to its stream id, which the script appends."""
-    return json.dumps({"config": config, "arm": arm, "epoch": epoch})[:-1] + ', "id": "'
-
-
-def _encode(fields: dict[str, int]) -> str:
-    """Increments as the script reads them: "field\\nvalue\\n" pairs (field names hold no newline)."""
-    return "".join(f"{name}\n{value}\n" for name, value in fields.items())
 
 
 #: What XRANGE answers: (stream id, {field: value}) per entry.

@@ -15,6 +15,13 @@ reason while the good ones in the same batch are kept. Answers:
   retrying the same request trips it again, since a retried run_id stored in this
   stage still counts); 503: Redis did not answer.
 
+A trace counts in the stage of the role's binding as Redis holds it when the
+trace is written, not as this worker's copy (refreshed every 0.2 s) last saw
+it: the store refuses a write checked against an older binding version, and
+the traces are checked again against the binding read from Redis. A trace whose
+config is neither the role's current nor its candidate is refused
+(`config_not_bound`): it would count in no arm.
+
 Each result is ``{"index", "run_id", "status": "accepted"|"duplicate"|"refused",
 "verdict"?, "error"?}``. The top level adds counts and `tripwire`, the rollbacks
 this request caused. A candidate or shadow trace with a zero-tolerance breach
@@ -33,11 +40,12 @@ from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from bindings.errors import NotFound
-from bindings.models import VersionedBinding, validate_role_name
+from bindings.models import Binding, VersionedBinding, validate_role_name
 from gatekeeper import tripwire
 from gatekeeper.invariants import check
+from gatekeeper.store.trace_ingest import Checked, Moved, Stored
 from gatekeeper.store.trace_keys import epoch_of
-from gatekeeper.store.traces import Checked, TraceStore
+from gatekeeper.store.traces import TraceStore
 from rolegate.trace import Trace
 from router.api.bodies import SURROGATE_ESCAPE, json_body, unstorable
 from router.app import Services
@@ -50,6 +58,10 @@ bp = Blueprint("traces", __name__)
 EXTENSION = "rolegate.traces"
 #: A batch larger than this is refused whole (split it; 500 per POST is plenty).
 MAX_BATCH = 10_000
+#: The refusal code of a trace whose config the role does not run.
+NOT_BOUND = "config_not_bound"
+#: Reads of a role's binding per request when it keeps moving while traces are stored.
+MOVE_ATTEMPTS = 4
 
 
 def init_app(app: Flask) -> None:
@@ -93,16 +105,59 @@ def _refusal(index: int, item: Any, code: str, message: str,
             "error": {"code": code, "message": message, "details": details or {}}}
 
 
-def _binding(role: str, seen: dict[str, VersionedBinding],
-             services: Services) -> VersionedBinding:
-    """The role's binding: this request's earlier read, the worker's copy, or the store."""
-    if role in seen:
-        return seen[role]
-    cached: VersionedBinding | None = services.cache.get(role)[0]
-    # A role created a moment ago may not be in this worker's copy yet.
-    record: VersionedBinding = cached if cached is not None else services.store.get(role)
-    seen[role] = record
-    return record
+class _Bindings:
+    """The bindings one request checks its traces against.
+
+    The worker's copy first (no round trip); the binding in Redis for a role
+    once that copy proved out of date: the store answered `Moved`, or a trace
+    named a config the copy does not know (a candidate set a moment ago).
+    """
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self.seen: dict[str, VersionedBinding] = {}
+        self.fresh: set[str] = set()
+
+    def get(self, role: str) -> VersionedBinding:
+        """The role's binding: this request's earlier read, the worker's copy, or the store."""
+        record = self.seen.get(role)
+        if record is not None:
+            return record
+        cached = None if role in self.fresh else self.services.cache.get(role)[0]
+        # A role created a moment ago may not be in this worker's copy yet.
+        record = cached if cached is not None else self._read(role)
+        self.seen[role] = record
+        return record
+
+    def forget(self, role: str) -> None:
+        """From now on, read the role's binding from Redis."""
+        self.seen.pop(role, None)
+        self.fresh.add(role)
+
+    def reread(self, role: str) -> VersionedBinding:
+        """The role's binding as Redis holds it now (and this worker's copy catches up)."""
+        self.forget(role)
+        return self.get(role)
+
+    def _read(self, role: str) -> VersionedBinding:
+        self.fresh.add(role)
+        record = self.services.store.get(role)
+        self.services.cache.put(record)
+        return record
+
+
+def _bound(config: str, binding: Binding) -> bool:
+    """Whether `config` is one the binding runs: its current or its candidate."""
+    return config == binding.current or config == binding.candidate
+
+
+def _not_bound(trace: Trace, record: VersionedBinding) -> str:
+    binding = record.binding
+    candidate = ("it has no candidate" if binding.candidate is None
+                 else f"its candidate {binding.candidate!r}")
+    return (f"config {trace.config!r} is neither role {trace.role!r}'s current config "
+            f"{binding.current!r} nor {candidate} (binding version {record.version}); "
+            "its trace would count in no arm")
 
 
 class _Batch(BaseModel):
@@ -182,32 +237,8 @@ def ingest() -> ResponseReturnValue:
     now = time.time()
     extensions = current_app.extensions
     services: Services = extensions["rolegate"]
-    checked: list[Checked] = []
-    positions: list[int] = []
-    seen: dict[str, VersionedBinding] = {}
-    for index, trace in valid:
-        try:
-            validate_role_name(trace.role)
-        except ValueError as exc:
-            results[index] = _refused(index, trace, "invalid", str(exc), {"field": "role"})
-            continue
-        if any("\n" in tool for tool in trace.tools):
-            results[index] = _refused(index, trace, "invalid",
-                                      "tools: a tool name must not contain a line break",
-                                      {"field": "tools"})
-            continue
-        try:
-            record = _binding(trace.role, seen, services)
-        except NotFound as exc:
-            results[index] = _refused(index, trace, exc.code, exc.message, exc.details)
-            continue
-        if trace.time is None:
-            trace = trace.model_copy(update={"time": now})
-        verdict = check(trace, record.binding.gate.invariants)
-        checked.append(Checked(trace, verdict, epoch_of(record.binding)))
-        positions.append(index)
-
-    stored = extensions[EXTENSION].add(checked) if checked else []
+    checked, stored, positions = _check_and_store(valid, results, _Bindings(services),
+                                                  extensions[EXTENSION], now)
     # For the metrics hook: what was newly stored, by role and arm.
     ctx = g._get_current_object()  # one proxy lookup for both attributes
     ctx.ingested = [(c.trace.role, c.trace.arm) for c, o in zip(checked, stored)
@@ -228,6 +259,78 @@ def ingest() -> ResponseReturnValue:
             f'{{"accepted":{1 - duplicates},"duplicates":{duplicates},"refused":0,'
             f'"results":[{results[0]}],"tripwire":[]}}\n', mimetype="application/json")
     return _answer([r for r in results if r is not None], duplicates, trips)
+
+
+def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],
+           bindings: _Bindings, now: float) -> tuple[list[Checked], list[int]]:
+    """Check each trace against its role's binding; record a refusal for each one refused."""
+    checked: list[Checked] = []
+    positions: list[int] = []
+    for index, trace in valid:
+        try:
+            validate_role_name(trace.role)
+        except ValueError as exc:
+            results[index] = _refused(index, trace, "invalid", str(exc), {"field": "role"})
+            continue
+        if any("\n" in tool for tool in trace.tools):
+            results[index] = _refused(index, trace, "invalid",
+                                      "tools: a tool name must not contain a line break",
+                                      {"field": "tools"})
+            continue
+        try:
+            record = bindings.get(trace.role)
+            if not _bound(trace.config, record.binding) and trace.role not in bindings.fresh:
+                record = bindings.reread(trace.role)
+        except NotFound as exc:
+            results[index] = _refused(index, trace, exc.code, exc.message, exc.details)
+            continue
+        if not _bound(trace.config, record.binding):
+            results[index] = _refused(index, trace, NOT_BOUND, _not_bound(trace, record), {
+                "field": "config", "config": trace.config, "current": record.binding.current,
+                "candidate": record.binding.candidate, "version": record.version})
+            continue
+        if trace.time is None:
+            trace = trace.model_copy(update={"time": now})
+        verdict = check(trace, record.binding.gate.invariants)
+        checked.append(Checked(trace, verdict, epoch_of(record.binding), record.version))
+        positions.append(index)
+    return checked, positions
+
+
+def _check_and_store(valid: list[tuple[int, Trace]],
+                     results: list[dict[str, Any] | str | None], bindings: _Bindings,
+                     store: TraceStore, now: float,
+                     ) -> tuple[list[Checked], list[Stored], list[int]]:
+    """Check and store every trace: (stored traces, their outcomes, their request indices).
+
+    Traces the store answered `Moved` (their role's binding changed after this
+    worker's copy was taken) are checked again against the binding in Redis.
+    """
+    done: list[Checked] = []
+    outcomes: list[Stored] = []
+    positions: list[int] = []
+    pending = valid
+    for _ in range(MOVE_ATTEMPTS):
+        checked, where = _check(pending, results, bindings, now)
+        pending = []
+        moved: set[str] = set()
+        for index, item, outcome in zip(where, checked, store.add(checked) if checked else []):
+            if isinstance(outcome, Moved):
+                pending.append((index, item.trace))
+                moved.add(item.trace.role)
+                continue
+            done.append(item)
+            outcomes.append(outcome)
+            positions.append(index)
+        for role in moved:
+            bindings.forget(role)
+        if not pending:
+            break
+    for index, trace in pending:
+        results[index] = _refused(index, trace, "conflict",
+                                  f"the binding of role {trace.role!r} kept changing while "
+                                  "this trace was stored; send it again", {"role": trace.role})
+    return done, outcomes, positions
 
 
 def _refused(index: int, trace: Trace, code: str, message: str,

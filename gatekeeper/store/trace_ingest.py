@@ -1,0 +1,236 @@
+"""Storing traces: the ingest script, the groups it stores, and what it answers.
+
+One Lua call per (role, config, arm, epoch) group stores a whole batch. The
+caller says which run ids it expects to be known already (none, at first); the
+script checks every run-id key, and if the guess was wrong it writes nothing
+and answers which are known, so the caller sums the increments of the new ones
+and calls again. Otherwise it appends each new trace, sets its run-id key and
+adds the group's summed increments to the aggregate, all in one atomic step. A
+client retrying a run id therefore never counts twice, and the common all-new
+batch costs one round trip carrying one summed set of increments.
+
+Which stage a trace counts in is the authoritative binding's, not a worker's
+copy (refreshed every 0.2 s): a caller that checked a trace against binding
+version V says so (`Checked.version`), and the script compares V with the
+version in the binding hash (same slot: the role is the hash tag) before it
+writes anything. When the binding has moved on, the group is answered `Moved`
+and nothing is written; the caller re-reads the binding and checks again.
+
+`gatekeeper.store.traces.TraceStore.add` runs the groups; the key names are in
+`gatekeeper.store.trace_keys`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from bindings.store import binding_key
+from gatekeeper.invariants import TraceVerdict
+from gatekeeper.store.trace_keys import (
+    Location,
+    configs_key,
+    run_key,
+    stream_key,
+    tally_key,
+    window_key,
+)
+from gatekeeper.window import increments
+from rolegate.trace import Trace
+
+# KEYS: stream, window hash, tally hash, configs set, binding hash, then one run-id
+#       key per trace
+# ARGV: maxlen, run ttl, window ttl, location prefix, config, n traces,
+#       the summed increments of the traces expected new, as "field\nvalue\n...",
+#       the binding version the traces were checked against ("" for none),
+#       (trace JSON, verdict JSON, "1" if expected known else "0") * n traces
+# Returns {"V", version or ""} without writing when the binding is at another
+# version; {"R", "0"|"1" per trace} without writing when the expectation was
+# wrong; else {"OK", per trace "N<location>" when stored or "D<location>" when known}.
+INGEST_SCRIPT = """
+if ARGV[8] ~= '' then
+  local version = redis.call('HGET', KEYS[5], 'version')
+  if version ~= ARGV[8] then return {'V', version or ''} end
+end
+local n = tonumber(ARGV[6])
+local known, wrong = {}, false
+for i = 1, n do
+  known[i] = redis.call('GET', KEYS[5 + i])
+  if (known[i] ~= false) ~= (ARGV[8 + 3 * i] == '1') then wrong = true end
+end
+if wrong then
+  local flags = {'R'}
+  for i = 1, n do flags[i + 1] = known[i] and '1' or '0' end
+  return flags
+end
+local out, added = {'OK'}, 0
+for i = 1, n do
+  if known[i] then
+    out[i + 1] = 'D' .. known[i]
+  else
+    local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
+                          't', ARGV[6 + 3 * i], 'v', ARGV[7 + 3 * i])
+    local location = ARGV[4] .. id .. '"}'
+    redis.call('SET', KEYS[5 + i], location, 'EX', ARGV[2])
+    out[i + 1] = 'N' .. location
+    added = added + 1
+  end
+end
+if added > 0 then
+  for name, value in string.gmatch(ARGV[7], '([^\\n]+)\\n(%-?%d+)') do
+    redis.call('HINCRBY', KEYS[2], name, value)
+    if name == 'n' or string.sub(name, 1, 5) == 'tool:' then
+      redis.call('HINCRBY', KEYS[3], name, value)
+    end
+  end
+  redis.call('EXPIRE', KEYS[2], ARGV[3])
+  redis.call('SADD', KEYS[4], ARGV[5])
+end
+return out
+"""
+
+
+
+@dataclass(frozen=True)
+class Stored:
+    """The outcome of storing one trace: new or a duplicate of a known run id."""
+
+    run_id: str
+    duplicate: bool
+    location: Location
+
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A trace not stored: its role's binding is no longer at the version it was checked against.
+
+    `version` is the binding's version now (None: the role has no binding).
+    Check the trace against the binding as it is now and add it again.
+    """
+
+    run_id: str
+    version: int | None
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A validated trace ready to store: its verdict and the window epoch it counts in.
+
+    `version` is the binding version the verdict and epoch were read from; the
+    store writes the trace only while the binding is still at it. None stores it
+    unconditionally (tests, tools that write a known epoch).
+    """
+
+    trace: Trace
+    verdict: TraceVerdict
+    epoch: str
+    version: int | None = None
+
+
+
+class IngestGroup:
+    """The traces of one (role, config, arm, epoch, version) in a request: one script call.
+
+    A run id repeated within the request is sent once; its repeats are answered
+    as duplicates of the first.
+    """
+
+    def __init__(self, role: str, config: str, arm: str, epoch: str,
+                 version: int | None) -> None:
+        self.role, self.config, self.arm, self.epoch = role, config, arm, epoch
+        self.version = version
+        self.items: list[Checked] = []
+        self.indices: list[int] = []
+        self.repeats: list[tuple[int, int]] = []  # (index in request, position in items)
+        self.expect_known: list[bool] | None = None
+        self._seen: dict[str, int] = {}
+        #: The stored location JSON up to the stream id, which the script appends.
+        self.prefix = _location_prefix(config, arm, epoch)
+
+    def take(self, index: int, item: Checked) -> None:
+        """Add the request's trace number `index`."""
+        first = self._seen.get(item.trace.run_id)
+        if first is not None:
+            self.repeats.append((index, first))
+            return
+        self._seen[item.trace.run_id] = len(self.items)
+        self.items.append(item)
+        self.indices.append(index)
+
+    def moved(self, items: Sequence[Checked], version: int | None,
+              results: list[Stored | Moved | None]) -> None:
+        """Answer every trace of the group `Moved`: the binding is at `version` now."""
+        for index in self.indices:
+            results[index] = Moved(items[index].trace.run_id, version)
+        for index, _ in self.repeats:
+            results[index] = Moved(items[index].trace.run_id, version)
+
+    def resolve(self, items: Sequence[Checked], answers: list[str],
+                results: list[Stored | Moved | None]) -> None:
+        """Fill `results` from the script's per-trace answers."""
+        start = 1 + len(self.prefix)
+        for index, text in zip(self.indices, answers):
+            if text[0] == "N":
+                # Stored just now under this group's location: only the id is new.
+                where = Location(self.config, self.arm, self.epoch, text[start:-2])
+                results[index] = Stored(items[index].trace.run_id, False, where)
+            else:
+                results[index] = Stored(items[index].trace.run_id, True,
+                                        Location.parse(text[1:]))
+        for index, first in self.repeats:
+            earlier = results[self.indices[first]]
+            assert isinstance(earlier, Stored)
+            results[index] = Stored(run_id=earlier.run_id, duplicate=True,
+                                    location=earlier.location)
+
+
+    def call(self, retention: int, run_ttl_s: int,
+             window_ttl_s: int) -> tuple[list[str], list[Any]]:
+        """The script's KEYS and ARGV for this group (see INGEST_SCRIPT)."""
+        role, config = self.role, self.config
+        items = self.items
+        expect = self.expect_known
+        if expect is None and len(items) == 1:
+            # One new trace (every single-trace POST): its increments are the totals.
+            totals = increments(items[0].trace, items[0].verdict)
+        else:
+            expect = expect or [False] * len(items)
+            totals = {}
+            for item, known in zip(items, expect):
+                if not known:
+                    for name, value in increments(item.trace, item.verdict).items():
+                        totals[name] = totals.get(name, 0) + value
+        keys = [*_group_keys(role, config, self.arm, self.epoch)]
+        keys += [run_key(role, item.trace.run_id) for item in items]
+        args: list[Any] = [retention, run_ttl_s, window_ttl_s, self.prefix,
+                           config, len(items), _encode(totals),
+                           "" if self.version is None else self.version]
+        for index, item in enumerate(items):
+            args += (item.trace.model_dump_json(exclude_none=True),
+                     item.verdict.json_text,
+                     "1" if expect is not None and expect[index] else "0")
+        return keys, args
+
+
+
+@functools.lru_cache(maxsize=1024)
+def _group_keys(role: str, config: str, arm: str,
+                epoch: str) -> tuple[str, str, str, str, str]:
+    """A group's stream, window, tally, configs and binding keys, built once (hot path)."""
+    return (stream_key(role, config, arm), window_key(role, config, arm, epoch),
+            tally_key(role, config), configs_key(role), binding_key(role))
+
+
+@functools.lru_cache(maxsize=1024)
+def _location_prefix(config: str, arm: str, epoch: str) -> str:
+    """The stored location JSON of a group up to its stream id, which the script appends."""
+    return json.dumps({"config": config, "arm": arm, "epoch": epoch})[:-1] + ', "id": "'
+
+
+def _encode(fields: dict[str, int]) -> str:
+    """Increments as the script reads them: "field\\nvalue\\n" pairs (field names hold no newline)."""
+    return "".join(f"{name}\n{value}\n" for name, value in fields.items())
