@@ -12,6 +12,7 @@ router renders every one of them with a single handler::
     │   └── IllegalTransition     409  the stage machine refuses this move
     ├── PreconditionRequired      428  replacing a binding without If-Match
     ├── StoreUnavailable          503  Redis did not answer
+    │   └── ReplicationTimeout    503  fewer replicas than ROLEGATE_MIN_REPLICAS confirmed
     └── CorruptRecord             500  a stored record no longer reads as its model
 """
 
@@ -22,7 +23,7 @@ from __future__ import annotations
 from rolegate.errors import NotFound, RolegateError
 
 __all__ = ["Conflict", "CorruptRecord", "IllegalTransition", "InvalidInput", "NotFound",
-           "PreconditionRequired", "RolegateError", "StoreUnavailable"]
+           "PreconditionRequired", "ReplicationTimeout", "RolegateError", "StoreUnavailable"]
 
 
 class InvalidInput(RolegateError):
@@ -57,6 +58,12 @@ class StoreUnavailable(RolegateError):
 
     status = 503
     code = "store_unavailable"
+
+
+class ReplicationTimeout(StoreUnavailable):
+    """A change reached the primary but not enough replicas in time: it may not survive a failover."""
+
+    code = "replication_timeout"
 
 
 class CorruptRecord(RolegateError):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import redis
 
+from bindings.connection import Connection
 from bindings.store import _redis_errors
 
 LEASE_KEY_TEMPLATE = "rolegate:lease:{name}"
@@ -49,7 +50,7 @@ class LeaseState:
 class LeaseStore:
     """Acquire-or-renew, release and read a named lease."""
 
-    def __init__(self, connection: redis.Redis, name: str = DEFAULT_LEASE) -> None:
+    def __init__(self, connection: Connection, name: str = DEFAULT_LEASE) -> None:
         self.connection = connection
         self.key = lease_key(name)
         self._renew = connection.register_script(_RENEW)

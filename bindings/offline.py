@@ -13,6 +13,7 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
+from bindings.connection import Connection
 from bindings.errors import NotFound
 from bindings.store import _redis_errors, load_stored
 
@@ -64,7 +65,7 @@ def offline_index_key(role: str) -> str:
 class OfflineStore:
     """Reads and writes offline verdicts; the latest verdict for a config wins."""
 
-    def __init__(self, connection: redis.Redis) -> None:
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
 
     def put(self, role: str, verdict: OfflineVerdict, actor: str,

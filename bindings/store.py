@@ -1,13 +1,19 @@
 """The binding table in Redis: one record per role, compare-and-set, append-only history.
 
-Every write goes through one Lua script, so the new binding, its history entry,
-the role index and the change counter move together or not at all. The role is a
-Redis Cluster hash tag in its keys (``rolegate:{summarizer}:binding``), so one
-role's keys share a slot.
+A change is one Lua script on the role's own keys: the new record with its
+version and the history entry move together or not at all. The role is a Redis
+Cluster hash tag in those keys (``rolegate:{summarizer}:binding``), so the
+script touches one slot. The keys without a role are each written in a step of
+their own (docs/scaling.md): the role index before the script, so it is always
+a superset of the roles that have a binding, and the change hint (the
+generation counter, and a message on the change channel) after it. The
+per-role versions are the truth; the hint only tells routers to reload sooner,
+and a lost hint is repaired by their periodic full reload.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -15,34 +21,48 @@ from typing import Any, TypeVar
 import redis
 from pydantic import BaseModel, ValidationError
 
-from bindings.errors import Conflict, CorruptRecord, NotFound, StoreUnavailable
+from bindings.connection import Connection, is_cluster_client
+from bindings.errors import (
+    Conflict,
+    CorruptRecord,
+    NotFound,
+    ReplicationTimeout,
+    StoreUnavailable,
+)
 from bindings.models import Binding, HistoryEntry, VersionedBinding
+
+log = logging.getLogger("rolegate.store")
 
 BINDING_KEY_TEMPLATE = "rolegate:{{{role}}}:binding"
 HISTORY_KEY_TEMPLATE = "rolegate:{{{role}}}:history"
 ROLES_KEY = "rolegate:roles"
-#: Grows by one on every change to any role: the cheap thing routers poll.
+#: The change hint: grows by one after every change to any role; what routers poll.
 GENERATION_KEY = "rolegate:generation"
 CHANGES_CHANNEL = "rolegate:changes"
 _MAX_VERSION = 2**63 - 1
 
 M = TypeVar("M", bound=BaseModel)
 
-# KEYS: binding hash, history list, role index set, generation counter
-# ARGV: role, expected version, record JSON, history entry JSON, channel
-# Returns {1, new_version, generation} on success, {0, current_version} on a stale write.
+# KEYS: binding hash, history list (one role: one slot)
+# ARGV: expected version, record JSON, history entry JSON
+# Returns {1, new_version} on success, {0, current_version} on a stale write.
 _COMPARE_AND_SET = """
 local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
-if current ~= tonumber(ARGV[2]) then
+if current ~= tonumber(ARGV[1]) then
   return {0, current}
 end
 local version = current + 1
-redis.call('HSET', KEYS[1], 'version', version, 'record', ARGV[3])
-redis.call('RPUSH', KEYS[2], ARGV[4])
-redis.call('SADD', KEYS[3], ARGV[1])
-local generation = redis.call('INCR', KEYS[4])
-redis.call('PUBLISH', ARGV[5], ARGV[1])
-return {1, version, generation}
+redis.call('HSET', KEYS[1], 'version', version, 'record', ARGV[2])
+redis.call('RPUSH', KEYS[2], ARGV[3])
+return {1, version}
+"""
+
+# KEYS: the generation counter. ARGV: channel, role. Returns the new generation.
+# The message goes out after the increment, so a woken watcher reads the new value.
+_HINT = """
+local generation = redis.call('INCR', KEYS[1])
+redis.call('PUBLISH', ARGV[1], ARGV[2])
+return generation
 """
 
 
@@ -59,10 +79,15 @@ def history_key(role: str) -> str:
 class BindingStore:
     """Reads and compare-and-set writes of bindings, with their history."""
 
-    def __init__(self, connection: redis.Redis, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, connection: Connection, clock: Callable[[], float] = time.time, *,
+                 min_replicas: int = 0, replica_wait_ms: int = 1000) -> None:
         self.connection = connection
         self.clock = clock
+        #: A change is answered only once this many replicas confirm it (WAIT).
+        self.min_replicas = min_replicas
+        self.replica_wait_ms = replica_wait_ms
         self._cas = connection.register_script(_COMPARE_AND_SET)
+        self._hint = connection.register_script(_HINT)
 
     # -- reads ---------------------------------------------------------------
 
@@ -77,28 +102,39 @@ class BindingStore:
     def roles(self) -> list[str]:
         """Every role that has a binding, sorted."""
         with _redis_errors():
-            members = self.connection.smembers(ROLES_KEY)
-        return sorted(_text(m) for m in members)
+            members = sorted(_text(m) for m in self.connection.smembers(ROLES_KEY))
+            pipe = self.connection.pipeline(transaction=False)
+            for role in members:
+                pipe.exists(binding_key(role))
+            found = pipe.execute() if members else []
+        # The index is written before the binding: a create that lost its race
+        # (or died half-way) leaves a member with no binding, which is no role.
+        return [role for role, exists in zip(members, found) if exists]
 
     def generation(self) -> int:
-        """The change counter: it differs whenever any binding changed."""
+        """The change hint: it moves after every change (a lost one is repaired, see module)."""
         with _redis_errors():
             raw = self.connection.get(GENERATION_KEY)
         return int(raw or 0)
 
     def snapshot(self) -> tuple[int, dict[str, VersionedBinding]]:
-        """The generation and every binding, in two round trips.
+        """The generation and every binding, in two round trips (three on a Cluster).
 
-        The generation is read together with the role index, before the records:
-        a write landing in between makes the records newer than the generation,
-        never older, so a poller comparing generations reloads again instead of
-        keeping a table that misses the write.
+        The generation is read before the role index and the index before the
+        records (a writer does it the other way round: index, record, hint), so
+        the records are never older than the generation: a poller comparing
+        generations reloads again instead of keeping a table that misses a write.
         """
         with _redis_errors():
-            head = self.connection.pipeline(transaction=True)
-            head.get(GENERATION_KEY)
-            head.smembers(ROLES_KEY)
-            raw_generation, members = head.execute()
+            if is_cluster_client(self.connection):
+                # Different slots, maybe different nodes: a pipeline would not keep order.
+                raw_generation = self.connection.get(GENERATION_KEY)
+                members = self.connection.smembers(ROLES_KEY)
+            else:
+                head = self.connection.pipeline(transaction=False)
+                head.get(GENERATION_KEY)
+                head.smembers(ROLES_KEY)
+                raw_generation, members = head.execute()
             roles = sorted(_text(m) for m in members)
             pipe = self.connection.pipeline(transaction=False)
             for role in roles:
@@ -175,11 +211,13 @@ class BindingStore:
             binding=binding,
             details=details or {},
         )
-        keys = [binding_key(role), history_key(role), ROLES_KEY, GENERATION_KEY]
-        args: list[str | int] = [role, expected_version, record.model_dump_json(),
-                                 entry.model_dump_json(), CHANGES_CHANNEL]
+        keys = [binding_key(role), history_key(role)]
+        args: list[str | int] = [expected_version, record.model_dump_json(),
+                                 entry.model_dump_json()]
         with _redis_errors():
-            result = self._cas(keys=keys, args=args)
+            # First the index (a superset of the roles), then the role's own step.
+            self.connection.sadd(ROLES_KEY, role)
+            result, replicas = self._compare_and_set(keys, args)
         if int(result[0]) != 1:
             current = int(result[1])
             if current == 0:
@@ -191,7 +229,65 @@ class BindingStore:
                 f"role {role!r} is at version {current}, not {expected_version}",
                 role=role, current_version=current, expected_version=expected_version,
             )
+        self.announce(role)
+        if replicas is not None and replicas < self.min_replicas:
+            raise ReplicationTimeout(
+                f"role {role!r} version {version} is on the primary but only {replicas} of "
+                f"{self.min_replicas} replicas confirmed it within {self.replica_wait_ms} ms; "
+                "it may be lost if the primary fails now: read the role back before retrying",
+                role=role, version=version, replicas=replicas, required=self.min_replicas)
         return record
+
+    def announce(self, role: str) -> int | None:
+        """Bump the change hint and publish `role` on the change channel.
+
+        Called after every change, and by a router that found a change whose
+        hint was lost. A hint that cannot be written is logged, never raised:
+        the change itself is committed, and a full reload finds it.
+        """
+        try:
+            with _redis_errors():
+                return int(self._hint(keys=[GENERATION_KEY], args=[CHANGES_CHANNEL, role]))
+        except StoreUnavailable as exc:
+            log.warning("change hint for role %r lost (routers see the change at their next "
+                        "full reload): %s", role, exc.message)
+            return None
+
+    def _compare_and_set(self, keys: list[str],
+                         args: list[str | int]) -> tuple[list[Any], int | None]:
+        """Run the script; with `min_replicas`, WAIT on the same connection right after it.
+
+        Returns the script's answer and how many replicas confirmed (None when
+        not asked). WAIT counts the writes of the connection it runs on, so both
+        go in one pipeline, to the node that holds the role on a Cluster.
+        """
+        if self.min_replicas <= 0:
+            return list(self._cas(keys=keys, args=args)), None
+        node_client: Any = self.connection
+        if is_cluster_client(self.connection):
+            node = self.connection.get_node_from_key(keys[0])  # type: ignore[no-untyped-call]
+            node_client = self.connection.get_redis_connection(node)
+        for _ in range(2):
+            pipe = node_client.pipeline(transaction=False)
+            pipe.evalsha(self._cas.sha, len(keys), *keys, *args)
+            pipe.execute_command("WAIT", self.min_replicas, self.replica_wait_ms)
+            try:
+                result, replicas = pipe.execute()
+            except redis.exceptions.NoScriptError:
+                # A restarted or failed-over server lost its script cache; the
+                # refused EVALSHA wrote nothing.
+                self._cas.sha = node_client.script_load(_COMPARE_AND_SET)
+                continue
+            return list(result), int(replicas)
+        raise StoreUnavailable("the server keeps losing its script cache")
+
+
+#: What a server says while it cannot take a write now but will soon: a demoted
+#: primary after a failover (READONLY), a Cluster without a quorum or moving
+#: slots (CLUSTERDOWN, TRYAGAIN), a Cluster client that found no node.
+_UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError,
+                redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
+                redis.exceptions.ClusterError)
 
 
 class _redis_errors:
@@ -202,7 +298,7 @@ class _redis_errors:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> None:
-        if exc is not None and isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        if exc is not None and isinstance(exc, _UNAVAILABLE):
             raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
 
 

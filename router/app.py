@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from flask import Flask
 
+from bindings.connection import Connection, connect
 from bindings.store import BindingStore
 from router.server import errors
 from router.server.auth import TokenTable
@@ -44,7 +44,7 @@ class Services:
     """The long-lived clients one app holds, in `app.extensions["rolegate"]`."""
 
     settings: Settings
-    redis: redis.Redis
+    redis: Connection
     store: BindingStore
     cache: BindingCache
     tokens: TokenTable
@@ -56,10 +56,9 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["TESTING"] = settings.testing
-    connection = redis.Redis.from_url(
-        settings.redis_url, socket_timeout=2.0, socket_connect_timeout=2.0, health_check_interval=30
-    )
-    store = BindingStore(connection)
+    connection = connect(settings.redis_target())
+    store = BindingStore(connection, min_replicas=settings.min_replicas,
+                         replica_wait_ms=settings.replica_wait_ms)
     tokens = TokenTable(settings.tokens)
     if tokens.open:
         log.warning(
@@ -70,7 +69,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         settings=settings,
         redis=connection,
         store=store,
-        cache=BindingCache(store, settings.refresh_interval_s),
+        cache=BindingCache(store, settings.refresh_interval_s,
+                           settings.full_reload_interval_s),
         tokens=tokens,
     )
     errors.init_app(app)

@@ -22,6 +22,7 @@ from flask.testing import FlaskClient
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from router import create_app
+from tests.cluster import OwnCluster, started_cluster
 from tests.servers import OwnRedis
 
 #: An explicit Redis for the tests (e.g. redis://10.0.0.5:6379); unset, they start their own.
@@ -180,3 +181,19 @@ def app(redis_url: str) -> Iterator[Flask]:
 def client(app: Flask) -> FlaskClient:
     """A test client for the router."""
     return app.test_client()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[OwnCluster]:
+    """A three-master Redis Cluster on loopback, started once for the session."""
+    cluster = started_cluster()
+    yield cluster
+    cluster.close()
+
+
+@pytest.fixture
+def cluster_url(redis_cluster: OwnCluster) -> Iterator[str]:
+    """The URL of one node of the session's cluster, every master emptied before and after."""
+    redis_cluster.flush()
+    yield redis_cluster.url
+    redis_cluster.flush()

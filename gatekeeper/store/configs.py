@@ -19,6 +19,7 @@ from collections.abc import Callable
 import redis
 from pydantic import BaseModel, ConfigDict, Field
 
+from bindings.connection import Connection
 from bindings.errors import (
     Conflict,
     InvalidInput,
@@ -67,7 +68,7 @@ def validate_config_id(config: str) -> str:
 class ConfigStore:
     """Reads and compare-and-set writes of config specs and their stored criteria."""
 
-    def __init__(self, connection: redis.Redis, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, connection: Connection, clock: Callable[[], float] = time.time) -> None:
         self.connection = connection
         self.clock = clock
 
@@ -89,8 +90,14 @@ class ConfigStore:
     def configs(self) -> list[str]:
         """Every registered config id, sorted."""
         with _redis_errors():
-            members = self.connection.smembers(CONFIGS_KEY)
-        return sorted(m.decode() if isinstance(m, bytes) else m for m in members)
+            members = sorted(m.decode() if isinstance(m, bytes) else m
+                             for m in self.connection.smembers(CONFIGS_KEY))
+            pipe = self.connection.pipeline(transaction=False)
+            for config in members:
+                pipe.exists(config_key(config))
+            found = pipe.execute() if members else []
+        # The index is written before the spec: a member whose write failed has no record.
+        return [config for config, exists in zip(members, found) if exists]
 
     def put(self, config: str, spec: Spec, *, actor: str, description: str = "",
             expected_version: int | None = None) -> tuple[ConfigRecord, ConfigRecord | None]:
@@ -102,8 +109,12 @@ class ConfigStore:
         key = config_key(validate_config_id(config))
         criteria = tuple(generate(spec))
         try:
+            # The index first, in a step of its own (another slot than the spec's
+            # key on a Cluster): it may name a config whose write then failed,
+            # which reads back as "never registered", never the other way round.
+            self.connection.sadd(CONFIGS_KEY, config)
             with self.connection.pipeline(transaction=True) as pipe:
-                pipe.watch(key)  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+                pipe.watch(key)
                 raw = pipe.hget(key, "record")
                 previous = _load(config, raw) if raw is not None else None
                 current = previous.version if previous else 0
@@ -124,7 +135,6 @@ class ConfigStore:
                 pipe.multi()
                 pipe.hset(key, mapping={"version": record.version,
                                         "record": record.model_dump_json()})
-                pipe.sadd(CONFIGS_KEY, config)
                 pipe.execute()
         except redis.WatchError:
             raise Conflict(f"config {config!r} changed while it was being written",

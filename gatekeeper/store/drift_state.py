@@ -29,6 +29,7 @@ from typing import Any
 
 import redis
 
+from bindings.connection import Connection
 from bindings.store import _redis_errors
 from gatekeeper.drift import Detector, Params, stream_order
 from gatekeeper.pairing import Run
@@ -105,7 +106,7 @@ class Advanced:
 class DriftStates:
     """Loads, advances and saves (compare-and-set) the detectors of a role's arms."""
 
-    def __init__(self, connection: redis.Redis, *, max_advance: int = MAX_ADVANCE,
+    def __init__(self, connection: Connection, *, max_advance: int = MAX_ADVANCE,
                  ttl_s: int = DRIFT_TTL_S) -> None:
         self.connection = connection
         self.max_advance = max_advance
@@ -216,7 +217,8 @@ class DriftStates:
         # SCRIPT EXISTS first, one more round trip per read.
         pipe = self.connection.pipeline(transaction=False)
         for _, keys, args in calls:
-            pipe.evalsha(self._save.sha, len(keys), *keys, *args)
+            # EVALSHA as a plain command: a Cluster pipeline refuses pipe.evalsha().
+            pipe.execute_command("EVALSHA", self._save.sha, len(keys), *keys, *args)
         answers: list[Any] = pipe.execute()
         return answers
 

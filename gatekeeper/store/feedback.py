@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 import redis
 
+from bindings.connection import Connection
 from bindings.errors import Conflict, NotFound
 from bindings.store import _redis_errors, load_stored
 from gatekeeper.golden import Feedback
@@ -37,7 +38,7 @@ def feedback_index_key(role: str) -> str:
 class FeedbackStore:
     """Appends and reads feedback entries per run."""
 
-    def __init__(self, connection: redis.Redis) -> None:
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
 
     def add(self, role: str, feedback: Feedback) -> list[Feedback]:

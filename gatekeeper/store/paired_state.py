@@ -39,6 +39,7 @@ from typing import Any
 
 import redis
 
+from bindings.connection import Connection
 from bindings.store import _redis_errors
 from gatekeeper.pair_tally import (
     ARMS,
@@ -152,7 +153,7 @@ class Paired:
 class PairedStates:
     """Loads, advances and saves (compare-and-set) the pairing tally of a shadow stage."""
 
-    def __init__(self, connection: redis.Redis, *, max_advance: int = MAX_ADVANCE,
+    def __init__(self, connection: Connection, *, max_advance: int = MAX_ADVANCE,
                  max_waiting: int = MAX_WAITING, ttl_s: int = PAIRED_TTL_S) -> None:
         self.connection = connection
         self.max_advance = max_advance

@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import Any
 
 import click
-import redis
 from pydantic import ValidationError
 
+from bindings.connection import connect
 from bindings.errors import Conflict
 from bindings.models import BindingFile
 from bindings.store import BindingStore
 from router.cli.common import EXIT_REFUSED
 from router.server.embedded import EmbeddedRedis
+from router.server.settings import load_settings
 
 #: The factory gunicorn imports in each worker.
 APP_SPEC = "router:create_app()"
@@ -68,7 +69,7 @@ def seed_bindings(store: BindingStore, bindings: BindingFile, source: str) -> li
 def master_starting(log: logging.Logger | Any) -> None:
     """Gunicorn `on_starting`: start the embedded Redis if needed, then seed."""
     global _embedded
-    if not os.environ.get("REDIS_URL"):
+    if not os.environ.get("REDIS_URL") and not os.environ.get("REDIS_SENTINELS"):
         data_dir = os.environ.get("ROLEGATE_DATA_DIR") or ".rolegate"
         _embedded = EmbeddedRedis(data_dir)
         os.environ["REDIS_URL"] = _embedded.start()
@@ -77,7 +78,7 @@ def master_starting(log: logging.Logger | Any) -> None:
     seed = os.environ.get("ROLEGATE_SEED_FILE")
     if not seed:
         return
-    connection = redis.Redis.from_url(os.environ["REDIS_URL"], socket_timeout=5.0)
+    connection = connect(load_settings().redis_target())
     try:
         created = seed_bindings(BindingStore(connection), load_binding_file(seed),
                                 Path(seed).name)

@@ -1,9 +1,12 @@
 """Each worker's in-process copy of the bindings, which resolves are served from.
 
-A daemon thread polls the store's change counter every `interval` seconds and
-reloads the table when it moved, so a change shows in every worker within about
-one interval. When Redis stops answering the copy is kept and marked stale:
-routing on the last known bindings beats failing every job.
+A daemon thread polls the store's change hint (the generation counter) every
+`interval` seconds and reloads the table when it moved, so a change shows in
+every worker within about one interval. Every `full_reload_interval` it reloads
+whatever the hint says: a change whose hint was lost (docs/scaling.md) is found
+there, and the hint is bumped again so every other router hears of it. When
+Redis stops answering the copy is kept and marked stale: routing on the last
+known bindings beats failing every job.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ log = logging.getLogger("rolegate.cache")
 class BindingCache:
     """A refreshed, read-mostly copy of the binding table."""
 
-    def __init__(self, store: BindingStore, interval: float) -> None:
+    def __init__(self, store: BindingStore, interval: float,
+                 full_reload_interval: float = 5.0) -> None:
         self.store = store
         self.interval = interval
+        self.full_reload_interval = full_reload_interval
+        self._last_full = time.monotonic()
         self.bindings: dict[str, VersionedBinding] = {}
         self.generation = -1
         self.loaded = False
@@ -64,10 +70,15 @@ class BindingCache:
         """Poll once; reload on a change. True if the copy is current afterwards."""
         try:
             generation = self.store.generation()
+            full = time.monotonic() - self._last_full >= self.full_reload_interval
             # After an outage reload whatever the counter says: a Redis that came
             # back without its data may show a counter equal to the one we hold.
-            if generation != self.generation or not self.loaded or self.stale:
+            if generation != self.generation or not self.loaded or self.stale or full:
+                held, held_generation = self.bindings, self.generation
                 generation, bindings = self.store.snapshot()
+                self._last_full = time.monotonic()
+                if self.loaded and generation == held_generation:
+                    self._repair_lost_hint(held, bindings)
                 with self._lock:
                     # Swap the whole dict: readers never see a half-built table.
                     self.bindings = bindings
@@ -93,6 +104,20 @@ class BindingCache:
         self.stale = False
         self.last_refresh = time.time()
         return True
+
+    def _repair_lost_hint(self, held: dict[str, VersionedBinding],
+                          loaded: dict[str, VersionedBinding]) -> None:
+        """Announce roles that changed while the hint stood still (their hint was lost).
+
+        A write caught between its compare-and-set and its hint looks the same
+        and gets a second hint: harmless, every router just reloads once more.
+        """
+        for role, record in loaded.items():
+            known = held.get(role)
+            if known is None or known.version < record.version:
+                log.warning("change hint repaired: role %r is at version %d but the hint "
+                            "never moved", role, record.version)
+                self.store.announce(role)
 
     def stop(self) -> None:
         """Stop the polling thread and wait for it (tests; workers just exit)."""

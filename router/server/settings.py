@@ -10,11 +10,18 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from bindings.connection import RedisTarget, parse_sentinels
 
 #: Environment variable -> settings field. The names are a contract with operators.
 ENVIRONMENT = {
     "REDIS_URL": "redis_url",
+    "REDIS_SENTINELS": "redis_sentinels",
+    "REDIS_SENTINEL_MASTER": "redis_sentinel_master",
+    "ROLEGATE_MIN_REPLICAS": "min_replicas",
+    "ROLEGATE_REPLICA_WAIT_MS": "replica_wait_ms",
+    "ROLEGATE_FULL_RELOAD_INTERVAL": "full_reload_interval_s",
     "ROLEGATE_TOKENS": "tokens",
     "ROLEGATE_REFRESH_INTERVAL": "refresh_interval_s",
     "ROLEGATE_MAX_BODY_BYTES": "max_body_bytes",
@@ -31,6 +38,16 @@ class Settings(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     redis_url: str = "redis://127.0.0.1:6379/0"
+    #: "host:port,host:port": connect through these Sentinels instead of redis_url.
+    redis_sentinels: str = ""
+    #: The name the Sentinels monitor (required with redis_sentinels).
+    redis_sentinel_master: str = ""
+    #: A binding change is answered only once this many replicas confirm it (WAIT).
+    min_replicas: int = Field(0, ge=0, le=16)
+    #: How long a binding change waits for those replicas (under the 2 s socket timeout).
+    replica_wait_ms: int = Field(1000, ge=1, le=1500)
+    #: Each worker reloads the whole table this often whatever the change hint says.
+    full_reload_interval_s: float = Field(5.0, gt=0.0, le=300.0)
     #: "token:scope,token:scope" (a token may be named: "alice=token:operator").
     #: None runs the server open, which it announces loudly.
     tokens: str | None = None
@@ -45,6 +62,24 @@ class Settings(BaseModel):
     #: Log resolves (their request and decision lines) too; 0 keeps the hot path quiet.
     log_resolves: bool = True
     testing: bool = False
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinels_parse(cls, value: str) -> str:
+        parse_sentinels(value)  # a ValueError names the bad address
+        return value
+
+    @model_validator(mode="after")
+    def _sentinel_master_named(self) -> Settings:
+        if self.redis_sentinels and not self.redis_sentinel_master:
+            raise ValueError("REDIS_SENTINELS is set but REDIS_SENTINEL_MASTER "
+                             "(the name the Sentinels monitor) is not")
+        return self
+
+    def redis_target(self) -> RedisTarget:
+        """Where Redis is: the URL, or the Sentinels and their master's name."""
+        return RedisTarget(url=self.redis_url, sentinels=parse_sentinels(self.redis_sentinels),
+                           sentinel_master=self.redis_sentinel_master or None)
 
 
 def load_settings(test_config: Mapping[str, Any] | None = None,

@@ -1,0 +1,165 @@
+"""A real Redis Cluster on loopback for tests: three masters, no replicas, temp dirs.
+
+Started from the same redis-server (or bundled valkey-server) binary as
+`tests.servers.OwnRedis`, wired by hand (CLUSTER ADDSLOTS, CLUSTER MEET) so it
+needs no redis-cli. Each node's cluster bus listens on its port + 10000, so
+ports are drawn below 45000 with both the port and its bus port free.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+
+import redis
+
+from router.server.embedded import valkey_executable
+from tests.servers import wait_for
+
+SLOTS = 16384
+#: The cluster bus is port + 10000; stay well under 65535 and the ephemeral range.
+_PORT_RANGE = (21000, 44000)
+
+
+def _free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def cluster_ports(count: int) -> list[int]:
+    """`count` ports whose bus ports (port + 10000) are free as well."""
+    found: list[int] = []
+    while len(found) < count:
+        port = random.randrange(*_PORT_RANGE)
+        if port not in found and _free(port) and _free(port + 10000):
+            found.append(port)
+    return found
+
+
+def slot_ranges(masters: int) -> list[range]:
+    """The 16384 hash slots split into `masters` contiguous ranges."""
+    step = -(-SLOTS // masters)
+    return [range(start, min(start + step, SLOTS)) for start in range(0, SLOTS, step)]
+
+
+class OwnCluster:
+    """Three (or `masters`) redis-server nodes in cluster mode, each in its own temp dir."""
+
+    def __init__(self, masters: int = 3) -> None:
+        self.executable = shutil.which("redis-server") or valkey_executable()
+        self.ports = cluster_ports(masters)
+        self.dir = tempfile.TemporaryDirectory(prefix="rolegate-cluster-")
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        """A redis:// URL of one node: all rolegate is ever told about a cluster."""
+        return f"redis://127.0.0.1:{self.ports[0]}"
+
+    def node(self, index: int) -> redis.Redis:
+        """A plain (non-cluster) client on one node, for setup and inspection."""
+        return redis.Redis(port=self.ports[index], socket_connect_timeout=1.0)
+
+    def start(self) -> None:
+        """Start every node, assign the slots, introduce the nodes, wait for state ok."""
+        for port in self.ports:
+            node_dir = Path(self.dir.name) / str(port)
+            node_dir.mkdir()
+            self.procs.append(subprocess.Popen(
+                [self.executable, "--port", str(port), "--bind", "127.0.0.1",
+                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+                 "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+                 "--dir", str(node_dir)],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL))
+        clients = [self.node(i) for i in range(len(self.ports))]
+        try:
+            for port, client in zip(self.ports, clients):
+                wait_for(lambda c=client: _pings(c), 10, f"cluster node on {port}")
+            for client, slots in zip(clients, slot_ranges(len(self.ports))):
+                client.execute_command("CLUSTER ADDSLOTS", *slots)
+            for port in self.ports[1:]:
+                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", port)
+            for port, client in zip(self.ports, clients):
+                wait_for(lambda c=client: _cluster_ok(c, len(self.ports)), 20,
+                         f"cluster state ok on node {port}", interval=0.05)
+        finally:
+            for client in clients:
+                client.close()
+
+    def flush(self) -> None:
+        """Empty every master (a cluster we started ourselves, never someone else's)."""
+        for index in range(len(self.ports)):
+            client = self.node(index)
+            try:
+                client.flushall()
+                client.script_flush()
+            finally:
+                client.close()
+
+    def keys_per_master(self) -> list[int]:
+        """How many keys each master holds (DBSIZE on each)."""
+        counts = []
+        for index in range(len(self.ports)):
+            client = self.node(index)
+            try:
+                counts.append(int(client.dbsize()))
+            finally:
+                client.close()
+        return counts
+
+    def close(self) -> None:
+        """Stop every node and remove their directories."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+        self.procs = []
+        self.dir.cleanup()
+
+
+def _pings(client: redis.Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except redis.ConnectionError:
+        return False
+
+
+def _cluster_ok(client: redis.Redis, masters: int) -> bool:
+    info = client.cluster("INFO")
+    if isinstance(info, (bytes, str)):  # pragma: no cover - depends on redis-py's parser
+        text = info.decode() if isinstance(info, bytes) else info
+        info = dict(line.split(":", 1) for line in text.split() if ":" in line)
+    state = str(info.get("cluster_state", ""))
+    known = int(info.get("cluster_known_nodes", 0))
+    return state == "ok" and known == masters and _sees_all_slots(client, masters)
+
+
+def _sees_all_slots(client: redis.Redis, masters: int) -> bool:
+    # cluster_state ok only says this node's slots are covered as it sees them;
+    # wait until it also knows who serves every range, or the first MOVED races.
+    slots = client.execute_command("CLUSTER SLOTS")
+    return len(slots) == masters
+
+
+def started_cluster() -> OwnCluster:
+    """A started three-master cluster (closed by the caller)."""
+    cluster = OwnCluster()
+    try:
+        cluster.start()
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster

@@ -1,0 +1,276 @@
+"""rolegate on a real three-master Redis Cluster: detection, every store and script, lost hints."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import requests
+from flask import Flask
+from flask.testing import FlaskClient
+from redis.cluster import RedisCluster
+
+from bindings.connection import RedisTarget, connect
+from bindings.errors import Conflict, NotFound
+from bindings.models import Binding
+from bindings.store import GENERATION_KEY, ROLES_KEY, BindingStore
+from router import create_app
+from router.server.cache import BindingCache
+from tests.cluster import OwnCluster
+from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
+from tests.population import trace
+from tests.servers import werkzeug_server
+
+pytestmark = pytest.mark.cluster
+
+GATE = {"thresholds": {"min_samples": 20},
+        "invariants": {"artifact_exists": ["out.md"], "forbidden_tools": ["delete_all"]},
+        "drift": {"shift": 0.1, "h": 4.0}}
+SPEC = {"instructions": [{"id": "tone", "text": "Be brief."}],
+        "tools": [{"name": "search"}, {"name": "write"}]}
+
+
+@pytest.fixture
+def cluster_conn(cluster_url: str) -> Iterator[RedisCluster]:
+    """A cluster client on the emptied session cluster."""
+    connection = connect(RedisTarget(cluster_url))
+    assert isinstance(connection, RedisCluster)
+    yield connection
+    connection.close()
+
+
+@pytest.fixture
+def cluster_app(cluster_url: str) -> Iterator[Flask]:
+    """The router pointed at one cluster node, nothing else configured."""
+    app = create_app({"redis_url": cluster_url, "tokens": TOKENS, "testing": True,
+                      "refresh_interval_s": 0.05})
+    yield app
+    app.extensions["rolegate"].cache.stop()
+    app.extensions["rolegate"].redis.close()
+
+
+@pytest.fixture
+def cluster_client(cluster_app: Flask) -> FlaskClient:
+    """A test client of the router on the cluster."""
+    return cluster_app.test_client()
+
+
+def binding(**fields: Any) -> Binding:
+    """A stable binding on cfg_a, with `fields` overriding."""
+    return Binding.model_validate({"current": "cfg_a", **fields})
+
+
+def test_a_cluster_node_url_gets_the_cluster_client(cluster_url: str, redis_url: str) -> None:
+    """REDIS_URL naming a cluster node gives RedisCluster; a plain server gives redis.Redis."""
+    on_cluster = connect(RedisTarget(cluster_url))
+    plain = connect(RedisTarget(redis_url))
+    try:
+        assert isinstance(on_cluster, RedisCluster)
+        assert isinstance(plain, redis.Redis)
+    finally:
+        on_cluster.close()
+        plain.close()
+
+
+def test_binding_store_spreads_roles_over_the_masters(
+        cluster_conn: RedisCluster, redis_cluster: OwnCluster) -> None:
+    """20 roles: each change is one single-slot step; no master holds more than half of them."""
+    store = BindingStore(cluster_conn)
+    roles = [f"role-{i:02d}" for i in range(20)]
+    for role in roles:
+        store.write(role, binding(), expected_version=0, actor="a", action="create", reason="r")
+    store.write("role-00", binding(current="cfg_b"), expected_version=1, actor="a",
+                action="replace", reason="second")
+    with pytest.raises(Conflict):
+        store.write("role-00", binding(), expected_version=1, actor="a", action="replace",
+                    reason="stale")
+    generation, records = store.snapshot()
+    assert generation == 21 and sorted(records) == roles == store.roles()
+    assert records["role-00"].version == 2 and records["role-00"].binding.current == "cfg_b"
+    assert [e.version for e in store.history("role-00")] == [2, 1]
+    per_master = []
+    for index in range(3):
+        node = redis_cluster.node(index)
+        try:
+            per_master.append(len(node.keys("rolegate:{*}:binding")))
+        finally:
+            node.close()
+    assert sum(per_master) == 20 and max(per_master) <= 10 and min(per_master) > 0
+
+
+def test_index_written_first_never_shows_a_role_without_a_binding(
+        cluster_conn: RedisCluster) -> None:
+    """A refused write leaves the role in the index, but no reader lists it as a role."""
+    store = BindingStore(cluster_conn)
+    with pytest.raises(NotFound):
+        store.write("ghost", binding(), expected_version=3, actor="a", action="replace",
+                    reason="no such role")
+    assert cluster_conn.sismember(ROLES_KEY, "ghost")
+    assert store.roles() == [] and store.snapshot()[1] == {}
+
+
+def test_a_lost_hint_is_repaired_by_the_next_full_reload(cluster_conn: RedisCluster) -> None:
+    """A change whose hint failed is still answered; a full reload finds it and bumps the hint."""
+    store = BindingStore(cluster_conn)
+    store.write("r", binding(), expected_version=0, actor="a", action="create", reason="r")
+    first = BindingCache(BindingStore(cluster_conn), interval=0.05, full_reload_interval=0.3)
+    other = BindingCache(BindingStore(cluster_conn), interval=0.05, full_reload_interval=60)
+    assert first.refresh() and other.refresh()
+
+    def hint_lost(**_: Any) -> None:
+        raise redis.ConnectionError("the hint's master is gone")
+
+    store._hint = hint_lost  # type: ignore[assignment]  # the master holding the hint fails
+    written = store.write("r", binding(current="cfg_b"), expected_version=1, actor="a",
+                          action="replace", reason="hint lost")
+    assert written.version == 2 and int(cluster_conn.get(GENERATION_KEY) or 0) == 1
+    first.refresh()
+    other.refresh()
+    assert first.bindings["r"].version == 1 and other.bindings["r"].version == 1
+    time.sleep(0.35)
+    first.refresh()  # its full reload: finds version 2 under an unchanged hint
+    assert first.bindings["r"].version == 2
+    assert int(cluster_conn.get(GENERATION_KEY) or 0) == 2
+    other.refresh()  # an ordinary poll: the repaired hint moved
+    assert other.bindings["r"].version == 2
+
+
+def test_router_on_a_cluster_serves_every_store(cluster_client: FlaskClient) -> None:
+    """Bindings, traces (ingest script), gate view (drift and paired scripts), configs, feedback,
+    offline verdicts and the lease all work on a cluster."""
+    c = cluster_client
+    r = c.put("/v1/bindings/p", headers=auth(OPERATOR),
+              json={"current": "cfg-a", "candidate": "cfg-bad", "stage": "shadow", "gate": GATE})
+    assert r.status_code == 201, r.json
+    assert c.put("/v1/bindings/q", headers=auth(OPERATOR),
+                 json={"current": "cfg-a"}).status_code == 201
+    for low, high in ((0, 30), (30, 60)):
+        batch = [trace(role, config, arm, i, "t") for i in range(low, high)
+                 for role, config, arm in (("p", "cfg-a", "current"), ("p", "cfg-bad", "shadow"),
+                                           ("q", "cfg-a", "current"))]
+        r = c.post("/v1/traces", headers=auth(CALLER), json={"traces": batch})
+        assert r.status_code == 200 and r.json["accepted"] == 90, r.json
+    again = c.post("/v1/traces", headers=auth(CALLER), json=trace("p", "cfg-a", "current", 5, "t"))
+    assert again.json["results"][0]["status"] == "duplicate"
+    view = c.get("/v1/roles/p/gate", headers=auth(CALLER))
+    assert view.status_code == 200, view.json
+    assert view.json["paired"]["pairs"] == 60
+    assert view.json["drift"]["current"]["run_failure"]["n"] == 60
+    tools = c.get("/v1/roles/q/tools", headers=auth(CALLER))
+    assert tools.status_code == 200 and tools.json["configs"]["cfg-a"]["runs"] == 60
+    r = c.put("/v1/configs/cfg-a", headers=auth(OPERATOR), json={"spec": SPEC})
+    assert r.status_code == 201, r.json
+    assert c.get("/v1/configs", headers=auth(CALLER)).json["configs"] == ["cfg-a"]
+    r = c.post("/v1/traces/q-t-current-3/feedback", headers=auth(CALLER),
+               json={"tier": "negative"})
+    assert r.status_code == 201, r.json
+    r = c.post("/v1/roles/p/offline", headers=auth(GATEKEEPER),
+               json={"config": "cfg-bad", "passed": True, "reasons": [],
+                     "planned_runs": 1, "completed_runs": 1})
+    assert r.status_code == 201, r.json
+    assert c.get("/v1/roles/p/offline/cfg-bad", headers=auth(CALLER)).status_code == 200
+    lease = c.post("/v1/gatekeeper/lease", headers=auth(GATEKEEPER),
+                   json={"holder": "g1", "ttl_s": 5})
+    assert lease.status_code == 200 and lease.json["held"] is True
+    taken = c.post("/v1/gatekeeper/lease", headers=auth(GATEKEEPER),
+                   json={"holder": "g2", "ttl_s": 5})
+    assert taken.status_code == 409
+    assert c.delete("/v1/gatekeeper/lease", headers=auth(GATEKEEPER),
+                    json={"holder": "g1"}).status_code == 200
+    health = c.get("/healthz")
+    assert health.status_code == 200 and health.json["status"] == "ok"
+    listed = c.get("/v1/bindings", headers=auth(CALLER))
+    assert sorted(listed.json["roles"]) == ["p", "q"] and listed.json["generation"] == 2
+
+
+def test_tripwire_rolls_back_on_a_cluster(cluster_client: FlaskClient) -> None:
+    """A forbidden tool on the canary rolls the role back inside the ingest, and resolves follow."""
+    c = cluster_client
+    r = c.put("/v1/bindings/t", headers=auth(OPERATOR),
+              json={"current": "cfg-a", "candidate": "cfg-forbid", "gate": GATE})
+    assert r.status_code == 201
+    assert c.post("/v1/bindings/t/canary", headers=auth(OPERATOR),
+                  json={"share": 0.5, "reason": "canary"}).status_code == 200
+    bad = trace("t", "cfg-forbid", "candidate", 3, "x")
+    assert "delete_all" in bad["tools"]  # type: ignore[operator]
+    r = c.post("/v1/traces", headers=auth(CALLER), json=bad)
+    assert r.status_code == 200 and r.json["tripwire"], r.json
+    record = c.get("/v1/bindings/t", headers=auth(CALLER)).json
+    assert record["binding"]["stage"] == "rolled_back"
+    history = c.get("/v1/bindings/t/history", headers=auth(CALLER)).json
+    assert history["entries"][0]["actor"] == "tripwire"
+    assert all(c.get(f"/v1/resolve/t?key=k{i}", headers=auth(CALLER)).json["arm"] == "current"
+               for i in range(20))
+
+
+def test_watch_wakes_on_a_cluster(cluster_app: Flask) -> None:
+    """A long-polling watch hears a change made on the cluster well before its timeout."""
+    client = cluster_app.test_client()
+    assert client.put("/v1/bindings/w", headers=auth(OPERATOR),
+                      json={"current": "cfg-a"}).status_code == 201
+    with werkzeug_server(cluster_app) as url:
+        known = requests.get(f"{url}/v1/bindings", headers=auth(CALLER), timeout=5).json()
+        answers: list[requests.Response] = []
+
+        def watch() -> None:
+            answers.append(requests.get(
+                f"{url}/v1/bindings/watch", params={"generation": known["generation"],
+                                                    "timeout": 20},
+                headers=auth(CALLER), timeout=30))
+
+        waiter = threading.Thread(target=watch)
+        waiter.start()
+        time.sleep(0.5)
+        started = time.monotonic()
+        r = requests.post(f"{url}/v1/bindings/w/pause", json={"reason": "hold"},
+                          headers=auth(OPERATOR), timeout=5)
+        assert r.status_code == 200, r.text
+        waiter.join(30)
+        assert time.monotonic() - started < 10
+        (answer,) = answers
+        assert answer.status_code == 200
+        assert answer.json()["roles"]["w"]["binding"]["paused"] is True
+        cluster_app.extensions["rolegate.watch"].stop()
+
+
+def test_scripts_come_back_after_every_master_lost_its_script_cache(
+        cluster_client: FlaskClient, redis_cluster: OwnCluster) -> None:
+    """After SCRIPT FLUSH on every master, binding changes, ingest and the gate view still work."""
+    c = cluster_client
+    assert c.put("/v1/bindings/s", headers=auth(OPERATOR),
+                 json={"current": "cfg-a", "candidate": "cfg-bad", "stage": "shadow",
+                       "gate": GATE}).status_code == 201
+    for index in range(3):
+        node = redis_cluster.node(index)
+        try:
+            node.script_flush()
+        finally:
+            node.close()
+    batch = [trace("s", config, arm, i, "f") for i in range(25)
+             for config, arm in (("cfg-a", "current"), ("cfg-bad", "shadow"))]
+    assert c.post("/v1/traces", headers=auth(CALLER), json={"traces": batch}).json["accepted"] == 50
+    assert c.post("/v1/traces", headers=auth(CALLER),
+                  json=trace("s", "cfg-a", "current", 99, "f")).status_code == 200
+    assert c.post("/v1/bindings/s/pause", headers=auth(OPERATOR),
+                  json={"reason": "after flush"}).status_code == 200
+    view = c.get("/v1/roles/s/gate", headers=auth(CALLER))
+    assert view.status_code == 200 and view.json["paired"]["pairs"] == 25
+
+
+def test_min_replicas_without_replicas_answers_503_naming_it(cluster_url: str) -> None:
+    """ROLEGATE_MIN_REPLICAS=1 on masters with no replica: 503 replication_timeout, change kept."""
+    app = create_app({"redis_url": cluster_url, "tokens": TOKENS, "testing": True,
+                      "min_replicas": 1, "replica_wait_ms": 50})
+    try:
+        c = app.test_client()
+        r = c.put("/v1/bindings/m", headers=auth(OPERATOR), json={"current": "cfg-a"})
+        assert r.status_code == 503 and r.json["error"]["code"] == "replication_timeout"
+        assert r.json["error"]["details"]["replicas"] == 0
+        assert c.get("/v1/bindings/m", headers=auth(CALLER)).json["version"] == 1
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
