@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-import redis
-
 from bindings.connection import Connection
 from bindings.errors import Conflict, NotFound
 from bindings.store import _redis_errors, load_stored
