@@ -99,7 +99,7 @@ class OwnCluster:
         for index in range(len(self.ports)):
             client = self.node(index)
             try:
-                client.flushall()
+                client.flushdb()  # a cluster node has only database 0
                 client.script_flush()
             finally:
                 client.close()
