@@ -12,7 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# One definition of the stages, in the caller SDK: clients route with it too.
+# One config-id rule, and one definition of the stages, in the caller SDK: clients
+# name configs and route with them too.
+from rolegate.config_ids import ConfigId
 from rolegate.routing import Stage
 
 __all__ = ["Binding", "BindingFile", "DriftPolicy", "Frozen", "GatePolicy", "HistoryEntry",
@@ -106,8 +108,9 @@ class GatePolicy(Frozen):
 class Binding(Frozen):
     """One role's routing: the current config, the candidate and its stage."""
 
-    current: str = Field(min_length=1, max_length=200)
-    candidate: str | None = Field(None, min_length=1, max_length=200)
+    #: Config ids follow the one rule in `rolegate.config_ids`.
+    current: ConfigId
+    candidate: ConfigId | None = None
     stage: Stage = Stage.STABLE
     share: float = 0.0
     steps: tuple[float, ...] = DEFAULT_STEPS

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bindings.connection import Connection
 from bindings.errors import NotFound
 from bindings.store import _redis_errors, load_stored
+from rolegate.config_ids import ConfigId
 
 OFFLINE_KEY_TEMPLATE = "rolegate:{{{role}}}:offline:{config}"
 #: The configs of a role that have a stored verdict.
@@ -27,7 +28,7 @@ class OfflineVerdict(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    config: str = Field(min_length=1, max_length=200)
+    config: ConfigId
     passed: bool
     reasons: list[str] = Field(default_factory=list, max_length=1000)
     suite: str = Field("", max_length=2000)

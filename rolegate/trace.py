@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rolegate.config_ids import ConfigId
+
 TraceArm = Literal["current", "candidate", "shadow"]
 
 #: Upper bounds far above any real run. Each number is added into Redis counters
@@ -58,7 +60,7 @@ class Trace(BaseModel):
 
     run_id: str = Field(min_length=1, max_length=200)
     role: str = Field(min_length=1, max_length=128)
-    config: str = Field(min_length=1, max_length=200)
+    config: ConfigId
     arm: TraceArm
     key: str = Field("", max_length=500)
     tools: tuple[str, ...] = ()

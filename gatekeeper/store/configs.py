@@ -12,7 +12,6 @@ leave them out.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 
@@ -29,10 +28,10 @@ from bindings.errors import (
 from bindings.store import _redis_errors, load_stored
 from gatekeeper.criteria import Criterion, diff, generate
 from gatekeeper.spec import Spec
+from rolegate.config_ids import ConfigId, config_id_problem
 
 CONFIG_KEY_TEMPLATE = "rolegate:config:{{{config}}}"
 CONFIGS_KEY = "rolegate:configs"
-CONFIG_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$")
 
 
 class ConfigRecord(BaseModel):
@@ -40,7 +39,7 @@ class ConfigRecord(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    config: str
+    config: ConfigId
     version: int = Field(ge=1)
     spec: Spec
     criteria: tuple[Criterion, ...]
@@ -56,12 +55,10 @@ def config_key(config: str) -> str:
 
 
 def validate_config_id(config: str) -> str:
-    """Return `config` if it is a usable config id, else raise InvalidInput."""
-    if not CONFIG_ID_PATTERN.match(config):
-        raise InvalidInput(
-            f"config id {config!r} must be 1-200 characters of letters, digits, '_', '.', '-' "
-            "and start with a letter or digit", field="config",
-        )
+    """Return `config` if it is a usable config id (`rolegate.config_ids`), else raise InvalidInput."""
+    problem = config_id_problem(config)
+    if problem is not None:
+        raise InvalidInput(problem, field="config")
     return config
 
 
@@ -81,7 +78,13 @@ class ConfigStore:
         return _load(config, raw)
 
     def find(self, config: str) -> ConfigRecord | None:
-        """The config's record, or None when it was never registered."""
+        """The config's record, or None when it was never registered.
+
+        An id outside the config-id rule was never registered either: None, not
+        InvalidInput (a gate view reading a role's configs must not answer 422).
+        """
+        if config_id_problem(config) is not None:
+            return None
         try:
             return self.get(config)
         except NotFound:

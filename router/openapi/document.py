@@ -21,7 +21,8 @@ from werkzeug.routing import Rule
 from bindings.models import ROLE_NAME_PATTERN, Binding, HistoryEntry, VersionedBinding
 from bindings.offline import OfflineVerdict, StoredOfflineVerdict
 from gatekeeper.criteria import CriteriaDiff
-from gatekeeper.store.configs import CONFIG_ID_PATTERN, ConfigRecord
+from gatekeeper.store.configs import ConfigRecord
+from rolegate.config_ids import CONFIG_ID_PATTERN, MAX_CONFIG_ID
 from router.api.bindings import CanaryRequest, PutRequest, RollbackRequest
 from router.api.bindings import _Action as ActionRequest
 from router.api.configs import CheckRequest, PutConfig
@@ -125,11 +126,13 @@ def openapi_path(rule: Rule) -> tuple[str, list[dict[str, Any]]]:
 
     def replace(match: re.Match[str]) -> str:
         name = match.group("name")
-        schema = _CONVERTER_SCHEMAS.get(match.group("converter") or "", {"type": "string"})
+        schema: dict[str, Any] = _CONVERTER_SCHEMAS.get(match.group("converter") or "",
+                                                         {"type": "string"})
         if name == "role":
             schema = {"type": "string", "pattern": ROLE_NAME_PATTERN.pattern}
         elif name in ("config", "a", "b"):
-            schema = {"type": "string", "pattern": CONFIG_ID_PATTERN.pattern}
+            schema = {"type": "string", "pattern": CONFIG_ID_PATTERN.pattern,
+                      "minLength": 1, "maxLength": MAX_CONFIG_ID}
         params.append({"name": name, "in": "path", "required": True, "schema": schema})
         return "{" + name + "}"
 
