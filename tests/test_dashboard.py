@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import redis
 from flask import Flask
 from flask.testing import FlaskClient
 
+from gatekeeper.store.configs import config_key
 from router import create_app
 from router.dashboard.svg import bar_chart, line_chart
 from tests.conftest import CALLER, OPERATOR, auth
@@ -76,6 +78,25 @@ def test_open_server_renders_data_into_the_page(open_app: Flask) -> None:
     r = client.get("/roles/summarizer")
     assert r.status_code == 200 and "<svg" in r.text
     assert client.get("/roles/nobody").status_code == 404
+
+
+def test_an_unreadable_gate_is_said_in_html_on_both_pages(open_app: Flask,
+                                                          redis_conn: redis.Redis) -> None:
+    """A role whose gate view fails: the role page says why in HTML, the overview flags the row."""
+    client = open_app.test_client()
+    r = client.put("/v1/bindings/summarizer", json={"current": "summarizer@2026-10-02"})
+    assert r.status_code == 201, r.json
+    r = client.get("/roles/summarizer")
+    assert r.status_code == 200 and "Per criterion" in r.text
+    # A config record that no longer reads back (written by hand, or by another version).
+    redis_conn.hset(config_key("summarizer@2026-10-02"), "record", '{"config": 1}')
+    r = client.get("/roles/summarizer")
+    assert r.status_code == 500 and r.mimetype == "text/html"
+    assert "could not be read" in r.text and "summarizer@2026-10-02" in r.text
+    assert '{"error"' not in r.text
+    r = client.get("/")
+    assert r.status_code == 200 and "unreadable" in r.text
+    assert client.get("/v1/roles/summarizer/gate").status_code == 500  # the API agrees
 
 
 def test_static_files_served(client: FlaskClient) -> None:

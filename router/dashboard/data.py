@@ -12,11 +12,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bindings.errors import NotFound
+from bindings.errors import NotFound, RolegateError
 from bindings.models import HistoryEntry, Stage, VersionedBinding
 from bindings.store import BindingStore
 from gatekeeper.drift import METRICS, baseline
-from gatekeeper.gate import evaluate
 from gatekeeper.pairing import Run
 from gatekeeper.statistics import Cusum
 from gatekeeper.store.traces import StoredTrace, TraceStore
@@ -45,6 +44,8 @@ class RoleRow:
     verdict: str | None
     judged_arm: str
     last: HistoryEntry | None
+    #: Why the role's gate could not be read (the row says so instead of looking normal).
+    error: str | None = None
 
     @property
     def role(self) -> str:
@@ -62,18 +63,22 @@ def judged_arm(stage: Stage) -> str:
 
 
 def overview(store: BindingStore, traces: TraceStore, now: float) -> list[RoleRow]:
-    """Every role with its binding, the judged arm's verdict and its last change."""
+    """Every role with its binding, the judged arm's verdict (or why it is unreadable), its last change."""
     rows = []
     _, records = store.snapshot()
     for role, record in sorted(records.items()):
         arm = judged_arm(record.binding.stage)
-        ctx = gate_context(store, traces, role, now)
-        config_window = ctx.arms.get(arm)
-        verdict = None
-        if config_window is not None:
-            verdict = evaluate(config_window[1], record.binding.gate).verdict
         history = store.history(role, limit=1)
-        rows.append(RoleRow(record, verdict, arm, history[0] if history else None))
+        last = history[0] if history else None
+        try:
+            # The whole gate view, as the role page and the API read it: a gate the
+            # role page cannot show never looks normal here.
+            view = gate_view(store, traces, role, now)
+        except RolegateError as exc:
+            rows.append(RoleRow(record, None, arm, last, error=exc.message))
+            continue
+        judged = view["arms"].get(arm)
+        rows.append(RoleRow(record, None if judged is None else judged["verdict"], arm, last))
     return rows
 
 

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from flask import Blueprint, Response, current_app, render_template, request
 from flask.typing import ResponseReturnValue
 
-from bindings.errors import NotFound
+from bindings.errors import NotFound, RolegateError
 from bindings.models import Stage, validate_role_name
 from router.api.traces import trace_store
 from router.dashboard.data import overview, role_detail
@@ -168,6 +168,10 @@ def role_page(role: str) -> ResponseReturnValue:
         except NotFound:
             return _html(render_template("role.html", role=role, fragment=None, open=True,
                                          missing=True), 404)
+        except RolegateError as exc:
+            # A page, not the API: say what failed in the page, never as raw JSON.
+            return _html(render_template("role.html", role=role, fragment=None, open=True,
+                                         missing=False, error=exc.message), exc.status)
     return _html(render_template("role.html", role=role, fragment=fragment, open=_open(),
                                  missing=False))
 
