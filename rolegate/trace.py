@@ -9,6 +9,7 @@ contradicts itself is refused here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -28,18 +29,44 @@ MAX_LATENCY_S = 10_000_000.0
 #: blocks Redis while it runs: a run calling thousands of different tools is not real.
 MAX_DISTINCT_TOOLS = 256
 MAX_TOOL_NAME = 200
+#: Agent, model and parallel-group names.
+MAX_NAME = 200
+MAX_ERROR_MESSAGE = 4000
 
 
 class Step(BaseModel):
-    """One tool call: its name, its arguments, and the error it returned if any."""
+    """One tool call: its name, its arguments, and the error it returned if any.
+
+    The optional fields say who made the call and what it cost: `agent` (and the
+    `parent_agent` that handed off to it), `parallel_group` (calls issued together
+    share an id; their completion order carries no meaning, so pairing compares
+    a group as a set), the tokens of the model turn that issued the call, the
+    call's own `latency_s` and the `model` that chose it.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    tool: str = Field(min_length=1, max_length=200)
+    tool: str = Field(min_length=1, max_length=MAX_TOOL_NAME)
     args: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     #: The tool's answer, kept when a fixture is recorded for replay.
     result: Any = None
+    agent: str | None = Field(None, min_length=1, max_length=MAX_NAME)
+    parent_agent: str | None = Field(None, min_length=1, max_length=MAX_NAME)
+    parallel_group: str | None = Field(None, min_length=1, max_length=MAX_NAME)
+    tokens_in: int | None = Field(None, ge=0, le=MAX_TOKENS)
+    tokens_out: int | None = Field(None, ge=0, le=MAX_TOKENS)
+    latency_s: float | None = Field(None, ge=0.0, le=MAX_LATENCY_S)
+    model: str | None = Field(None, min_length=1, max_length=MAX_NAME)
+
+
+class RunError(BaseModel):
+    """Why a run ended abnormally: the exception's type and message."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: str = Field(min_length=1, max_length=MAX_NAME)
+    message: str = Field("", max_length=MAX_ERROR_MESSAGE)
 
 
 class Stamps(BaseModel):
@@ -70,6 +97,9 @@ class Trace(BaseModel):
     answered: bool = True
     cost_usd: float = Field(0.0, ge=0.0, le=MAX_COST_USD)
     tokens: int = Field(0, ge=0, le=MAX_TOKENS)
+    #: Prompt and completion tokens; `tokens` defaults to their sum.
+    tokens_in: int | None = Field(None, ge=0, le=MAX_TOKENS)
+    tokens_out: int | None = Field(None, ge=0, le=MAX_TOKENS)
     latency_s: float = Field(0.0, ge=0.0, le=MAX_LATENCY_S)
     artifacts: tuple[str, ...] = ()
     output_text: str = ""
@@ -80,6 +110,8 @@ class Trace(BaseModel):
     input: dict[str, Any] | None = None
     #: When the run ended (epoch seconds); the server fills it in on ingest if absent.
     time: float | None = None
+    #: Set when the run raised or was aborted instead of finishing.
+    error: RunError | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -97,6 +129,11 @@ class Trace(BaseModel):
             # Only tool names were given: each call is a step.
             data = dict(data)
             data.setdefault("step_count", len(data["tools"]))
+        if "tokens" not in data and (data.get("tokens_in") is not None
+                                     or data.get("tokens_out") is not None):
+            tokens_in, tokens_out = data.get("tokens_in") or 0, data.get("tokens_out") or 0
+            if isinstance(tokens_in, int) and isinstance(tokens_out, int):
+                data = {**data, "tokens": tokens_in + tokens_out}
         return data
 
     @model_validator(mode="after")
@@ -130,8 +167,17 @@ class Trace(BaseModel):
             raise ValueError(
                 f"tool_errors: {self.tool_errors} exceeds step_count {self.step_count}"
             )
+        split = (self.tokens_in or 0) + (self.tokens_out or 0)
+        if split > self.tokens:
+            raise ValueError(f"tokens: {self.tokens} is fewer than tokens_in + tokens_out "
+                             f"({split})")
         self._free_form_finite()
         return self
+
+    def trajectory(self) -> tuple[str, ...]:
+        """The tool sequence as pairing compares it: each parallel group in a fixed order."""
+        groups = [step.parallel_group for step in self.steps] if self.steps else []
+        return canonical_tools(self.tools, groups)
 
     def _free_form_finite(self) -> None:
         """Refuse NaN/Infinity in the free-form fields, which allow_inf_nan does not reach.
@@ -162,3 +208,24 @@ def _finite(value: Any) -> bool:
         elif kind is list or kind is tuple:
             stack.extend(node)
     return True
+
+
+def canonical_tools(tools: Sequence[str], groups: Sequence[str | None]) -> tuple[str, ...]:
+    """`tools` with the calls of each parallel group sorted by name within their places.
+
+    Calls issued together may complete in any order; sorting a group's names
+    into the positions the group occupies makes every completion order of the
+    same calls one sequence, so comparing trajectories treats a group as a set.
+    `groups` lines up with `tools` (None: not in a group); shorter means no group.
+    """
+    if not any(groups):
+        return tuple(tools)
+    places: dict[str, list[int]] = {}
+    for index, group in enumerate(groups[:len(tools)]):
+        if group:
+            places.setdefault(group, []).append(index)
+    out = list(tools)
+    for indices in places.values():
+        for index, name in zip(indices, sorted(tools[i] for i in indices)):
+            out[index] = name
+    return tuple(out)
