@@ -60,7 +60,9 @@ class SuiteComparison:
 
 
 def _runs(result: SuiteResult) -> list[Run]:
-    return [Run(key=f"{r.scenario}#{r.repeat}", passed=r.passed, tools=r.tools,
+    # The trajectory, not the raw tools: a parallel group compares as a set.
+    return [Run(key=f"{r.scenario}#{r.repeat}", passed=r.passed,
+                tools=r.trace.trajectory() if r.trace is not None else (),
                 tool_error=bool(r.trace and r.trace.tool_errors),
                 forbidden_call=bool(r.checks.get("forbidden"))) for r in result.runs]
 
