@@ -5,10 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from flask.testing import FlaskClient
 from pydantic import ValidationError
 
-from gatekeeper.trace import Trace, canonical_tools
 from gatekeeper.trajectory import Change, classify
+from rolegate.trace import Trace, canonical_tools
+from tests.conftest import CALLER, OPERATOR, auth
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}
@@ -79,3 +81,24 @@ def test_canonical_tools_keeps_ungrouped_calls_in_place() -> None:
     assert canonical_tools(("c", "x", "a", "y", "b"), ("g", None, "g", None, "g")) == (
         "a", "x", "b", "y", "c")
     assert canonical_tools(("b", "a"), ()) == ("b", "a")
+
+
+def test_the_shadow_gate_pairs_a_parallel_group_as_a_set(client: FlaskClient) -> None:
+    """In shadow, a candidate whose parallel calls finished in another order is SAME, not
+    REORDERED, in the gate view's trajectory histogram."""
+    answer = client.put("/v1/bindings/r", json={"current": "c", "candidate": "d",
+                                                 "stage": "shadow"}, headers=auth(OPERATOR))
+    assert answer.status_code == 201, answer.json
+    grouped = [{"tool": "plan"}, {"tool": "fetch", "parallel_group": "p"},
+               {"tool": "search", "parallel_group": "p"}]
+    swapped = [grouped[0], grouped[2], grouped[1]]
+    ungrouped = [{"tool": "plan"}, {"tool": "search"}, {"tool": "fetch"}]
+    traces = [a_trace(run_id="c1", key="k1", steps=grouped),
+              a_trace(run_id="s1", key="k1", config="d", arm="shadow", steps=swapped),
+              a_trace(run_id="c2", key="k2", steps=grouped),
+              a_trace(run_id="s2", key="k2", config="d", arm="shadow", steps=ungrouped)]
+    stored = client.post("/v1/traces", json={"traces": traces}, headers=auth(CALLER))
+    assert stored.status_code == 200, stored.json
+    gate = client.get("/v1/roles/r/gate", headers=auth(CALLER)).json
+    histogram = gate["paired"]["trajectory"]
+    assert (histogram["SAME"], histogram["REORDERED"]) == (1, 1)

@@ -35,6 +35,7 @@ from gatekeeper.drift import Detector, Params, stream_order
 from gatekeeper.pairing import Run
 from gatekeeper.store.trace_keys import stream_key
 from gatekeeper.store.traces import WINDOW_TTL_S
+from rolegate.trace import canonical_tools
 
 DRIFT_KEY_TEMPLATE = "rolegate:{{{role}}}:drift:{config}:{arm}:{epoch}:{metric}"
 
@@ -79,8 +80,11 @@ def run_of_fields(fields: Mapping[bytes, bytes]) -> Run:
     """
     trace = json.loads(fields[b"t"])
     verdict = json.loads(fields[b"v"])
+    steps = trace.get("steps") or ()
+    # The trajectory, not the raw tools: a parallel group compares as a set.
     return Run(key=str(trace.get("key", "")), passed=bool(verdict["passed"]),
-               tools=tuple(trace.get("tools", ())),
+               tools=canonical_tools(trace.get("tools", ()),
+                                     [step.get("parallel_group") for step in steps]),
                tool_error=int(trace.get("tool_errors", 0)) > 0,
                forbidden_call=bool(verdict.get("forbidden")))
 

@@ -32,7 +32,7 @@ REFERENCE_RUNS = 2_000
 def run_of(stored: StoredTrace) -> Run:
     """The pairing/drift view of one stored trace."""
     trace, verdict = stored.trace, stored.verdict
-    return Run(key=trace.key, passed=verdict.passed, tools=tuple(trace.tools),
+    return Run(key=trace.key, passed=verdict.passed, tools=trace.trajectory(),
                tool_error=trace.tool_errors > 0, forbidden_call=bool(verdict.forbidden))
 
 
