@@ -15,12 +15,13 @@ client with its retries (`rolegate.http`).
 
 from __future__ import annotations
 
-from rolegate.client import Client, SnapshotTooOld, SnapshotUnavailable
-from rolegate.errors import NotFound, RolegateError
+from rolegate.async_client import AsyncClient
+from rolegate.client import Client
+from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUnavailable
 from rolegate.recorder import Recorder
 from rolegate.reporter import ReportStats
 from rolegate.routing import Resolution, Stage
 from rolegate.trace import Stamps, Step, Trace
 
-__all__ = ["Client", "NotFound", "Recorder", "ReportStats", "Resolution", "RolegateError",
+__all__ = ["AsyncClient", "Client", "NotFound", "Recorder", "ReportStats", "Resolution", "RolegateError",
            "SnapshotTooOld", "SnapshotUnavailable", "Stage", "Stamps", "Step", "Trace"]

@@ -15,17 +15,25 @@ answer equals the server's. When the router cannot be reached the last
 snapshot keeps answering with `stale=True` (fail-static); once it is older than
 `max_age` seconds resolving raises `SnapshotTooOld` instead.
 
+Construction waits for the first snapshot at most `start_timeout` seconds (0:
+never; `AsyncClient` never does), and starts from a bootstrap or the last good
+snapshot on disk (`snapshot_path`) when it has one. After `os.fork()` the child
+restarts its own threads and connections, and says `stale` until the router
+answers it. `allowed(resolution, tool)` applies the role's tool rules before a
+tool runs.
+
 This module must not import Flask: callers install rolegate for the client only.
 """
 
 from __future__ import annotations
 
 import atexit
-import json
+import functools
 import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -33,13 +41,15 @@ from typing import Any
 import requests
 from pydantic import ValidationError
 
-from rolegate.errors import NotFound, RolegateError
+from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUnavailable
 from rolegate.http import ApiClient, ApiError
 from rolegate.recorder import Recorder
 from rolegate.reporter import ReportStats, TraceReporter
 from rolegate.routing import Resolution, bucket, new_key
-from rolegate.snapshot import Entry, Snapshot
+from rolegate.snapshot import Entry, Snapshot, ToolGate, starting_snapshot
 from rolegate.trace import Stamps, Trace
+
+__all__ = ["Client", "SnapshotTooOld", "SnapshotUnavailable"]
 
 log = logging.getLogger("rolegate.client")
 
@@ -51,23 +61,11 @@ WATCH_PATH = "/v1/bindings/watch"
 MAX_WATCH_TIMEOUT = 25.0
 #: Pause before a failed watch is tried again.
 WATCH_RETRY_S = 0.5
+#: Longest close() waits for a refresh thread stuck in a watch (it ends by itself).
+REFRESH_JOIN_S = 1.0
 
 _monotonic = time.monotonic
 _FETCH_ERRORS = (ApiError, requests.RequestException, ValueError, ValidationError)
-
-
-class SnapshotTooOld(RolegateError):
-    """The router has not confirmed the snapshot for longer than `max_age` seconds."""
-
-    status = 503
-    code = "snapshot_too_old"
-
-
-class SnapshotUnavailable(RolegateError):
-    """The client has no snapshot: the router did not answer and no bootstrap was given."""
-
-    status = 503
-    code = "snapshot_unavailable"
 
 
 class Client:
@@ -89,11 +87,18 @@ class Client:
         batch_size: int = 200,
         flush_timeout: float = 10.0,
         report_attempts: int = 5,
+        max_batch_bytes: int = 1024 * 1024,
+        start_timeout: float | None = None,
+        snapshot_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        """Load a snapshot (from the router, else `bootstrap`) and start refreshing it.
+        """Start refreshing the snapshot in the background; wait for it up to `start_timeout`.
 
-        Raises SnapshotUnavailable when the router does not answer and no
-        bootstrap was given. `max_age=None` never refuses an old snapshot.
+        `start_timeout` defaults to `timeout`; with a wait, SnapshotUnavailable
+        is raised when no snapshot came (the router did not answer and neither
+        `bootstrap` nor `snapshot_path` gave one). With 0 construction never
+        waits, and `resolve` raises SnapshotUnavailable until a snapshot is in.
+        `snapshot_path` (opt-in) is where each new snapshot is saved and where
+        a restarted client starts from. `max_age=None` never refuses an old one.
         """
         if refresh_interval <= 0:
             raise ValueError("refresh_interval must be positive")
@@ -113,28 +118,50 @@ class Client:
         self._confirmed = _monotonic()
         self._snapshot: Snapshot | None = None
         self._entries: dict[str, Entry] = {}
+        self._gates: dict[str, ToolGate] = {}
         self._etag: str | None = None
-        self._stop = threading.Event()
+        self._hold_until = 0.0
+        self._closed = False
+        self.flush_timeout = flush_timeout
+        self.snapshot_path = Path(snapshot_path) if snapshot_path is not None else None
         # The refresh thread owns this session (requests sessions are not shared
         # across threads); one attempt per call, since the loop is the retry.
-        self._api = ApiClient(url, token, timeout=timeout, attempts=1)
-        if bootstrap is not None:
-            self._install(_read_bootstrap(bootstrap), confirmed=False)
-        if not self.refresh() and self._snapshot is None:
-            self._api.close()
-            raise SnapshotUnavailable(
-                f"the router at {self.url} did not answer ({self.last_error}) "
-                "and no bootstrap snapshot was given", url=self.url)
+        self._refresh_api = functools.partial(ApiClient, url, token, timeout=timeout, attempts=1)
+        self._api = self._refresh_api()
+        starting = starting_snapshot(bootstrap, self.snapshot_path)
+        if starting is not None:
+            self._install(starting, confirmed=False)
         self._reporter = TraceReporter(
-            ApiClient(url, token, timeout=timeout, attempts=report_attempts,
-                      max_delay=min(10.0, flush_timeout)),
-            max_queue=max_queue, batch_size=batch_size, flush_timeout=flush_timeout)
+            functools.partial(ApiClient, url, token, timeout=timeout, attempts=report_attempts,
+                              max_delay=min(10.0, flush_timeout)),
+            max_queue=max_queue, batch_size=batch_size, max_batch_bytes=max_batch_bytes,
+            flush_timeout=flush_timeout)
         # An agent that exits without close() still gets its traces sent: atexit
         # runs while daemon threads are alive (bounded by flush_timeout).
         atexit.register(self._reporter.close)
+        self._start_refreshing()
+        # Threads do not survive a fork: the child starts its own (a weak reference,
+        # so the hook, which cannot be unregistered, never keeps a client alive).
+        os.register_at_fork(after_in_child=functools.partial(_restart_in_child,
+                                                             weakref.ref(self)))
+        wait = timeout if start_timeout is None else start_timeout
+        if wait > 0 and not self.wait_ready(wait):
+            self.close(timeout=0)
+            raise SnapshotUnavailable(
+                f"the router at {self.url} did not answer within {wait:g}s "
+                f"({self.last_error}) and no bootstrap snapshot was given", url=self.url)
+
+    def _start_refreshing(self) -> None:
+        self._stop = threading.Event()
+        self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rolegate-client-refresh",
                                         daemon=True)
         self._thread.start()
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        """Wait for the first refresh to finish; True when a snapshot is in use."""
+        self._ready.wait(timeout)
+        return self._snapshot is not None
 
     # -- resolving -----------------------------------------------------------
 
@@ -151,7 +178,7 @@ class Client:
             raise self._too_old()
         entry = self._entries.get(role)
         if entry is None:
-            raise NotFound(f"no binding for role {role!r}", role=role)
+            raise self._unknown(role)
         if not key:
             key = new_key()
         elif len(key) > MAX_KEY_LENGTH:
@@ -162,6 +189,28 @@ class Client:
         answer["key"] = key
         answer["stale"] = self._stale
         return answer  # type: ignore[return-value]
+
+    def allowed(self, resolution: Mapping[str, Any], tool: str) -> bool:
+        """May the run under `resolution` call `tool`? False when the role's gate forbids it.
+
+        Forbidden: listed in the gate's `forbidden_tools`, or outside its
+        `allowed_tools` when the role has an allowlist (the rules the tripwire
+        applies to a finished run), read from the snapshot in use. Ask before a
+        tool's side effect and a forbidden call never happens.
+        """
+        role = resolution["role"]
+        gate = self._gates.get(role)
+        if gate is None:
+            raise self._unknown(role)
+        return gate.allows(tool)
+
+    def _unknown(self, role: str) -> RolegateError:
+        if self._snapshot is None:
+            return SnapshotUnavailable(
+                f"no bindings snapshot yet: the router at {self.url} has not answered "
+                f"({self.last_error or 'first refresh under way'}) and no bootstrap was given",
+                url=self.url)
+        return NotFound(f"no binding for role {role!r}", role=role)
 
     @property
     def stale(self) -> bool:
@@ -189,11 +238,9 @@ class Client:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the snapshot in use to `path`, for a later `bootstrap=path`."""
-        target = Path(path)
-        temporary = target.with_name(target.name + ".tmp")
-        temporary.write_text(json.dumps(self.snapshot(), indent=1))
-        # Rename so a crash mid-write never leaves a half file as the bootstrap.
-        temporary.replace(target)
+        if self._snapshot is None:
+            raise SnapshotUnavailable("no snapshot loaded")
+        self._snapshot.save(path)
 
     # -- refreshing ----------------------------------------------------------
 
@@ -207,6 +254,12 @@ class Client:
             self._failed(exc)
             return False
         return True
+
+    def _hold(self, exc: Exception) -> None:
+        """After a 429, wait what the router asked (Retry-After) before the next request."""
+        if isinstance(exc, ApiError) and exc.status == 429:
+            wait = exc.retry_after if exc.retry_after is not None else self.refresh_interval
+            self._hold_until = _monotonic() + wait
 
     def _watch_once(self) -> None:
         params = {"timeout": f"{self.watch_timeout:g}"}
@@ -232,6 +285,11 @@ class Client:
             snapshot = Snapshot.from_json(response.json())
             self._install(snapshot, confirmed=True)
             self._etag = response.headers.get("ETag") or f'"g{snapshot.generation}"'
+            if self.snapshot_path is not None:
+                try:
+                    snapshot.save(self.snapshot_path)
+                except OSError as exc:
+                    log.warning("could not save the snapshot to %s: %s", self.snapshot_path, exc)
         else:
             self._confirm()
 
@@ -239,6 +297,7 @@ class Client:
         # Entries first, then the confirmation: a reader never pairs a fresh
         # timestamp with the previous table.
         self._snapshot = snapshot
+        self._gates = snapshot.gates
         self._entries = snapshot.entries
         if confirmed:
             self._confirm()
@@ -256,16 +315,34 @@ class Client:
                         self.url, exc)
         self.last_error = str(exc) or type(exc).__name__
         self._stale = True
+        self._hold(exc)
 
     def _run(self) -> None:
+        api, stop = self._api, self._stop
         try:
-            while not self._stop.is_set():
-                if self.subscribe:
+            self.refresh()
+            self._ready.set()
+            while not stop.is_set():
+                held = self._hold_until - _monotonic()
+                if held > 0:
+                    stop.wait(held)
+                elif self.subscribe:
                     self._watch_once()
-                elif not self._stop.wait(self.refresh_interval):
+                elif not stop.wait(self.refresh_interval):
                     self.refresh()
         finally:
-            self._api.close()
+            self._ready.set()
+            api.close()
+
+    def _restart_in_child(self) -> None:
+        """In a forked child: own connections, own threads, and stale until the router answers."""
+        if self._closed:
+            return
+        self._api = self._refresh_api()  # the parent's pooled sockets are the parent's
+        self._stale = True
+        self.last_error = "forked: this process has not heard from the router yet"
+        self._reporter.after_fork_in_child()
+        self._start_refreshing()
 
     def _too_old(self) -> SnapshotTooOld:
         age = self.age()
@@ -301,18 +378,21 @@ class Client:
 
     # -- lifetime ------------------------------------------------------------
 
-    def close(self, timeout: float = 1.0) -> None:
-        """Flush queued traces (up to `flush_timeout`), then stop the refresh thread.
+    def close(self, timeout: float | None = None) -> None:
+        """Flush queued traces and stop; returns within `timeout` (default `flush_timeout`).
 
-        A subscribed client may be inside a watch that cannot be interrupted;
-        waiting for it is bounded by `timeout`, after which the daemon thread
-        ends by itself when the watch answers, and closes its connection.
+        Whatever the router does (down, hung): traces not sent by then are
+        counted `unsent` and logged. A refresh thread inside a watch that cannot
+        be interrupted ends by itself when the watch answers.
         """
+        bound = self.flush_timeout if timeout is None else max(0.0, timeout)
+        deadline = _monotonic() + bound
+        self._closed = True
         atexit.unregister(self._reporter.close)
-        self._reporter.close()
         self._stop.set()
+        self._reporter.close(bound)
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._thread.join(max(0.0, min(deadline - _monotonic(), REFRESH_JOIN_S)))
 
     def __enter__(self) -> Client:
         return self
@@ -321,12 +401,7 @@ class Client:
         self.close()
 
 
-def _read_bootstrap(source: str | os.PathLike[str] | Mapping[str, Any]) -> Snapshot:
-    if isinstance(source, Mapping):
-        return Snapshot.from_json(source)
-    path = Path(source)
-    try:
-        body = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"bootstrap file {str(path)!r} is unreadable: {exc}") from exc
-    return Snapshot.from_json(body)
+def _restart_in_child(ref: weakref.ReferenceType[Client]) -> None:
+    client = ref()
+    if client is not None:
+        client._restart_in_child()

@@ -5,8 +5,8 @@ errors (`bindings.errors`, which subclasses `RolegateError`) with one handler::
 
     RolegateError        500  base; never raised directly
     ├── NotFound         404  no such role, version or run
-    ├── SnapshotTooOld   503  the client's snapshot is older than max_age (rolegate.client)
-    └── SnapshotUnavailable 503  the client has no snapshot at all (rolegate.client)
+    ├── SnapshotTooOld   503  the client's snapshot is older than max_age
+    └── SnapshotUnavailable 503  the client has no snapshot (yet): no answer, no bootstrap
 """
 
 from __future__ import annotations
@@ -31,3 +31,17 @@ class NotFound(RolegateError):
 
     status = 404
     code = "not_found"
+
+
+class SnapshotTooOld(RolegateError):
+    """The router has not confirmed the snapshot for longer than `max_age` seconds."""
+
+    status = 503
+    code = "snapshot_too_old"
+
+
+class SnapshotUnavailable(RolegateError):
+    """The client has no snapshot: the router did not answer and no bootstrap was given."""
+
+    status = 503
+    code = "snapshot_unavailable"

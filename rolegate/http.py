@@ -8,7 +8,9 @@ Bounded by attempts and by time, exponential backoff with jitter, and
 
 from __future__ import annotations
 
+import email.utils
 import os
+import time
 from typing import Any
 
 import requests
@@ -25,15 +27,36 @@ from tenacity import (
 RETRYABLE = (requests.ConnectionError, requests.Timeout)
 
 
-class ApiError(Exception):
-    """The API answered with an error: its status and its {"error": ...} body."""
+#: The longest Retry-After honoured; a router asking for more is asked again after this.
+MAX_RETRY_AFTER_S = 300.0
 
-    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+
+class ApiError(Exception):
+    """The API answered with an error: its status, its {"error": ...} body, its Retry-After."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None,
+                 retry_after: float | None = None) -> None:
         super().__init__(f"{status} {code}: {message}")
         self.status = status
         self.code = code
         self.message = message
         self.details = details or {}
+        #: Seconds the answer asked to wait before trying again (429, 503), if it said.
+        self.retry_after = retry_after
+
+
+def retry_after(response: requests.Response) -> float | None:
+    """Seconds a `Retry-After` header asks to wait (delta-seconds or an HTTP date), capped."""
+    raw = (response.headers.get("Retry-After") or "").strip()
+    if not raw:
+        return None
+    if raw.isdigit():
+        return min(float(raw), MAX_RETRY_AFTER_S)
+    try:
+        when = email.utils.parsedate_to_datetime(raw).timestamp()
+    except (TypeError, ValueError):
+        return None
+    return min(max(0.0, when - time.time()), MAX_RETRY_AFTER_S)
 
 
 class ApiClient:
@@ -116,4 +139,5 @@ def _api_error(response: requests.Response) -> ApiError:
         str(error.get("code", "http_error")),
         str(error.get("message", response.text[:500] or response.reason)),
         error.get("details"),
+        retry_after(response),
     )

@@ -8,7 +8,8 @@
 Leaving the block (normally or by an exception, which is not swallowed) builds
 the Trace (rolegate/trace.py, the model the server validates with) and hands
 it to the sink, once. A run that produced no non-blank output counts as
-unanswered, the same rule the offline suite applies.
+unanswered, the same rule the offline suite applies; a run left by an
+exception carries it as the trace's `error` (type and message).
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rolegate.trace import Stamps, Trace
+from rolegate.trace import Stamps, Step, Trace
+
+#: The optional fields `Recorder.tool()` takes beside name, args, result and error.
+STEP_FIELDS = frozenset(Step.model_fields) - {"tool", "args", "result", "error"}
 
 
 class Recorder:
@@ -55,6 +59,9 @@ class Recorder:
         self._tokens = 0
         self._output = ""
         self._feedback: dict[str, Any] | None = None
+        self._tokens_in = 0
+        self._tokens_out = 0
+        self._error: dict[str, str] | None = None
 
     @property
     def config(self) -> str:
@@ -62,19 +69,46 @@ class Recorder:
         return str(self.resolution["shadow"] if self.shadow else self.resolution["config"])
 
     def tool(self, name: str, args: Mapping[str, Any] | None = None, *,
-             result: Any = None, error: str | BaseException | None = None) -> None:
-        """Record one tool call, in call order; `error` marks it failed."""
+             result: Any = None, error: str | BaseException | None = None,
+             **about: Any) -> None:
+        """Record one tool call, in call order; `error` marks it failed.
+
+        `about` takes the step's optional fields: `agent`, `parent_agent`,
+        `parallel_group` (calls issued together share one), `tokens_in`,
+        `tokens_out`, `latency_s` and `model` (see `rolegate.trace.Step`).
+        """
+        unknown = set(about) - STEP_FIELDS
+        if unknown:
+            raise TypeError(f"tool() got unknown fields {sorted(unknown)}; "
+                            f"known: {sorted(STEP_FIELDS)}")
         step: dict[str, Any] = {"tool": name, "args": dict(args or {})}
         if result is not None:
             step["result"] = result
         if error is not None:
             step["error"] = str(error) or type(error).__name__
+        step.update((k, v) for k, v in about.items() if v is not None)
         self._steps.append(step)
 
-    def cost(self, usd: float = 0.0, tokens: int = 0) -> None:
-        """Add to the run's spend; call it once per model call, or once at the end."""
+    def cost(self, usd: float = 0.0, tokens: int = 0, *, tokens_in: int = 0,
+             tokens_out: int = 0) -> None:
+        """Add to the run's spend; call it once per model call, or once at the end.
+
+        `tokens_in`/`tokens_out` (prompt and completion) count into `tokens` too.
+        """
         self._cost_usd += usd
-        self._tokens += tokens
+        self._tokens += tokens + tokens_in + tokens_out
+        self._tokens_in += tokens_in
+        self._tokens_out += tokens_out
+
+    def fail(self, error: BaseException | str, *, kind: str | None = None) -> None:
+        """Mark the run as ended abnormally: the exception's type and message.
+
+        Leaving the `with` block by an exception does this by itself.
+        """
+        if isinstance(error, BaseException):
+            self._error = {"type": kind or type(error).__name__, "message": str(error)[:4000]}
+        else:
+            self._error = {"type": kind or "Error", "message": error[:4000]}
 
     def output(self, text: str) -> None:
         """Set the run's final output (what the invariants read)."""
@@ -103,6 +137,9 @@ class Recorder:
             "answered": bool(self._output.strip()),
             "cost_usd": self._cost_usd,
             "tokens": self._tokens,
+            "tokens_in": self._tokens_in or None,
+            "tokens_out": self._tokens_out or None,
+            "error": self._error,
             "latency_s": max(0.0, self._clock() - self._started),
             "artifacts": self._artifacts,
             "output_text": self._output,
@@ -119,5 +156,8 @@ class Recorder:
     def __enter__(self) -> Recorder:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 traceback: object) -> None:
+        if exc is not None and self._error is None:
+            self.fail(exc)
         self.finish()

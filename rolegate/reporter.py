@@ -1,34 +1,55 @@
 """Send traces to `POST /v1/traces` from a background thread, never blocking the agent.
 
-`report()` only appends to a bounded in-memory queue; when the queue is full the
-OLDEST trace is dropped and counted (the newest say most about the config now
-serving). One daemon thread sends what is queued in batches, through ApiClient
-(tenacity retries connection errors with backoff). A batch that still fails
-(router down or answering 5xx) is kept and retried, with the SAME run ids, so a
-batch the server stored but whose answer was lost is not counted twice: the
-server is idempotent on `run_id`. `close()` flushes, bounded by `flush_timeout`.
+Nothing is lost quietly; every trace handed to `report()` ends up counted in
+exactly one of `sent`, `dropped`, `rejected` or `unsent` (`ReportStats`).
+
+- `report()` validates and ENCODES the trace in the caller's thread, so a bad
+  trace raises there and the queue only ever holds JSON bytes the sender can
+  send. A value JSON cannot represent (an object of your own class, bytes that
+  are not UTF-8) is the one documented coercion: it is sent as its `repr()`
+  (bytes as URL-safe base64), logged and counted in `coerced`.
+- One daemon thread sends batches sized by bytes (`max_batch_bytes`, well under
+  the router's body limit) and by count. Its loop cannot die: an unexpected
+  error is logged, counted in `sender_errors`, the batch it was handling is
+  counted `unsent`, and the next batch goes out.
+- Connection errors, timeouts and 5xx keep the batch and retry it with the SAME
+  run ids (the router is idempotent on `run_id`), backing off exponentially;
+  `429` waits its `Retry-After`.
+- `413`: the batch is split in half and each half resent, and later batches
+  are made smaller; a single trace over the limit is refused on its own.
+- Any other 4xx refuses only the traces the answer names (`results[].status ==
+  "refused"`, each reason logged and counted by code in `rejections`); a 4xx
+  that names none is bisected down to the one trace it refuses.
+- `close()` is bounded: it returns by its deadline even when the router hangs.
 """
 
 from __future__ import annotations
 
+import base64
 import collections
 import logging
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import requests
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from rolegate.http import ApiClient, ApiError
-from rolegate.trace import Trace
+from rolegate.http import ApiClient, retry_after
+from rolegate.trace import Step, Trace
 
 log = logging.getLogger("rolegate.client")
 
 TRACES_PATH = "/v1/traces"
 #: Answers worth trying again later: the router or its Redis is having trouble.
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: Every status, so ApiClient hands back the response and this module decides.
+_ANY_STATUS = tuple(range(100, 600))
+#: The floor under which a 413 never shrinks batches (a bigger trace is sent alone).
+MIN_BATCH_BYTES = 16 * 1024
+_OPEN, _CLOSE, _COMMA = b'{"traces":[', b"]}", b","
 
 
 @dataclass(frozen=True)
@@ -43,55 +64,127 @@ class ReportStats:
     dropped: int
     #: Of `sent`, the retries of a run the router already had (stored once).
     duplicates: int
-    #: Refused by the router as invalid; logged with the reason.
+    #: Refused by the router; each reason logged, counted by code in `rejections`.
     rejected: int
-    #: Still unsent when close() gave up after flush_timeout.
+    #: Still unsent when close() gave up, or lost to a sender error (logged).
     unsent: int
     #: Sending attempts that failed and were retried later.
     failed_attempts: int
+    #: Traces holding a value JSON cannot encode, sent with it as its repr().
+    coerced: int = 0
+    #: Unexpected errors the sending loop caught, logged and survived.
+    sender_errors: int = 0
+    #: 413 answers that made a batch split.
+    splits: int = 0
+    #: Rejected traces by the router's error code (e.g. {"invalid": 2}).
+    rejections: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One trace ready to send: its run id and its JSON."""
+
+    run_id: str
+    body: bytes
+
+
+def encode(trace: Trace) -> tuple[bytes, bool]:
+    """The trace's JSON, and whether a value had to be coerced to encode it.
+
+    The coercion, documented: a value JSON has no form for is sent as its
+    `repr()` (at most 1,000 characters); bytes that are not UTF-8 as URL-safe base64.
+    """
+    try:
+        return trace.model_dump_json(exclude_none=True).encode(), False
+    except PydanticSerializationError:
+        pass
+    steps = tuple(_coerced_step(step) for step in trace.steps) if trace.steps else trace.steps
+    fixed = trace.model_copy(update={
+        "steps": steps, "input": _jsonable(trace.input), "feedback": _jsonable(trace.feedback)})
+    return fixed.model_dump_json(exclude_none=True).encode(), True
+
+
+def _coerced_step(step: Step) -> Step:
+    return step.model_copy(update={"args": _jsonable(step.args),
+                                   "result": _jsonable(step.result)})
+
+
+def _jsonable(value: Any) -> Any:
+    return to_jsonable_python(value, fallback=_describe, bytes_mode="base64")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, bytes | bytearray):
+        return base64.urlsafe_b64encode(bytes(value)).decode()
+    return repr(value)[:1000]
 
 
 class TraceReporter:
-    """A bounded queue of traces and the thread that ships them in batches."""
+    """A bounded queue of encoded traces and the thread that ships them in batches."""
 
     def __init__(
         self,
-        api: ApiClient,
+        api_factory: Callable[[], ApiClient],
         *,
         max_queue: int = 10_000,
         batch_size: int = 200,
+        max_batch_bytes: int = 1024 * 1024,
         flush_timeout: float = 10.0,
         retry_wait: float = 0.5,
+        max_retry_wait: float = 10.0,
     ) -> None:
         if max_queue < 1 or batch_size < 1:
             raise ValueError("max_queue and batch_size must be at least 1")
-        self.api = api
+        if max_batch_bytes < MIN_BATCH_BYTES:
+            raise ValueError(f"max_batch_bytes must be at least {MIN_BATCH_BYTES}")
+        self._api_factory = api_factory
+        self.api = api_factory()
+        self.max_queue = max_queue
         self.batch_size = batch_size
+        self.max_batch_bytes = max_batch_bytes
         self.flush_timeout = flush_timeout
         self.retry_wait = retry_wait
-        self._queue: collections.deque[Trace] = collections.deque(maxlen=max_queue)
+        self.max_retry_wait = max_retry_wait
+        self._reset()
+
+    def _reset(self) -> None:
+        """Fresh state: at construction, and in a forked child (whose threads did not survive)."""
+        self._queue: collections.deque[Encoded] = collections.deque(maxlen=self.max_queue)
         self._condition = threading.Condition()
-        self._in_flight = 0
-        self._sent = 0
-        self._dropped = 0
-        self._rejected = 0
-        self._duplicates = 0
-        self._unsent = 0
-        self._failed_attempts = 0
+        #: Batches taken from the queue and not yet decided on (a 413 splits one in two).
+        self._pending: list[list[Encoded]] = []
+        self._counts: collections.Counter[str] = collections.Counter()
+        self._rejections: collections.Counter[str] = collections.Counter()
         self._closing = False
-        self._closed = threading.Event()
+        self._abandoned = False
+        self._wake = threading.Event()
+        self._failures = 0
         self._give_up_at = float("inf")
         self._thread: threading.Thread | None = None
 
+    # -- the caller's side ---------------------------------------------------
+
     def report(self, trace: Trace | Mapping[str, Any]) -> None:
-        """Queue one trace; a dict is validated here so a bad one fails in the caller."""
+        """Validate and encode one trace here, then queue it; never blocks on the network.
+
+        A dict that is not a valid trace raises `pydantic.ValidationError` (a
+        ValueError) in the caller, and nothing is queued.
+        """
         item = trace if isinstance(trace, Trace) else Trace.model_validate(trace)
+        body, coerced = encode(item)
+        if coerced:
+            log.warning("trace %s held a value JSON cannot encode; sent as its repr()",
+                        item.run_id)
         with self._condition:
             if self._closing:
                 raise RuntimeError("the client is closed; it no longer reports traces")
+            self._counts["coerced"] += coerced
             if len(self._queue) == self._queue.maxlen:
-                self._dropped += 1  # the deque pushes the oldest out on append
-            self._queue.append(item)
+                self._counts["dropped"] += 1  # the deque pushes the oldest out on append
+                if self._counts["dropped"] == 1 or self._counts["dropped"] % 1000 == 0:
+                    log.error("trace queue full (%d): dropped %d oldest traces so far",
+                              self.max_queue, self._counts["dropped"])
+            self._queue.append(Encoded(item.run_id, body))
             self._condition.notify_all()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="rolegate-client-report",
@@ -101,101 +194,221 @@ class TraceReporter:
     def stats(self) -> ReportStats:
         """A consistent copy of the counters."""
         with self._condition:
+            counts = self._counts
             return ReportStats(
-                queued=len(self._queue) + self._in_flight, sent=self._sent,
-                dropped=self._dropped, duplicates=self._duplicates, rejected=self._rejected,
-                unsent=self._unsent,
-                failed_attempts=self._failed_attempts,
+                queued=len(self._queue) + sum(len(b) for b in self._pending),
+                sent=counts["sent"], dropped=counts["dropped"],
+                duplicates=counts["duplicates"], rejected=counts["rejected"],
+                unsent=counts["unsent"], failed_attempts=counts["failed_attempts"],
+                coerced=counts["coerced"], sender_errors=counts["sender_errors"],
+                splits=counts["splits"], rejections=dict(self._rejections),
             )
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the queue is empty and nothing is in flight; False on timeout."""
         with self._condition:
             return self._condition.wait_for(
-                lambda: not self._queue and not self._in_flight, timeout)
+                lambda: not self._queue and not self._pending, timeout)
 
-    def close(self) -> None:
-        """Send what is queued (for up to flush_timeout), then stop the thread."""
+    def close(self, timeout: float | None = None) -> None:
+        """Send what is queued for up to `timeout` (default flush_timeout), then stop.
+
+        Returns by the deadline whatever the router does; what is still queued
+        or in flight then is counted `unsent` and logged.
+        """
+        bound = self.flush_timeout if timeout is None else max(0.0, timeout)
+        deadline = time.monotonic() + bound
         with self._condition:
+            if self._closing and self._thread is None:
+                return
             self._closing = True
-            self._give_up_at = time.monotonic() + self.flush_timeout
+            self._give_up_at = deadline
             self._condition.notify_all()
             thread = self._thread
-        self._closed.set()
+        self._wake.set()  # cut a backoff pause short: flushing starts at once
         if thread is not None:
-            # The thread gives up by itself at _give_up_at; the margin covers one
-            # request already under way.
-            thread.join(self.flush_timeout + self.api.timeout + 1.0)
-        self.api.close()
+            thread.join(max(0.0, deadline - time.monotonic()))
+        with self._condition:
+            left = len(self._queue) + sum(len(b) for b in self._pending)
+            if left:
+                # The thread is stuck in a request (a hung router): abandon it; it
+                # changes no counter from here on.
+                self._abandoned = True
+                self._counts["unsent"] += left
+                self._queue.clear()
+                self._pending.clear()
+                log.error("closing with %d traces unsent: the router did not take them "
+                          "within %.1fs", left, bound)
+                self._condition.notify_all()
+            self._thread = None
+        if thread is None or not thread.is_alive():
+            self.api.close()
+
+    def after_fork_in_child(self) -> None:
+        """Start over in a forked child: its queue belongs to the parent, its threads are gone.
+
+        The parent's connections are not closed here (their sockets are the
+        parent's too); the child opens its own.
+        """
+        self.api = self._api_factory()
+        self._reset()
 
     # -- the sending thread --------------------------------------------------
 
     def _run(self) -> None:
-        batch: list[Trace] = []
         while True:
-            with self._condition:
-                if not batch:
-                    self._condition.wait_for(lambda: bool(self._queue) or self._closing)
-                    if not self._queue:
-                        return  # closing, and everything was sent
-                    take = min(self.batch_size, len(self._queue))
-                    batch = [self._queue.popleft() for _ in range(take)]
-                    self._in_flight = len(batch)
-                elif self._closing and time.monotonic() >= self._give_up_at:
-                    self._unsent += len(batch) + len(self._queue)
-                    log.error("closing with %d traces unsent: the router did not take them",
-                              len(batch) + len(self._queue))
-                    self._queue.clear()
-                    self._in_flight = 0
-                    self._condition.notify_all()
+            try:
+                if not self._step():
                     return
-            if self._send(batch):
+            except Exception:  # the loop must outlive any one batch: logged and counted
+                log.exception("the trace sender hit an unexpected error; its batch is lost, "
+                              "the next one goes out")
                 with self._condition:
-                    self._in_flight = 0
+                    if self._abandoned:
+                        return
+                    self._counts["sender_errors"] += 1
+                    if self._pending:
+                        self._counts["unsent"] += len(self._pending.pop())
                     self._condition.notify_all()
-                batch = []
-            else:
-                with self._condition:
-                    self._failed_attempts += 1
-                    closing = self._closing
-                    pause = min(self.retry_wait, max(0.0, self._give_up_at - time.monotonic()))
-                if closing:
-                    time.sleep(pause)
-                else:
-                    # close() cuts this pause short, so shutdown starts flushing at once.
-                    self._closed.wait(pause)
+                self._pause(self.retry_wait)
 
-    def _send(self, batch: list[Trace]) -> bool:
-        """POST one batch; True when the router has decided on every trace in it."""
-        body = {"traces": [t.model_dump(mode="json", exclude_none=True) for t in batch]}
-        try:
-            # 207: some traces refused (each result says why), the rest stored.
-            answer = self.api.post(TRACES_PATH, body, ok=(200, 207))
-        except (requests.ConnectionError, requests.Timeout) as exc:
-            log.warning("sending %d traces failed, will retry: %s", len(batch), exc)
-            return False
-        except ApiError as exc:
-            if exc.status in RETRY_STATUSES:
-                log.warning("router answered %s to %d traces, will retry", exc.status, len(batch))
-                return False
-            # A refusal of the whole batch: retrying the same bytes cannot help.
-            log.error("router refused %d traces: %s", len(batch), exc)
-            with self._condition:
-                self._rejected += len(batch)
-            return True
-        refused = _count(answer, "refused")
+    def _step(self) -> bool:
+        """Send one batch (or wait for one); False when the thread should end."""
         with self._condition:
-            self._rejected += refused
-            self._duplicates += _count(answer, "duplicates")
-            self._sent += len(batch) - refused
-        if refused:
-            reasons = [r.get("error", {}).get("message") for r in answer.get("results", ())
-                       if isinstance(r, Mapping) and r.get("status") == "refused"]
-            log.error("router refused %d of %d traces: %s", refused, len(batch), reasons[:5])
+            if self._abandoned:
+                return False
+            if not self._pending:
+                self._condition.wait_for(lambda: bool(self._queue) or self._closing)
+                if not self._queue:
+                    return False  # closing, and everything was sent
+                self._pending.append(self._take())
+            elif self._closing and time.monotonic() >= self._give_up_at:
+                return False  # close() counts what is left
+            batch = self._pending[-1]
+        wait = self._send(batch)
+        if wait is not None:
+            with self._condition:
+                self._counts["failed_attempts"] += 1
+                pause = min(wait, max(0.0, self._give_up_at - time.monotonic()))
+            self._pause(pause)
         return True
 
+    def _take(self) -> list[Encoded]:
+        """The next batch from the queue: at most batch_size traces and max_batch_bytes."""
+        batch = [self._queue.popleft()]
+        size = len(_OPEN) + len(_CLOSE) + len(batch[0].body)
+        while self._queue and len(batch) < self.batch_size:
+            extra = len(self._queue[0].body) + 1
+            if size + extra > self.max_batch_bytes:
+                break
+            batch.append(self._queue.popleft())
+            size += extra
+        return batch
 
-def _count(answer: Any, field: str) -> int:
-    """A count from a `POST /v1/traces` answer (0 when absent)."""
-    value = answer.get(field) if isinstance(answer, Mapping) else None
-    return value if isinstance(value, int) else 0
+    def _pause(self, seconds: float) -> None:
+        self._wake.clear()
+        if seconds > 0:
+            self._wake.wait(seconds)
+
+    def _send(self, batch: list[Encoded]) -> float | None:
+        """POST one batch and settle it; the seconds to wait before retrying, or None."""
+        body = _OPEN + _COMMA.join(item.body for item in batch) + _CLOSE
+        try:
+            response = self.api.request("POST", TRACES_PATH, ok=_ANY_STATUS, data=body,
+                                        headers={"Content-Type": "application/json"})
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            log.warning("sending %d traces failed, will retry: %s", len(batch), exc)
+            return self._backoff()
+        status = response.status_code
+        if status in (200, 207):
+            self._settle(batch, _json(response))
+            return None
+        if status in RETRY_STATUSES:
+            log.warning("router answered %s to %d traces, will retry", status, len(batch))
+            asked = retry_after(response) if status in (429, 503) else None
+            return asked if asked is not None else self._backoff()
+        if status == 413:
+            self._too_large(batch, len(body))
+            return None
+        answer = _json(response)
+        if isinstance(answer.get("results"), list) and len(answer["results"]) == len(batch):
+            self._settle(batch, answer)  # a 422: every trace refused, each with its reason
+        elif len(batch) > 1:
+            # A refusal that names no trace: halve until it does, so good traces go through.
+            self._split(batch)
+        else:
+            found = answer.get("error")
+            error: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+            self._reject(batch, str(error.get("code") or f"http_{status}"),
+                         str(error.get("message") or response.reason))
+        return None
+
+    def _backoff(self) -> float:
+        self._failures += 1
+        delay: float = self.retry_wait * 2.0 ** min(self._failures - 1, 16)
+        return min(self.max_retry_wait, delay)
+
+    def _too_large(self, batch: list[Encoded], size: int) -> None:
+        if len(batch) == 1:
+            self._reject(batch, "too_large",
+                         f"a {size}-byte trace is over the router's body limit")
+            return
+        # Remember the lesson, so later batches fit at the first try.
+        self.max_batch_bytes = max(MIN_BATCH_BYTES, min(self.max_batch_bytes, size // 2))
+        log.warning("router refused a %d-byte batch as too large; splitting it, batches "
+                    "now at most %d bytes", size, self.max_batch_bytes)
+        self._split(batch)
+
+    def _split(self, batch: list[Encoded]) -> None:
+        half = len(batch) // 2
+        with self._condition:
+            if self._abandoned:
+                return
+            self._counts["splits"] += 1
+            self._pending.pop()
+            # A stack: the first half goes out next, then the second.
+            self._pending += [batch[half:], batch[:half]]
+
+    def _reject(self, batch: list[Encoded], code: str, message: str) -> None:
+        log.error("router refused %d traces (%s): %s; run ids %s", len(batch), code, message,
+                  [item.run_id for item in batch[:5]])
+        self._finish(sent=0, duplicates=0, rejected={code: len(batch)})
+
+    def _settle(self, batch: list[Encoded], answer: Mapping[str, Any]) -> None:
+        """Count a batch the router decided on: each refused trace with its reason."""
+        self._failures = 0
+        rejected: collections.Counter[str] = collections.Counter()
+        reasons = []
+        for result in answer.get("results") or ():
+            if isinstance(result, Mapping) and result.get("status") == "refused":
+                found = result.get("error")
+                error: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+                rejected[str(error.get("code") or "refused")] += 1
+                reasons.append((result.get("run_id"), error.get("message")))
+        if reasons:
+            log.error("router refused %d of %d traces: %s", len(reasons), len(batch),
+                      reasons[:5])
+        duplicates = answer.get("duplicates")
+        self._finish(sent=len(batch) - sum(rejected.values()),
+                     duplicates=duplicates if isinstance(duplicates, int) else 0,
+                     rejected=rejected)
+
+    def _finish(self, *, sent: int, duplicates: int, rejected: Mapping[str, int]) -> None:
+        with self._condition:
+            if self._abandoned:
+                return
+            self._pending.pop()
+            self._counts["sent"] += sent
+            self._counts["duplicates"] += duplicates
+            self._counts["rejected"] += sum(rejected.values())
+            self._rejections.update(rejected)
+            self._condition.notify_all()
+
+
+def _json(response: requests.Response) -> dict[str, Any]:
+    """The answer's JSON object, or {} when it has none."""
+    try:
+        body = response.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}

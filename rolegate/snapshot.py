@@ -7,8 +7,11 @@ of each record is kept as received, so a saved snapshot is a complete
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,8 +25,26 @@ log = logging.getLogger("rolegate.client")
 Entry = tuple[dict[str, Any], dict[str, Any] | None, float]
 
 
+class ToolRules(BaseModel):
+    """The invariants that decide whether a tool may be called at all."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    forbidden_tools: tuple[str, ...] = ()
+    #: None: no allowlist; a tuple (even empty): only these tools.
+    allowed_tools: tuple[str, ...] | None = None
+
+
+class RoutedGate(BaseModel):
+    """The part of a role's gate policy the client enforces before a tool runs."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    invariants: ToolRules = ToolRules()
+
+
 class RoutedBinding(BaseModel):
-    """The fields of a binding that decide an arm; the service validates the rest."""
+    """The fields of a binding that decide an arm, and its tool rules; the service validates the rest."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -31,6 +52,23 @@ class RoutedBinding(BaseModel):
     candidate: str | None = None
     stage: Stage = Stage.STABLE
     share: float = Field(0.0, ge=0.0, le=1.0)
+    gate: RoutedGate = RoutedGate()
+
+
+class ToolGate:
+    """A role's tool rules, precompiled: `allows(tool)` is one or two set lookups."""
+
+    __slots__ = ("allowed", "forbidden")
+
+    def __init__(self, rules: ToolRules) -> None:
+        self.forbidden = frozenset(rules.forbidden_tools)
+        self.allowed = None if rules.allowed_tools is None else frozenset(rules.allowed_tools)
+
+    def allows(self, tool: str) -> bool:
+        """False for a forbidden tool or one outside the allowlist, as the gate judges a run."""
+        if tool in self.forbidden:
+            return False
+        return self.allowed is None or tool in self.allowed
 
 
 class RoutedRecord(BaseModel):
@@ -46,14 +84,20 @@ class RoutedRecord(BaseModel):
 class Snapshot:
     """One generation of the binding table, precompiled for resolving."""
 
-    __slots__ = ("generation", "raw", "records", "entries")
+    __slots__ = ("bodies", "entries", "gates", "generation", "raw", "records")
 
-    def __init__(self, generation: int, raw: Mapping[str, Mapping[str, Any]]) -> None:
+    def __init__(self, generation: int, raw: Mapping[str, Mapping[str, Any]],
+                 bodies: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.generation = generation
         self.raw = {role: dict(record) for role, record in raw.items()}
+        #: Config bodies by config id: each role's current and candidate that have one.
+        self.bodies = {config: dict(body) for config, body in (bodies or {}).items()}
         self.records = {role: RoutedRecord.model_validate(record)
                         for role, record in self.raw.items()}
-        self.entries = {role: compile_role(role, rec) for role, rec in self.records.items()}
+        self.entries = {role: compile_role(role, rec, self.bodies)
+                        for role, rec in self.records.items()}
+        self.gates = {role: ToolGate(rec.binding.gate.invariants)
+                      for role, rec in self.records.items()}
 
     @classmethod
     def from_json(cls, body: Any) -> Snapshot:
@@ -61,7 +105,11 @@ class Snapshot:
         if not isinstance(body, Mapping) or not isinstance(body.get("roles"), Mapping):
             raise ValueError('a bindings snapshot is {"generation": N, "roles": {role: record}}')
         generation = int(body.get("generation", 0))
-        snapshot = cls(generation, body["roles"])
+        bodies = body.get("bodies") or {}
+        if not isinstance(bodies, Mapping) or not all(
+                isinstance(b, Mapping) for b in bodies.values()):
+            raise ValueError('a snapshot\'s "bodies" is {config: body}')
+        snapshot = cls(generation, body["roles"], bodies)
         for role, record in snapshot.records.items():
             if record.role != role:
                 raise ValueError(f"snapshot lists role {record.role!r} under {role!r}")
@@ -69,10 +117,34 @@ class Snapshot:
 
     def to_json(self) -> dict[str, Any]:
         """The snapshot in the shape of `GET /v1/bindings` (usable as a bootstrap)."""
-        return {"generation": self.generation, "roles": self.raw}
+        out: dict[str, Any] = {"generation": self.generation, "roles": self.raw}
+        if self.bodies:
+            out["bodies"] = self.bodies
+        return out
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the snapshot to `path` atomically, for a later bootstrap."""
+        target = Path(path)
+        temporary = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+        temporary.write_text(json.dumps(self.to_json(), separators=(",", ":")))
+        # Rename, so a crash mid-write never leaves a half file to start from.
+        temporary.replace(target)
+
+    @classmethod
+    def load(cls, source: str | os.PathLike[str] | Mapping[str, Any]) -> Snapshot:
+        """A snapshot from a `GET /v1/bindings` body or a file holding one."""
+        if isinstance(source, Mapping):
+            return cls.from_json(source)
+        path = Path(source)
+        try:
+            body = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"snapshot file {str(path)!r} is unreadable: {exc}") from exc
+        return cls.from_json(body)
 
 
-def compile_role(role: str, record: RoutedRecord) -> Entry:
+def compile_role(role: str, record: RoutedRecord,
+                 bodies: Mapping[str, Mapping[str, Any]] | None = None) -> Entry:
     """Precompute a role's answers so resolving is one hash, one compare and one copy.
 
     The answers are built from `rolegate.routing.resolve` itself and checked
@@ -93,7 +165,23 @@ def compile_role(role: str, record: RoutedRecord) -> Entry:
         if _answer(role, entry, probe, False) != expected:
             log.error("client routing disagrees with rolegate.routing for %r", role)
             raise ValueError(f"client routing disagrees with rolegate.routing for {role!r}")
+    if bodies:
+        # After the probes: a body is extra information, not part of the routing answer.
+        _attach_bodies(entry, bodies)
     return entry
+
+
+def _attach_bodies(entry: Entry, bodies: Mapping[str, Mapping[str, Any]]) -> None:
+    """Put each answer's config body (and its shadow's) on it, where the snapshot has one."""
+    for answer in entry[:2]:
+        if not isinstance(answer, dict):
+            continue
+        body = bodies.get(answer["config"])
+        if body is not None:
+            answer["body"] = body
+        shadow = answer.get("shadow")
+        if shadow is not None and shadow in bodies:
+            answer["shadow_body"] = bodies[shadow]
 
 
 def _answer(role: str, entry: Entry, key: str, stale: bool) -> dict[str, Any]:
@@ -109,3 +197,20 @@ def _answer(role: str, entry: Entry, key: str, stale: bool) -> dict[str, Any]:
 _PROBE_KEYS = tuple(f"probe-{n}" for n in range(24))
 
 
+def starting_snapshot(bootstrap: str | os.PathLike[str] | Mapping[str, Any] | None,
+                       saved: Path | None) -> Snapshot | None:
+    """What to answer from before the router does: the newer of bootstrap and saved file.
+
+    A bad bootstrap raises (the caller gave it); a bad saved file is logged and
+    skipped (the client wrote it, and will write a good one).
+    """
+    start = Snapshot.load(bootstrap) if bootstrap is not None else None
+    if saved is not None and saved.exists():
+        try:
+            disk = Snapshot.load(saved)
+        except ValueError as exc:
+            log.warning("ignoring the saved snapshot %s: %s", saved, exc)
+            return start
+        if start is None or disk.generation > start.generation:
+            return disk
+    return start
