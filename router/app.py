@@ -35,6 +35,7 @@ BLUEPRINT_MODULES = (
     "router.api.watch",
     "router.api.configs",
     "router.api.feedback",
+    "router.api.trace_reads",
     "router.api.offline",
 )
 

@@ -200,14 +200,17 @@ class TraceStore:
         return [WindowStats.from_fields(raw) for raw in raws]
 
     def read(self, role: str, config: str, arm: str, since: float | None = None,
-             count: int | None = None, *, after: str | None = None) -> list[StoredTrace]:
+             count: int | None = None, *, after: str | None = None,
+             from_id: str | None = None) -> list[StoredTrace]:
         """Traces of (role, config, arm) in arrival order, with their verdicts.
 
         `since` (epoch seconds) starts at that arrival time; `after` (a stream id
-        from an earlier read) starts just after it, for incremental readers;
-        `count` caps how many come back.
+        from an earlier read) starts just after it, for incremental readers, and
+        `from_id` at it; `count` caps how many come back.
         """
-        if after is not None:
+        if from_id is not None:
+            start = from_id
+        elif after is not None:
             start = f"({after}"
         elif since is not None:
             start = f"{max(0, int(since * 1000))}-0"
@@ -217,6 +220,13 @@ class TraceStore:
             entries = cast(StreamEntries, self.connection.xrange(
                 stream_key(role, config, arm), min=start, max="+", count=count))
         return [_stored_trace(entry_id, fields) for entry_id, fields in entries]
+
+    def newest(self, role: str, config: str, arm: str, count: int) -> list[StoredTrace]:
+        """The newest `count` traces of (role, config, arm), oldest first."""
+        with _redis_errors():
+            entries = cast(StreamEntries, self.connection.xrevrange(
+                stream_key(role, config, arm), count=count))
+        return [_stored_trace(entry_id, fields) for entry_id, fields in reversed(entries)]
 
     def length(self, role: str, config: str, arm: str) -> int:
         """How many traces the (role, config, arm) stream holds now."""

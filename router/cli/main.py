@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "router.cli.gatekeeper",
     "router.cli.criteria",
     "router.cli.suite",
+    "router.cli.traces",
 )
 
 

@@ -35,6 +35,9 @@ LEASE = _obj("holder", "ttl_ms", holder={"type": ["string", "null"]},
              ttl_ms={"type": ["integer", "null"]})
 ROLE_QUERY = {"name": "role", "in": "query", "required": False,
               "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"}}
+STORED_TRACE = _obj("id", "received", "role", "trace", "verdict",
+                    id={"type": "string"}, received={"type": "number"},
+                    role={"type": "string"}, trace=ref("Trace"), verdict=OBJECT)
 GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", "arms",
             "comparison", role={"type": "string"}, version={"type": "integer"},
             stage={"type": "string"}, share={"type": "number"}, paused={"type": "boolean"},
@@ -72,6 +75,36 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
             "errors": (400, *AUTH, 404, 409, 503),
         },
     },
+    "/v1/traces/{run_id}": {"get": {
+        "summary": "One stored trace as reported, with its verdict and arrival time.",
+        "description": "The run id is looked up among the roles; name the role (?role=) "
+                       "when two know it (409 otherwise).",
+        "scopes": ("caller", "gatekeeper"),
+        "parameters": [ROLE_QUERY],
+        "responses": {"200": json_response("The stored trace.", STORED_TRACE)},
+        "errors": (400, *AUTH, 404, 409, 503),
+    }},
+    "/v1/roles/{role}/traces": {"get": {
+        "summary": "The role's traces in arrival order across its live configs and arms.",
+        "description": "Without since_id the newest `limit`; with it the first `limit` from "
+                       "that stream id on (inclusive), for tailing.",
+        "scopes": ("caller", "gatekeeper"),
+        "parameters": [
+            {"name": "since_id", "in": "query", "required": False,
+             "schema": {"type": "string", "pattern": r"^\d{1,20}-\d{1,20}$"}},
+            {"name": "limit", "in": "query", "required": False,
+             "schema": {"type": "integer", "minimum": 1, "maximum": 1000}},
+            {"name": "config", "in": "query", "required": False,
+             "schema": {"type": "string", "minLength": 1, "maxLength": 200}},
+            {"name": "arm", "in": "query", "required": False,
+             "schema": {"enum": ["current", "candidate", "shadow"]}},
+        ],
+        "responses": {"200": json_response("Stored traces, oldest first.", _obj(
+            "role", "traces", "last_id", role={"type": "string"},
+            traces={"type": "array", "items": STORED_TRACE},
+            last_id={"type": ["string", "null"]}))},
+        "errors": (400, *AUTH, 404, 503),
+    }},
     "/v1/roles/{role}/gate": {"get": {
         "summary": "The regression gate per arm since the stage began, with paired and drift.",
         "scopes": ("caller", "gatekeeper"),
