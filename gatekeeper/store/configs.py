@@ -1,4 +1,4 @@
-"""The config registry in Redis: each config's spec and the criteria generated from it.
+"""The config registry in Redis: each config's spec, its body, and the criteria from the spec.
 
 One hash per config, ``rolegate:config:{cfg_b}`` (the config id is its Redis
 Cluster hash tag), holding a version counter and the record. Writes are a
@@ -8,12 +8,21 @@ version it read; a stale writer gets `Conflict` and nothing is written.
 `policy_since` is when the config's criteria last changed (not when its wording
 did): cases older than that were made under a different policy, and golden sets
 leave them out.
+
+The body (`rolegate.body`: model, instructions, tools; or messages) is also kept
+in its own hash field, ``body``, so the binding snapshot reads bodies without
+parsing whole records. Bodies travel in the binding snapshot, so changing one
+bumps the change hint (`BindingStore.announce`) after the write, as a binding
+change does: routers and subscribed clients pick up the new body the way they
+pick up a rollout move.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,9 +34,10 @@ from bindings.errors import (
     NotFound,
     StoreUnavailable,
 )
-from bindings.store import _redis_errors, load_stored
+from bindings.store import BindingStore, _redis_errors, load_stored
 from gatekeeper.criteria import Criterion, diff, generate
 from gatekeeper.spec import Spec
+from rolegate.body import AgentBody, CompletionBody
 from rolegate.config_ids import ConfigId, config_id_problem
 
 CONFIG_KEY_TEMPLATE = "rolegate:config:{{{config}}}"
@@ -43,6 +53,8 @@ class ConfigRecord(BaseModel):
     version: int = Field(ge=1)
     spec: Spec
     criteria: tuple[Criterion, ...]
+    #: What the agent runs: model, instructions and tools (or messages); None without one.
+    body: AgentBody | CompletionBody | None = Field(None, discriminator="mode")
     description: str = ""
     updated_at: float
     updated_by: str
@@ -102,12 +114,25 @@ class ConfigStore:
         # The index is written before the spec: a member whose write failed has no record.
         return [config for config, exists in zip(members, found) if exists]
 
+    def bodies(self, configs: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """The bodies of those of `configs` that have one, by config id, in one round trip."""
+        ids = [c for c in dict.fromkeys(configs) if config_id_problem(c) is None]
+        if not ids:
+            return {}
+        with _redis_errors():
+            pipe = self.connection.pipeline(transaction=False)
+            for config in ids:
+                pipe.hget(config_key(config), "body")
+            raws = pipe.execute()
+        return {config: json.loads(raw) for config, raw in zip(ids, raws) if raw}
+
     def put(self, config: str, spec: Spec, *, actor: str, description: str = "",
+            body: AgentBody | CompletionBody | None = None,
             expected_version: int | None = None) -> tuple[ConfigRecord, ConfigRecord | None]:
         """Store `spec` and the criteria generated from it: (new record, previous record).
 
         With `expected_version` (0 to create) the write is a compare-and-set;
-        without it the write replaces whatever is there.
+        without it the write replaces whatever is there, body included.
         """
         key = config_key(validate_config_id(config))
         criteria = tuple(generate(spec))
@@ -132,18 +157,25 @@ class ConfigStore:
                 same_policy = previous is not None and diff(previous.criteria, criteria).empty
                 record = ConfigRecord(
                     config=config, version=current + 1, spec=spec, criteria=criteria,
-                    description=description, updated_at=now, updated_by=actor,
+                    body=body, description=description, updated_at=now, updated_by=actor,
                     policy_since=previous.policy_since if same_policy and previous else now,
                 )
                 pipe.multi()
                 pipe.hset(key, mapping={"version": record.version,
                                         "record": record.model_dump_json()})
+                if body is not None:
+                    pipe.hset(key, "body", body.model_dump_json())
+                else:
+                    pipe.hdel(key, "body")
                 pipe.execute()
         except redis.WatchError:
             raise Conflict(f"config {config!r} changed while it was being written",
                            config=config) from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
+        if (previous.body if previous else None) != body:
+            # After the write, in a step of its own (another slot on a Cluster).
+            BindingStore(self.connection).announce(f"config:{config}")
         return record, previous
 
 

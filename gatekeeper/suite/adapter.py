@@ -36,6 +36,7 @@ from pydantic import ValidationError
 
 from gatekeeper.suite.isolation import RunContext
 from gatekeeper.suite.scenario import AgentConfig, Scenario
+from rolegate.body import stamps_of
 from rolegate.trace import Trace
 
 PROTOCOL = "rolegate-agent/1"
@@ -73,8 +74,11 @@ def split_command(command: str) -> list[str]:
 
 def agent_request(context: RunContext, scenario: Scenario, repeat: int, config: AgentConfig,
                   tool_url: str) -> dict[str, Any]:
-    """The JSON object the agent reads on stdin."""
+    """The JSON object the agent reads on stdin (with the config's `body` when it has one)."""
+    body = config.body
+    extra = {"body": body.model_dump(mode="json")} if body is not None else {}
     return {
+        **extra,
         "protocol": PROTOCOL,
         "run_id": context.run_id,
         "scenario": scenario.id,
@@ -151,6 +155,11 @@ def build_trace(reported: dict[str, Any], context: RunContext, scenario: Scenari
         data["latency_s"] = round(wall_s, 6)
     stamps = dict(data.get("stamps") or {})
     stamps.setdefault("agent_version", str(config.data.get("agent_version", "unknown")))
+    body = config.body
+    if body is not None:
+        # What the agent ran is the body: its hashes say what changed between configs.
+        for name, value in stamps_of(body, stamps["agent_version"]).items():
+            stamps.setdefault(name, value)
     stamps.setdefault("instruction_hash", config.content_hash)
     stamps.setdefault("model_id", str(config.data.get("model", "unknown")))
     stamps.setdefault("tool_schema_hash", tool_schema_hash)

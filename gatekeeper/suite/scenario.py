@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from bindings.errors import InvalidInput
 from bindings.models import Invariants
+from rolegate.body import AgentBody, CompletionBody, parse_body
 
 SCENARIO_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 #: Seed 000 budgets repeats by the weight of the change.
@@ -154,6 +155,12 @@ class AgentConfig:
         text = json.dumps(self.data, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
+    @property
+    def body(self) -> AgentBody | CompletionBody | None:
+        """The config's `body` (model, instructions, tools; or messages), if it has one."""
+        raw = self.data.get("body")
+        return parse_body(raw) if raw is not None else None
+
 
 def _first_error(exc: ValidationError) -> tuple[str, str]:
     err = exc.errors(include_url=False)[0]
@@ -228,6 +235,14 @@ def load_config(path: Path | str) -> AgentConfig:
     if not isinstance(name, str) or not SCENARIO_ID_PATTERN.match(name):
         raise SuiteError(f"{path}: name: must be 1-128 letters, digits, '_', '.', '-'",
                          file=str(path), field="name")
+    if data.get("body") is not None:
+        try:
+            parse_body(data["body"])
+        except ValueError as exc:  # pydantic's ValidationError is one
+            field, message = (_first_error(exc) if isinstance(exc, ValidationError)
+                              else ("", str(exc)))
+            raise SuiteError(f"{path}: body.{field}: {message}", file=str(path),
+                             field=f"body.{field}") from None
     return AgentConfig(name=name, data=data, path=path)
 
 

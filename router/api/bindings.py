@@ -17,6 +17,7 @@ from bindings.errors import Conflict, NotFound, PreconditionRequired
 from bindings.models import Binding, VersionedBinding
 from gatekeeper.stages import Event, apply
 from router.api.bodies import json_body, parse
+from router.api.configs import snapshot_json
 from router.api.offline import guard_live_candidate
 from router.api.params import if_match, int_arg, role_param
 from router.server.auth import actor, require
@@ -92,10 +93,7 @@ def list_bindings() -> ResponseReturnValue:
         response = Response(status=304)
         response.headers["ETag"] = etag
         return response
-    response = jsonify({
-        "generation": generation,
-        "roles": {role: rec.model_dump(mode="json") for role, rec in records.items()},
-    })
+    response = jsonify(snapshot_json(generation, records))
     response.headers["ETag"] = etag
     return response
 

@@ -1,6 +1,6 @@
 """The config registry API: a config's spec, the criteria generated from it, and their diff.
 
-    PUT  /v1/configs/<config>                       {"spec": {...}, "description": "..."}
+    PUT  /v1/configs/<config>                       {"spec"?, "body"?, "description"?}
     GET  /v1/configs                                every registered config id
     GET  /v1/configs/<config>                       the record: spec, criteria, versions
     GET  /v1/configs/<config>/criteria              the stored criteria
@@ -10,15 +10,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Blueprint, Flask, current_app, jsonify
 from flask.typing import ResponseReturnValue
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from bindings.models import VersionedBinding
 from gatekeeper.criteria import CriteriaDiff, diff, evaluate
 from gatekeeper.spec import Spec
 from gatekeeper.store.configs import ConfigRecord, ConfigStore
+from rolegate.body import AgentBody, CompletionBody, check_size
 from rolegate.trace import Trace
 from router.api.bodies import json_body, parse
 from router.api.params import if_match
@@ -28,12 +31,31 @@ bp = Blueprint("configs", __name__)
 
 
 class PutConfig(BaseModel):
-    """Body of PUT /v1/configs/<config>."""
+    """Body of PUT /v1/configs/<config>: a spec (criteria come from it), a body, or both."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    spec: Spec
+    spec: Spec = Spec()
+    body: AgentBody | CompletionBody | None = Field(None, discriminator="mode")
     description: str = Field("", max_length=2000)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _body_mode(cls, data: Any) -> Any:
+        """A body without `mode` is an agent body; a config needs a spec or a body."""
+        if isinstance(data, dict):
+            if "spec" not in data and "body" not in data:
+                raise ValueError("a config needs a spec, a body, or both")
+            body = data.get("body")
+            if isinstance(body, dict) and "mode" not in body:
+                data = {**data, "body": {**body, "mode": "agent"}}
+        return data
+
+    @model_validator(mode="after")
+    def _body_size(self) -> PutConfig:
+        if self.body is not None:
+            check_size(self.body)
+        return self
 
 
 class CheckRequest(BaseModel):
@@ -64,7 +86,20 @@ def diff_json(changes: CriteriaDiff) -> dict[str, Any]:
 
 
 def _record_json(record: ConfigRecord) -> dict[str, Any]:
-    return record.model_dump(mode="json")
+    return record.model_dump(mode="json", exclude={"body"} if record.body is None else set())
+
+
+def snapshot_json(generation: int, records: Mapping[str, VersionedBinding]) -> dict[str, Any]:
+    """The body of `GET /v1/bindings` (and of a watch): the bindings, and their configs' bodies.
+
+    `bodies` holds each role's current and candidate config body, where one is
+    registered, so a client resolves to the body with no extra call.
+    """
+    wanted = [config for record in records.values()
+              for config in (record.binding.current, record.binding.candidate) if config]
+    return {"generation": generation,
+            "roles": {role: rec.model_dump(mode="json") for role, rec in records.items()},
+            "bodies": config_store().bodies(wanted)}
 
 
 @bp.put("/v1/configs/<config>")
@@ -73,7 +108,7 @@ def put_config(config: str) -> ResponseReturnValue:
     """Register or replace a config's spec; criteria are generated and stored with it."""
     body = parse(PutConfig, json_body(allow_empty=False))
     record, previous = config_store().put(config, body.spec, actor=actor(),
-                                          description=body.description,
+                                          description=body.description, body=body.body,
                                           expected_version=if_match("config"))
     out = _record_json(record)
     out["diff"] = diff_json(diff(previous.criteria if previous else (), record.criteria))

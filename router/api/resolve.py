@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any
 
 from flask import Blueprint, current_app, g, request
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import NotFound, StoreUnavailable
 from rolegate.routing import new_key, resolve
+from router.api.configs import config_store
 from router.server.auth import require
 from router.server.errors import BadRequest
 
@@ -39,11 +41,26 @@ def resolve_role(role: str) -> ResponseReturnValue:
     resolution = resolve(role, record.binding, record.version, key, stale=stale)
     # The logs and metrics hooks read the decision from here after the response.
     g.resolution = resolution
+    answer: dict[str, Any] = dict(resolution)
+    include = request.args.get("include")
+    if include is not None:
+        _add_bodies(answer, include)
     # The hot path: json.dumps straight into the response skips jsonify's
     # provider lookups (about a tenth of this view's cost).
-    response = current_app.response_class(json.dumps(resolution, separators=(",", ":")),
+    response = current_app.response_class(json.dumps(answer, separators=(",", ":")),
                                           mimetype="application/json")
     # Which worker answered: lets an operator (and the tests) see that a change
     # reached every gunicorn worker, not just the one that took the write.
     response.headers["X-Rolegate-Worker"] = str(os.getpid())
     return response
+
+
+def _add_bodies(answer: dict[str, Any], include: str) -> None:
+    """`?include=body`: the config's body (and the shadow's), read from the config registry."""
+    if include != "body":
+        raise BadRequest(f"include: only 'body' is known, got {include!r}", field="include")
+    wanted = [answer["config"]] + ([answer["shadow"]] if answer["shadow"] else [])
+    bodies = config_store().bodies(wanted)
+    answer["body"] = bodies.get(answer["config"])
+    if answer["shadow"]:
+        answer["shadow_body"] = bodies.get(answer["shadow"])

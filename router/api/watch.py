@@ -26,6 +26,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from bindings.store import CHANGES_CHANNEL
+from router.api.configs import snapshot_json
 from router.server.auth import require
 from router.server.errors import BadRequest
 
@@ -148,10 +149,7 @@ def watch() -> ResponseReturnValue:
             return _not_modified(generation)
         generation = store.generation()
     generation, records = store.snapshot()
-    response = jsonify({
-        "generation": generation,
-        "roles": {role: rec.model_dump(mode="json") for role, rec in records.items()},
-    })
+    response = jsonify(snapshot_json(generation, records))
     response.headers["ETag"] = f'"g{generation}"'
     response.headers["Cache-Control"] = "no-store"
     return response

@@ -48,6 +48,9 @@ SNAPSHOT = {
     "properties": {
         "generation": {"type": "integer"},
         "roles": {"type": "object", "additionalProperties": ref("VersionedBinding")},
+        "bodies": {"type": "object", "additionalProperties": {"type": "object"},
+                   "description": "Config bodies by config id: each role's current and "
+                                  "candidate that have one."},
     },
 }
 HEALTH = {
@@ -80,6 +83,9 @@ RESOLUTION = {
         "version": {"type": "integer", "minimum": 1},
         "key": {"type": "string"},
         "stale": {"type": "boolean"},
+        "body": {"type": ["object", "null"], "description": "With ?include=body."},
+        "shadow_body": {"type": ["object", "null"],
+                        "description": "With ?include=body, in shadow."},
     },
 }
 HTML = {"description": "An HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}}
@@ -119,7 +125,9 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "summary": "Which config serves the role for a job key (drawn when absent).",
         "scopes": ("caller", "gatekeeper"),
         "parameters": [{"name": "key", "in": "query", "required": False,
-                        "schema": {"type": "string", "maxLength": 500}}],
+                        "schema": {"type": "string", "maxLength": 500}},
+                       {"name": "include", "in": "query", "required": False,
+                        "schema": {"enum": ["body"]}}],
         "responses": {"200": json_response("The arm and config for this key.",
                                            ref("Resolution"))},
         "errors": (400, *AUTH, 404, 503),
