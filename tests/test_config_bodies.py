@@ -15,8 +15,12 @@ from gatekeeper.suite.scenario import SuiteError, load_config, load_suite
 from rolegate import Client
 from rolegate.body import parse_body, stamps_of
 from tests.conftest import CALLER, OPERATOR, auth
-from tests.live import LiveRouter, put_role, wait_for
-from tests.live import router  # noqa: F401  (the pytest fixture the tests below take)
+from tests.live import (
+    LiveRouter,
+    put_role,
+    router,  # noqa: F401  (the pytest fixture the tests below take)
+    wait_for,
+)
 
 AGENT_BODY: dict[str, Any] = {
     "model": {"name": "gpt-test", "parameters": {"temperature": 0.2}},
