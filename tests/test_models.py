@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,19 @@ def test_example_file_loads_through_the_service_models() -> None:
     assert {Stage.STABLE, Stage.SHADOW, Stage.CANARY} <= stages
     canary = next(b for b in example.roles.values() if b.stage is Stage.CANARY)
     assert 0 < canary.share < 1 and canary.candidate
+
+
+def test_example_file_shows_production_stage_timing() -> None:
+    """Every example role states a minimum time per stage and a real bake in full."""
+    raw = json.loads(EXAMPLE.read_text())["roles"]
+    example = BindingFile.model_validate({"roles": raw})
+    for role, binding in example.roles.items():
+        stated = raw[role]["gate"]["thresholds"]
+        assert {"min_stage_seconds", "bake_seconds"} <= set(stated), role
+        thresholds = binding.gate.thresholds
+        assert thresholds.min_stage_seconds >= 15 * 60, role
+        assert thresholds.bake_seconds >= 2 * 3600, role
+        assert thresholds.bake_seconds > thresholds.min_stage_seconds, role
 
 
 def test_defaults_are_a_stable_binding() -> None:
