@@ -124,7 +124,10 @@ def test_two_routers_and_two_gatekeepers_on_a_cluster(routers: tuple[str, str]) 
                  30, "the regressed candidate to roll back")
         wait_for(lambda: _get(b, "/v1/bindings/healthy")["binding"]["stage"] == "stable", 60,
                  "healthy to become stable")
-        assert population.errors == []
+        # A batch resolved just before a gatekeeper's move may have traces refused
+        # (config_not_bound, 207); nothing else may go wrong.
+        assert population.jobs > 0
+        assert all('refused' in error for error in population.errors), population.errors[:3]
     # One holder at a time, and both routers always named the same one.
     seen = {holder for pair in holders for holder in pair}
     assert holders and all(x == y or None in (x, y) for x, y in holders), holders[:20]
