@@ -49,8 +49,11 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/traces": {"post": {
         "summary": "Report one trace, a list, or {traces: [...]}; each gets its own outcome.",
         "description": "200 when every trace was accepted or a duplicate, 207 when some were "
-                       "refused, 422 when all were. A breaching candidate or shadow trace "
-                       "rolls its role back at once (the tripwire list).",
+                       "refused, 422 when all were. A trace counts in the stage of the "
+                       "binding Redis holds when it is stored; one whose config is neither "
+                       "the role's current nor its candidate is refused (config_not_bound). "
+                       "A breaching candidate or shadow trace rolls its role back at once "
+                       "(the tripwire list).",
         "scopes": ("caller", "gatekeeper"),
         "requestBody": json_body(TRACE_BODY, required=True),
         "responses": {"200": json_response("Every trace accepted or a duplicate.", INGEST),
