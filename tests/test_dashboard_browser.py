@@ -7,21 +7,25 @@ saying so (`.ci/run` installs chromium before running the suite).
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 import requests
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from gatekeeper.store.configs import config_key
 from router import create_app
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
-from tests.dashboard_seed import seed
+from tests.dashboard_seed import STAMPS, seed
 
 CHROMIUM = "/usr/bin/chromium"
+EXAMPLE = Path(__file__).resolve().parent.parent / "bindings.example.json"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                  "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]
@@ -175,3 +179,65 @@ def test_page_without_token_shows_no_data_and_cannot_act(page: Page, live: str) 
         {method: 'POST', headers: {'Content-Type': 'application/json'},
          body: JSON.stringify({reason: 'x'})})).status""")
     assert status == 401
+
+
+@pytest.fixture
+def example(redis_url: str) -> Iterator[str]:
+    """The router with tokens, holding the shipped bindings.example.json and a few traces."""
+    app = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True,
+                      "refresh_interval_s": 0.05})
+    server: BaseWSGIServer = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    roles = json.loads(EXAMPLE.read_text())["roles"]
+    try:
+        with requests.Session() as session:
+            for role, binding in roles.items():
+                r = session.put(f"{url}/v1/bindings/{role}", json=binding, headers=auth(OPERATOR),
+                                timeout=5)
+                assert r.status_code == 201, r.text
+            r = session.put(f"{url}/v1/configs/summarizer@2026-11-18", headers=auth(OPERATOR),
+                            json={"spec": {"tools": [{"name": "read_thread", "required": True}]}},
+                            timeout=5)
+            assert r.status_code == 201, r.text
+            traces = [{"run_id": f"s-{arm}-{i}", "role": "summarizer", "config": config,
+                       "arm": arm, "key": f"job-{i}", "tools": ["read_thread"],
+                       "output_text": "| a | b |\n|---|---|\n| 1 | 2 |",
+                       "artifacts": ["handoff.md"], "stamps": STAMPS}
+                      for config, arm in (("summarizer@2026-10-02", "current"),
+                                          ("summarizer@2026-11-18", "candidate"))
+                      for i in range(5)]
+            r = session.post(f"{url}/v1/traces", json={"traces": traces}, headers=auth(CALLER),
+                             timeout=5)
+            assert r.status_code == 200, r.text
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
+
+
+def test_every_example_role_page_loads_and_a_broken_one_says_why(
+        page: Page, example: str, redis_conn: redis.Redis) -> None:
+    """The shipped example's roles all render; a gate that cannot be read is said, not hidden."""
+    _load_roles(page, example, CALLER)
+    roles = ("summarizer", "support-triage", "sql-analyst")
+    for role in roles:
+        expect(page.locator(f'tr[data-role="{role}"] .verdict')).not_to_have_text("unreadable")
+    for role in roles:
+        page.goto(f"{example}/roles/{role}")
+        expect(page.locator("#content table.gate").first).to_contain_text("pass rate")
+        assert page.locator("#content p.error").count() == 0
+    page.goto(f"{example}/roles/summarizer")
+    expect(page.locator("#content")).to_contain_text("must_contain_table")
+    # The candidate's stored config record stops reading back.
+    redis_conn.hset(config_key("summarizer@2026-11-18"), "record", '{"config": 1}')
+    page.goto(f"{example}/roles/summarizer")
+    expect(page.locator("#content p.error")).to_contain_text("summarizer@2026-11-18")
+    assert "{\"error\"" not in page.locator("body").inner_text()
+    page.goto(f"{example}/")
+    expect(page.locator('tr[data-role="summarizer"] .verdict')).to_have_text("unreadable")
+    expect(page.locator('tr[data-role="sql-analyst"] .verdict')).not_to_have_text("unreadable")
