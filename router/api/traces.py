@@ -1,5 +1,8 @@
 """POST /v1/traces: report agent runs; each is checked, stored once, and may trip the wire.
 
+An OTLP body (protobuf, or JSON with `resourceSpans`) is OpenTelemetry spans
+instead, handled by router.api.otlp; what follows is about trace JSON.
+
 The body is one trace, or `{"traces": [...]}` (a bare JSON list is taken too).
 Each trace is validated on its own: a bad one is refused with its index and the
 reason while the good ones in the same batch are kept. Answers:
@@ -43,10 +46,12 @@ from bindings.errors import NotFound
 from bindings.models import Binding, VersionedBinding, validate_role_name
 from gatekeeper import tripwire
 from gatekeeper.invariants import check
+from gatekeeper.store.pending_spans import PendingSpans
 from gatekeeper.store.trace_ingest import Checked, Moved, Stored
 from gatekeeper.store.trace_keys import epoch_of
 from gatekeeper.store.traces import TraceStore
 from rolegate.trace import Trace
+from router.api import otlp
 from router.api.bodies import SURROGATE_ESCAPE, json_body, unstorable
 from router.app import Services
 from router.server.auth import require
@@ -65,10 +70,11 @@ MOVE_ATTEMPTS = 4
 
 
 def init_app(app: Flask) -> None:
-    """Give the app a TraceStore on its Redis connection, with the configured retention."""
+    """Give the app a TraceStore (with the configured retention) and the OTLP pending spans."""
     services = app.extensions["rolegate"]
     app.extensions[EXTENSION] = TraceStore(services.redis,
                                            retention=services.settings.trace_retention)
+    app.extensions[otlp.EXTENSION] = PendingSpans(services.redis)
 
 
 def trace_store(app: Flask | None = None) -> TraceStore:
@@ -223,6 +229,9 @@ def _parse_each(items: list[Any], results: list[dict[str, Any] | str | None], *,
 @require("caller", "gatekeeper")
 def ingest() -> ResponseReturnValue:
     """Validate, check, store and (on a breach) trip; answer each trace's outcome."""
+    spans = otlp.otlp_body(request)
+    if spans is not None:
+        return otlp.ingest(spans, store_traces)
     raw = request.get_data(cache=True)
     fast = _parse_fast(raw)
     if fast is not None:
@@ -234,7 +243,23 @@ def ingest() -> ResponseReturnValue:
         results = [None] * len(items)
         valid = _parse_each(items, results,
                             check_values=SURROGATE_ESCAPE.search(raw) is not None)
-    now = time.time()
+    duplicates, trips = store_traces(valid, results, time.time())
+    if len(results) == 1 and isinstance(results[0], str) and not trips:
+        # One trace stored (every single-trace POST): its answer without the batch walk.
+        return current_app.response_class(
+            f'{{"accepted":{1 - duplicates},"duplicates":{duplicates},"refused":0,'
+            f'"results":[{results[0]}],"tripwire":[]}}\n', mimetype="application/json")
+    return _answer([r for r in results if r is not None], duplicates, trips)
+
+
+def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],
+                 now: float) -> tuple[int, list[dict[str, Any]]]:
+    """Check, store and trip each (request index, trace) of `valid`, filling `results` by index.
+
+    Returns the duplicates (retried run_ids) and the rollbacks the traces caused;
+    leaves what was stored and tripped on `g` for the metrics and log hooks. The
+    OTLP path (router.api.otlp) sends its assembled runs through here too.
+    """
     extensions = current_app.extensions
     services: Services = extensions["rolegate"]
     checked, stored, positions = _check_and_store(valid, results, _Bindings(services),
@@ -253,12 +278,7 @@ def ingest() -> ResponseReturnValue:
         # answer holds one of these per trace, and jsonify would encode them again.
         results[index] = (f'{{"index":{index},"run_id":{json.dumps(item.trace.run_id)},'
                           f'"status":"{status}","verdict":{item.verdict.json_text}}}')
-    if len(results) == 1 and isinstance(results[0], str) and not trips:
-        # One trace stored (every single-trace POST): its answer without the batch walk.
-        return current_app.response_class(
-            f'{{"accepted":{1 - duplicates},"duplicates":{duplicates},"refused":0,'
-            f'"results":[{results[0]}],"tripwire":[]}}\n', mimetype="application/json")
-    return _answer([r for r in results if r is not None], duplicates, trips)
+    return duplicates, trips
 
 
 def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],

@@ -27,6 +27,11 @@ INGEST = _obj("accepted", "duplicates", "refused", "results", "tripwire",
               tripwire={"type": "array", "items": OBJECT}, error=ref("ErrorDetail"))
 TRACE_BODY = {"anyOf": [ref("Trace"), {"type": "array", "items": ref("Trace")},
                         _obj("traces", traces={"type": "array", "items": ref("Trace")})]}
+#: OTLP JSON (ExportTraceServiceRequest in OTLP's JSON encoding); router.api.otlp_decode reads it.
+OTLP_JSON = {"type": "object", "required": ["resourceSpans"],
+             "properties": {"resourceSpans": {"type": "array", "items": OBJECT}}}
+OTLP_ANSWER = {"type": "object", "properties": {"partialSuccess": _obj(
+    "rejectedSpans", rejectedSpans={"type": "string"}, errorMessage={"type": "string"})}}
 FEEDBACK = _obj("role", "run_id", "tier", "feedback",
                 role={"type": "string"}, run_id={"type": "string"},
                 tier={"type": ["string", "null"]}, flagged={"type": ["string", "null"]},
@@ -47,18 +52,35 @@ GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", 
 
 MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/traces": {"post": {
-        "summary": "Report one trace, a list, or {traces: [...]}; each gets its own outcome.",
+        "summary": "Report one trace, a list, or {traces: [...]}; each gets its own outcome. "
+                   "Or OpenTelemetry spans (OTLP/HTTP).",
         "description": "200 when every trace was accepted or a duplicate, 207 when some were "
                        "refused, 422 when all were. A trace counts in the stage of the "
                        "binding Redis holds when it is stored; one whose config is neither "
                        "the role's current nor its candidate is refused (config_not_bound). "
                        "A breaching candidate or shadow trace rolls its role back at once "
-                       "(the tripwire list).",
+                       "(the tripwire list). An OTLP body "
+                       "(`application/x-protobuf`, an ExportTraceServiceRequest, gzip or "
+                       "deflate Content-Encoding allowed; or OTLP JSON with `resourceSpans`) "
+                       "is GenAI spans instead: they are assembled into one run per trace id "
+                       "when the root span arrives (earlier batches wait in Redis), placed by "
+                       "the rolegate.role/config/arm/key attributes of the root span or "
+                       "resource, and answered with an ExportTraceServiceResponse in the "
+                       "request's encoding (partialSuccess counts refused spans). A forbidden "
+                       "execute_tool span trips the wire when it arrives.",
         "scopes": ("caller", "gatekeeper"),
-        "requestBody": json_body(TRACE_BODY, required=True),
-        "responses": {"200": json_response("Every trace accepted or a duplicate.", INGEST),
-                      "207": json_response("Some traces refused; the rest kept.", INGEST),
-                      "422": json_response("Every trace refused.", INGEST)},
+        "requestBody": {"required": True, "content": {
+            "application/json": {"schema": {"anyOf": [TRACE_BODY, OTLP_JSON]}},
+            "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
+        "responses": {
+            "200": {"description": "Every trace accepted or a duplicate; for OTLP, the "
+                                   "ExportTraceServiceResponse.",
+                    "content": {"application/json": {"schema": {"anyOf": [INGEST,
+                                                                          OTLP_ANSWER]}},
+                                "application/x-protobuf": {"schema": {"type": "string",
+                                                                      "format": "binary"}}}},
+            "207": json_response("Some traces refused; the rest kept.", INGEST),
+            "422": json_response("Every trace refused.", INGEST)},
         # 409: the tripwire lost its compare-and-set on every retry (traces are stored).
         "errors": (400, *AUTH, 409, 413, 503),
     }},
