@@ -1,0 +1,200 @@
+"""What every framework integration shares: stamp hashes, JSON-safe values, and the call log.
+
+Frameworks report a run as a flat history (messages, items, events) in which a
+tool call and its result are separate entries tied by a call id, results may
+come back in any order, and a call may have no result at all (the run was
+aborted). `CallLog` collects calls in the order they were issued and matches
+results to them by id, so each integration only translates its own history.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from pydantic_core import to_jsonable_python
+
+#: The error a call gets when the run ended before the call returned.
+NO_RESULT = "no result: the run ended before the call returned"
+#: Set on a recorder once an integration filled it, so a second record() is a no-op.
+RECORDED = "_rolegate_recorded"
+
+
+def digest(value: Any) -> str:
+    """A short, stable hash of a JSON-able value (key order and whitespace do not matter)."""
+    text = json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def jsonable(value: Any) -> Any:
+    """`value` as plain JSON data: models and dataclasses as their fields, anything else as str."""
+    return to_jsonable_python(value, fallback=repr, serialize_unknown=True)
+
+
+def callable_name(value: Any) -> str:
+    """A stable stand-in for a callable (dynamic instructions): its qualified name."""
+    module = getattr(value, "__module__", "") or ""
+    name = getattr(value, "__qualname__", None) or type(value).__name__
+    return f"{module}.{name}" if module else str(name)
+
+
+def stamps(*, model_id: str, instructions: Any, tools: Any, agent_version: str) -> dict[str, str]:
+    """The four stamps of a run, the hashes computed from what the framework's agent holds."""
+    return {"agent_version": agent_version or "unknown", "model_id": model_id or "unknown",
+            "instruction_hash": digest(instructions), "tool_schema_hash": digest(tools)}
+
+
+@dataclass
+class Call:
+    """One tool call as issued, then completed by its result or error."""
+
+    tool: str
+    args: dict[str, Any]
+    agent: str | None = None
+    parent_agent: str | None = None
+    parallel_group: str | None = None
+    model: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    result: Any = None
+    error: str | None = None
+    done: bool = False
+
+    def step(self, *, aborted: bool) -> dict[str, Any]:
+        """The trace step; a call never completed gets NO_RESULT as its error if the run aborted."""
+        error = self.error
+        if not self.done and aborted and error is None:
+            error = NO_RESULT
+        extras = {"agent": self.agent, "parent_agent": self.parent_agent,
+                  "parallel_group": self.parallel_group, "model": self.model,
+                  "tokens_in": self.tokens_in, "tokens_out": self.tokens_out}
+        return {"tool": self.tool, "args": self.args, "result": self.result, "error": error,
+                **{k: v for k, v in extras.items() if v is not None}}
+
+
+@dataclass
+class CallLog:
+    """Tool calls in issue order, with results matched by call id (any completion order)."""
+
+    calls: list[Call] = field(default_factory=list)
+    by_id: dict[str, Call] = field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+
+    def issue(self, call_id: str | None, tool: str, args: Any, **details: Any) -> Call:
+        """Add a call the model issued; `args` may be a JSON string or a mapping."""
+        call = Call(tool, parse_args(args), **details)
+        self.calls.append(call)
+        if call_id:
+            self.by_id[call_id] = call
+        return call
+
+    def complete(self, call_id: str | None, *, result: Any = None,
+                 error: str | None = None) -> Call | None:
+        """Attach a result (or an error) to the call with `call_id`; None if no such call."""
+        call = self.by_id.get(call_id) if call_id else None
+        if call is None:
+            return None
+        call.done = True
+        if error is not None:
+            call.error = error or "error"
+        else:
+            call.result = jsonable(result)
+        return call
+
+    def usage(self, tokens_in: int | None, tokens_out: int | None) -> None:
+        """Add one model turn's tokens to the run's totals."""
+        self.tokens_in += tokens_in or 0
+        self.tokens_out += tokens_out or 0
+
+    def fill(self, run: Any, *, output: Any = None, error: BaseException | None = None) -> None:
+        """Write the calls, tokens, output and run error into the recorder `run`, once."""
+        if getattr(run, RECORDED, False):
+            return
+        setattr(run, RECORDED, True)
+        for call in self.calls:
+            step = call.step(aborted=error is not None)
+            tool, args = step.pop("tool"), step.pop("args")
+            run.tool(tool, args, **step)
+        run.tokens(input=self.tokens_in, output=self.tokens_out)
+        if output is not None:
+            run.output(output if isinstance(output, str) else
+                       json.dumps(jsonable(output), ensure_ascii=False))
+        if error is not None:
+            run.error(error)
+
+
+def parse_args(args: Any) -> dict[str, Any]:
+    """Tool arguments as a dict: JSON text is parsed; a non-object is kept under "arguments"."""
+    if args is None or args == "":
+        return {}
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return {"arguments": args}
+    if isinstance(args, Mapping):
+        return {str(k): jsonable(v) for k, v in args.items()}
+    return {"arguments": jsonable(args)}
+
+
+def first(items: Iterable[Any], predicate: Callable[[Any], bool]) -> Any:
+    """The first item satisfying `predicate`, else None."""
+    return next((item for item in items if predicate(item)), None)
+
+
+@dataclass
+class Active:
+    """The run a guard serves: its client and recorder, and what the framework hid from it."""
+
+    client: Any
+    run: Any
+    #: call id -> error, for failures the framework's history does not mark as errors.
+    errors: dict[str, str] = field(default_factory=dict)
+    #: (call id, tool, args, agent) of each call a hook saw, for calls a failed run's
+    #: history lost: the one in flight when the run aborted.
+    seen: list[tuple[str, str, Any, str | None]] = field(default_factory=list)
+    #: call id -> result, where a hook sees results (ADK), for the same reason.
+    results: dict[str, Any] = field(default_factory=dict)
+
+    def allowed(self, tool: str) -> bool:
+        """Whether the run's role may call `tool` (the client's answer)."""
+        return bool(self.client.allowed(self.run.resolution, tool))
+
+
+#: Where `Guarding` leaves its Active on the recorder, for record() after the block.
+ACTIVE_ATTRIBUTE = "_rolegate_active"
+#: The run whose tool calls the installed hooks check; set by `Guarding`.
+ACTIVE: ContextVar[Active | None] = ContextVar("rolegate_active_run", default=None)
+
+
+class Guarding:
+    """Context manager: the hooks a `protect()` installed check tool calls against this run.
+
+    On an exception, `on_abort(run, error)` records what the run did before the
+    error leaves the block (the recorder then reports it with the run error).
+    """
+
+    def __init__(self, client: Any, run: Any,
+                 on_abort: Callable[[Active, BaseException], None] | None = None) -> None:
+        self.active = Active(client, run)
+        setattr(run, ACTIVE_ATTRIBUTE, self.active)
+        self.on_abort = on_abort
+        self._token: Token[Active | None] | None = None
+
+    def __enter__(self) -> Active:
+        self._token = ACTIVE.set(self.active)
+        return self.active
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if self._token is not None:
+            ACTIVE.reset(self._token)
+            self._token = None
+        if error is not None and self.on_abort is not None:
+            self.on_abort(self.active, error)

@@ -1,0 +1,232 @@
+"""rolegate for the OpenAI Agents SDK: record a finished run, stamp from the agent, refuse tools.
+
+    from rolegate.integrations import openai_agents as rg
+
+    rg.protect(agent)  # once: a tool input guardrail on every function tool, handoffs included
+    with client.recorder(client.resolve("support", job_id), stamps=rg.stamps(agent)) as run, \\
+            rg.guard(client, run):
+        rg.record(run, Runner.run_sync(agent, prompt))
+
+The guardrail rejects a call `client.allowed()` refuses for the run's role before
+the tool runs (the model gets "refused by rolegate"; the trace keeps the attempt
+as a failed step). The SDK answers a failed tool with a generic string and no
+error flag; `protect` also wraps each tool's failure formatter, so the trace
+marks the call failed with the exception (without `protect`, a call whose output
+is the SDK's default error string is marked failed). A run that raises is
+recorded from the exception's run data when it leaves the `guard` block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from agents import Agent, FunctionTool
+from agents.items import (
+    HandoffCallItem,
+    HandoffOutputItem,
+    MessageOutputItem,
+    ToolCallItem,
+    ToolCallOutputItem,
+)
+from agents.tool import (
+    default_tool_error_function,
+    resolve_function_tool_failure_error_function,
+    set_function_tool_failure_error_function,
+)
+from agents.tool_guardrails import (
+    ToolGuardrailFunctionOutput,
+    ToolInputGuardrail,
+    ToolInputGuardrailData,
+)
+
+from rolegate.integrations._common import (
+    ACTIVE,
+    ACTIVE_ATTRIBUTE,
+    Active,
+    CallLog,
+    Guarding,
+    callable_name,
+)
+from rolegate.integrations._common import stamps as _stamps
+
+#: What the model is told instead of a refused tool's result.
+REFUSED = "refused by rolegate: this tool is not allowed for the role"
+#: What the SDK answers for a failed tool by default (no error flag goes with it).
+_GENERIC_FAILURE = default_tool_error_function(None, Exception())  # type: ignore[arg-type]
+_PROTECTED = "_rolegate_protected"
+
+
+def record(run: Any, result: Any, *, error: BaseException | None = None) -> None:
+    """Fill the recorder `run` from a finished Agents SDK run (a RunResult, or the exception).
+
+    An `AgentsException` carries the run's data up to the failure; it is recorded
+    with the exception as the run's error and calls that never returned marked so.
+    """
+    if isinstance(result, BaseException):
+        error, result = result, getattr(result, "run_data", None)
+    active = getattr(run, ACTIVE_ATTRIBUTE, None)
+    hidden = active.errors if isinstance(active, Active) else {}
+    items = list(getattr(result, "new_items", ()) or ())
+    responses = list(getattr(result, "raw_responses", ()) or ())
+    log = CallLog()
+    turns = _turns(responses)
+    for response in responses:
+        usage = response.usage
+        log.usage(usage.input_tokens, usage.output_tokens)
+    parents: dict[str, str] = {}
+    output: Any = None
+    for item in items:
+        agent = item.agent.name
+        if isinstance(item, ToolCallItem | HandoffCallItem):
+            raw = item.raw_item
+            call_id = getattr(raw, "call_id", None)
+            name = getattr(raw, "name", None) or type(raw).__name__
+            group, usage = turns.get(call_id or "", (None, None))
+            log.issue(call_id, name, getattr(raw, "arguments", None), agent=agent,
+                      parent_agent=parents.get(agent), parallel_group=group,
+                      model=_model_id(item.agent) or None,
+                      tokens_in=usage.input_tokens if usage else None,
+                      tokens_out=usage.output_tokens if usage else None)
+        elif isinstance(item, HandoffOutputItem):
+            parents.setdefault(item.target_agent.name, item.source_agent.name)
+            log.complete(_call_id(item.raw_item), result={"handoff": item.target_agent.name})
+        elif isinstance(item, ToolCallOutputItem):
+            call_id = _call_id(item.raw_item)
+            failure = hidden.get(call_id) if call_id else None
+            if failure is None and item.output == _GENERIC_FAILURE:
+                failure = _GENERIC_FAILURE
+            if failure is not None:
+                log.complete(call_id, error=failure)
+            else:
+                log.complete(call_id, result=item.output)
+        elif isinstance(item, MessageOutputItem):
+            output = item
+    if isinstance(active, Active):
+        for call_id, name, arguments, agent in active.seen:
+            if call_id not in log.by_id:
+                log.issue(call_id, name, arguments, agent=agent,
+                          parent_agent=parents.get(agent or ""))
+    final = getattr(result, "final_output", None) if error is None else None
+    log.fill(run, output=final if final is not None else _message_text(output), error=error)
+
+
+def _turns(responses: list[Any]) -> dict[str, tuple[str | None, Any]]:
+    """call id -> (its parallel group when several calls came in one response, that usage)."""
+    turns: dict[str, tuple[str | None, Any]] = {}
+    for index, response in enumerate(responses):
+        ids = [getattr(o, "call_id", None) for o in response.output
+               if getattr(o, "type", None) == "function_call"]
+        group = f"response-{index}" if len(ids) > 1 else None
+        for call_id in ids:
+            if call_id:
+                turns[call_id] = (group, response.usage)
+    return turns
+
+
+def _call_id(raw: Any) -> str | None:
+    value = raw.get("call_id") if isinstance(raw, dict) else getattr(raw, "call_id", None)
+    return value if isinstance(value, str) else None
+
+
+def _message_text(item: Any) -> str | None:
+    if item is None:
+        return None
+    parts = getattr(item.raw_item, "content", ()) or ()
+    return "".join(getattr(p, "text", "") or "" for p in parts)
+
+
+def _agents(agent: Any) -> Iterator[Any]:
+    """The agent and every agent reachable through its handoffs, each once."""
+    seen: set[int] = set()
+    stack = [agent]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        for handoff in getattr(current, "handoffs", ()) or ():
+            target = handoff if isinstance(handoff, Agent) else getattr(handoff, "agent", None)
+            if target is not None:
+                stack.append(target)
+
+
+def _model_id(agent: Any) -> str:
+    model = agent.model
+    if model is None or isinstance(model, str):
+        return model or ""
+    return str(getattr(model, "model", None) or type(model).__name__)
+
+
+def stamps(agent: Any, *, agent_version: str | None = None) -> dict[str, str]:
+    """The run's stamps from the agent graph: model id, instruction and tool-schema hashes."""
+    instructions = []
+    tools = []
+    for each in _agents(agent):
+        text = each.instructions
+        instructions.append([each.name, text if isinstance(text, str) or text is None
+                             else callable_name(text)])
+        for tool in each.tools:
+            tools.append({"agent": each.name, "name": tool.name,
+                          "description": getattr(tool, "description", None),
+                          "parameters": getattr(tool, "params_json_schema", None)})
+        tools.extend({"agent": each.name, "handoff": getattr(h, "name", None)}
+                     for h in getattr(each, "handoffs", ()) or ())
+    return _stamps(model_id=_model_id(agent), instructions=instructions, tools=tools,
+                   agent_version=agent_version or agent.name)
+
+
+async def _check(data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
+    active = ACTIVE.get()
+    name = data.context.tool_name
+    if active is not None:
+        active.seen.append((data.context.tool_call_id, name, data.context.tool_arguments,
+                            data.agent.name))
+    if active is None or active.allowed(name):
+        return ToolGuardrailFunctionOutput.allow()
+    active.errors[data.context.tool_call_id] = REFUSED
+    return ToolGuardrailFunctionOutput.reject_content(REFUSED)
+
+
+GUARDRAIL: ToolInputGuardrail[Any] = ToolInputGuardrail(_check, name="rolegate")
+
+
+def protect(agent: Any) -> Any:
+    """Install the rolegate guardrail and failure watch on every function tool; returns `agent`."""
+    for each in _agents(agent):
+        for tool in each.tools:
+            if not isinstance(tool, FunctionTool) or getattr(tool, _PROTECTED, False):
+                continue
+            tool.tool_input_guardrails = [*(tool.tool_input_guardrails or []), GUARDRAIL]
+            _watch_failures(tool)
+            setattr(tool, _PROTECTED, True)
+    return agent
+
+
+def _watch_failures(tool: FunctionTool) -> None:
+    """Note each failure's exception (by call id) and answer the model exactly as before."""
+    formatter = resolve_function_tool_failure_error_function(tool)
+    if formatter is None:
+        return  # the tool raises: the run aborts and the exception names the failure
+
+    def noted(context: Any, error: Exception) -> Any:
+        active = ACTIVE.get()
+        call_id = getattr(context, "tool_call_id", None)
+        if active is not None and call_id:
+            active.errors[call_id] = f"{type(error).__name__}: {error}"
+        return formatter(context, error)
+
+    set_function_tool_failure_error_function(tool, noted)
+
+
+def _abort(active: Active, error: BaseException) -> None:
+    record(active.run, error)
+
+
+def guard(client: Any, run: Any) -> Guarding:
+    """The block in which protected agents check each tool call against this run's role."""
+    return Guarding(client, run, on_abort=_abort)
+
+
+__all__ = ["GUARDRAIL", "REFUSED", "guard", "protect", "record", "stamps"]

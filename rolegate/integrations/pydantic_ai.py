@@ -1,0 +1,153 @@
+"""rolegate for pydantic-ai: record a finished run, stamp from the agent, refuse forbidden tools.
+
+    from rolegate.integrations import pydantic_ai as rg
+
+    with client.recorder(client.resolve("support", job_id), stamps=rg.stamps(agent)) as run:
+        result = agent.run_sync(prompt, capabilities=[rg.guard(client, run)])
+        rg.record(run, result)
+
+`guard` is a capability whose `prepare_tools` hides every tool `client.allowed()`
+refuses for the run's role: the model is not offered it, and a call to it anyway
+is answered "unknown tool" by pydantic-ai without running it (the trace keeps the
+attempt, with that answer as its error, so the gate still sees what the config
+tried). When the run raises, the guard records what the run did up to there (calls
+with no result get an error) before the exception leaves `run_sync`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    RetryPromptPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.tools import ToolDefinition
+
+from rolegate.integrations._common import CallLog, callable_name, jsonable
+from rolegate.integrations._common import stamps as _stamps
+
+#: pydantic-ai's tool-return outcomes that mean the call did not produce its result.
+_FAILED = frozenset({"failed", "retried", "denied", "interrupted"})
+#: Where the guard leaves the agent's name on the recorder, for record().
+_AGENT = "_rolegate_agent"
+
+
+def record(run: Any, result: Any, *, error: BaseException | None = None,
+           agent: str | None = None) -> None:
+    """Fill the recorder `run` from a finished pydantic-ai run.
+
+    `result` is the `AgentRunResult` (or the message list of an aborted run,
+    from `capture_run_messages`, with its exception as `error`). Tool calls in
+    the order the model issued them, calls of one response as one parallel
+    group, results and errors matched by call id, tokens per model turn, the
+    final output. `agent` names the agent on every step (default: the agent
+    the run's guard saw).
+    """
+    agent = agent or getattr(run, _AGENT, None)
+    messages: Sequence[ModelMessage] = (result.all_messages() if hasattr(result, "all_messages")
+                                        else list(result))
+    log = CallLog()
+    for index, message in enumerate(messages):
+        if isinstance(message, ModelResponse):
+            _issue(log, index, message, agent)
+        elif isinstance(message, ModelRequest):
+            _complete(log, message)
+    output = getattr(result, "output", None) if error is None else None
+    log.fill(run, output=output, error=error)
+
+
+def _issue(log: CallLog, index: int, response: ModelResponse, agent: str | None) -> None:
+    usage = response.usage
+    log.usage(usage.input_tokens, usage.output_tokens)
+    calls = [part for part in response.parts
+             if isinstance(part, ToolCallPart) and part.tool_kind != "output"]
+    group = f"response-{index}" if len(calls) > 1 else None
+    for part in calls:
+        log.issue(part.tool_call_id, part.tool_name, part.args, agent=agent,
+                  parallel_group=group, model=response.model_name or None,
+                  tokens_in=usage.input_tokens, tokens_out=usage.output_tokens)
+
+
+def _complete(log: CallLog, request: ModelRequest) -> None:
+    for part in request.parts:
+        if isinstance(part, ToolReturnPart):
+            if part.outcome in _FAILED:
+                log.complete(part.tool_call_id, error=_text(part.content))
+            else:
+                log.complete(part.tool_call_id, result=part.content)
+        elif isinstance(part, RetryPromptPart) and part.tool_name:
+            log.complete(part.tool_call_id, error=_text(part.content))
+
+
+def _text(content: Any) -> str:
+    return content if isinstance(content, str) else str(jsonable(content))
+
+
+def stamps(agent: Any, *, agent_version: str | None = None) -> dict[str, str]:
+    """The run's stamps from the agent itself: model id, instruction and tool-schema hashes."""
+    model = agent.model
+    model_id = model if isinstance(model, str) else (
+        f"{getattr(model, 'system', '')}:{getattr(model, 'model_name', '')}" if model else "")
+    instructions = [
+        part.instruction if isinstance(part.instruction, str) else callable_name(part.instruction)
+        for part in getattr(agent, "_instructions", ())]
+    instructions += [p if isinstance(p, str) else callable_name(p)
+                     for p in getattr(agent, "_system_prompts", ())]
+    return _stamps(model_id=model_id, instructions=instructions, tools=_tool_schemas(agent),
+                   agent_version=agent_version or (agent.name or "agent"))
+
+
+def _tool_schemas(agent: Any) -> list[dict[str, Any]]:
+    schemas = []
+    for toolset in agent.toolsets:
+        for tool in getattr(toolset, "tools", {}).values():
+            definition = tool.tool_def
+            schemas.append({"name": definition.name, "description": definition.description,
+                            "parameters": definition.parameters_json_schema})
+    return sorted(schemas, key=lambda s: str(s["name"]))
+
+
+@dataclass
+class Guard(AbstractCapability[Any]):
+    """A capability: offer only the tools `client.allowed()` lets the run's role call."""
+
+    client: Any
+    run: Any
+    agent: str | None = None
+    messages: list[ModelMessage] | None = None
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        """Not serializable into an agent spec: it holds a live client."""
+        return None
+
+    async def prepare_tools(self, ctx: RunContext[Any],
+                            tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
+        """Drop every tool the role's gate forbids, before the model sees the list."""
+        # The live history of this run; the context on_run_error gets may not hold it.
+        self.messages = ctx.messages
+        if self.agent is None and ctx.agent is not None and ctx.agent.name:
+            self.agent = ctx.agent.name
+            setattr(self.run, _AGENT, self.agent)
+        resolution = self.run.resolution
+        return [d for d in tool_defs if self.client.allowed(resolution, d.name)]
+
+    async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> Any:
+        """Record what the aborted run did (its messages so far), then let the error go on."""
+        record(self.run, self.messages or ctx.messages, error=error, agent=self.agent)
+        raise error
+
+
+def guard(client: Any, run: Any, *, agent: str | None = None) -> Guard:
+    """The guard capability for one run: pass it as `capabilities=[...]` to run/run_sync."""
+    return Guard(client, run, agent)
+

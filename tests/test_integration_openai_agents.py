@@ -1,0 +1,166 @@
+"""rolegate.integrations.openai_agents with the real Agents SDK, driven by its ScriptedModel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from agents import Agent, RunConfig, Runner, function_tool
+from agents.exceptions import AgentsException
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
+from agents.usage import Usage
+from flask import Flask
+
+from rolegate.integrations import openai_agents as rg
+from rolegate.integrations._common import NO_RESULT
+from router.api.traces import trace_store
+from tests.agent_support import ROLE, binding_stage, candidate_key, live_client
+
+pytestmark = pytest.mark.slow
+NO_TRACING = RunConfig(tracing_disabled=True)
+
+
+def usage(tokens_in: int, tokens_out: int) -> Usage:
+    """One model turn's usage."""
+    return Usage(requests=1, input_tokens=tokens_in, output_tokens=tokens_out,
+                 total_tokens=tokens_in + tokens_out)
+
+
+def build(executed: list[str], *, crash: bool = False) -> Agent[Any]:
+    """triage calls search+lookup together and hands off to billing, which calls
+    delete_account and a failing tool (or one whose exception ends the run), then answers."""
+
+    @function_tool
+    def search(q: str) -> list[str]:
+        """Search the help center."""
+        executed.append("search")
+        return [f"{q}-policy"]
+
+    @function_tool
+    def lookup(id: int) -> dict[str, Any]:
+        """Look an order up."""
+        executed.append("lookup")
+        return {"id": id}
+
+    @function_tool
+    def delete_account(id: int) -> str:
+        """Delete the customer's account."""
+        executed.append("delete_account")
+        return "deleted"
+
+    @function_tool
+    def refund(id: int) -> str:
+        """Refund an order (the ledger is down)."""
+        executed.append("refund")
+        raise ConnectionError("ledger unreachable")
+
+    @function_tool(failure_error_function=None)
+    def audit() -> str:
+        """An audit whose exception ends the run."""
+        executed.append("audit")
+        raise RuntimeError("audit log full")
+
+    last = function_call("audit", {}, call_id="c5") if crash else assistant_message("refunded")
+    billing = Agent(name="billing", instructions="Handle billing.", tools=[
+        delete_account, refund, audit], model=ScriptedModel([
+            ModelStep(output=[function_call("delete_account", {"id": 7}, call_id="c3"),
+                              function_call("refund", {"id": 7}, call_id="c4")],
+                      usage=usage(30, 5)),
+            ModelStep(output=[last], usage=usage(40, 3))]))
+    return Agent(name="triage", instructions="Triage the ticket.", tools=[search, lookup],
+                 handoffs=[billing], model=ScriptedModel([
+                     ModelStep(output=[function_call("search", {"q": "refund"}, call_id="c1"),
+                                       function_call("lookup", {"id": 7}, call_id="c2")],
+                               usage=usage(10, 2)),
+                     ModelStep(output=[function_call("transfer_to_billing", {}, call_id="h1")],
+                               usage=usage(20, 2))]))
+
+
+def test_the_trace_is_what_the_run_did(app: Flask) -> None:
+    """Calls in order across the handoff, the hidden tool failure marked, tokens and output."""
+    with live_client(app) as (_, client):
+        executed: list[str] = []
+        agent = rg.protect(build(executed))
+        with client.recorder(client.resolve(ROLE, candidate_key()),
+                             stamps=rg.stamps(agent)) as run, rg.guard(client, run):
+            result = Runner.run_sync(agent, "refund order 7", run_config=NO_TRACING)
+            rg.record(run, result)
+        assert client.flush(10)
+        stored = trace_store(app).lookup(ROLE, run.run_id).trace
+    assert stored.tools == ("search", "lookup", "transfer_to_billing", "delete_account", "refund")
+    assert stored.steps is not None
+    search, lookup, handoff, delete, refund = stored.steps
+    assert search.parallel_group == lookup.parallel_group is not None
+    assert (search.agent, handoff.agent, delete.agent, delete.parent_agent) == (
+        "triage", "triage", "billing", "triage")
+    assert search.result == ["refund-policy"] and lookup.args == {"id": 7}
+    assert delete.error == rg.REFUSED
+    assert refund.error == "ConnectionError: ledger unreachable"  # not the SDK's generic text
+    assert (stored.tokens_in, stored.tokens_out) == (100, 12)
+    assert stored.output_text == "refunded" and stored.tool_errors == 2
+    assert "delete_account" not in executed and "refund" in executed
+
+
+def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: Flask) -> None:
+    """The tool guardrail rejects delete_account before it runs; the canary rolls back."""
+    with live_client(app) as (url, client):
+        executed: list[str] = []
+        for n in range(3):
+            agent = rg.protect(build(executed))
+            with client.recorder(client.resolve(ROLE, candidate_key(f"job{n}")),
+                                 stamps=rg.stamps(agent)) as run, rg.guard(client, run):
+                rg.record(run, Runner.run_sync(agent, "go", run_config=NO_TRACING))
+        assert client.flush(10)
+        assert executed.count("search") == 3 and "delete_account" not in executed
+        assert binding_stage(url) == "rolled_back"
+
+
+def test_an_unprotected_failure_is_still_marked_failed() -> None:
+    """Without protect(), a call answered with the SDK's generic error text counts as failed."""
+
+    class Run:
+        """The recorder calls record() makes, kept for inspection."""
+
+        def __init__(self) -> None:
+            self.steps: list[dict[str, Any]] = []
+
+        def tool(self, name: str, args: Any, **step: Any) -> None:
+            self.steps.append({"tool": name, **step})
+
+        def tokens(self, input: int, output: int) -> None:
+            pass
+
+        def output(self, text: str) -> None:
+            pass
+
+    run = Run()
+    rg.record(run, Runner.run_sync(build([]), "go", run_config=NO_TRACING))
+    refund = next(step for step in run.steps if step["tool"] == "refund")
+    assert refund["error"] and "error occurred" in refund["error"]
+
+
+def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None:
+    """A tool exception ends the run: calls so far, the one in flight without result, the error."""
+    with live_client(app) as (_, client):
+        agent = rg.protect(build([], crash=True))
+        with pytest.raises(AgentsException), client.recorder(
+                client.resolve(ROLE, candidate_key()), stamps=rg.stamps(agent)) as run, \
+                rg.guard(client, run):
+            rg.record(run, Runner.run_sync(agent, "go", run_config=NO_TRACING))
+        assert client.flush(10)
+        stored = trace_store(app).lookup(ROLE, run.run_id).trace
+    assert stored.tools[-1] == "audit" and stored.steps is not None
+    assert stored.steps[-1].error == NO_RESULT
+    assert stored.error is not None and "audit log full" in stored.error.message
+
+
+def test_stamps_cover_every_agent_of_the_graph() -> None:
+    """A change to the handoff target's instructions changes the instruction hash."""
+    first = rg.stamps(build([]))
+    assert first == rg.stamps(build([]))
+    changed = build([])
+    target = changed.handoffs[0]
+    assert isinstance(target, Agent)
+    target.instructions = "Handle billing, and be quick."
+    assert rg.stamps(changed)["instruction_hash"] != first["instruction_hash"]
+    assert rg.stamps(changed)["tool_schema_hash"] == first["tool_schema_hash"]

@@ -1,0 +1,143 @@
+"""rolegate.integrations.pydantic_ai with the real pydantic-ai, driven by its FunctionModel."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from flask import Flask
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
+
+from rolegate.integrations import pydantic_ai as rg
+from rolegate.integrations._common import NO_RESULT
+from router.api.traces import trace_store
+from tests.agent_support import ROLE, binding_stage, candidate_key, live_client
+
+pytestmark = pytest.mark.slow
+
+
+def build(executed: list[str], *, crash: bool = False) -> Agent[None, str]:
+    """An agent whose scripted model calls search+lookup together, then delete_account+fail."""
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        turn = len(messages) // 2
+        if turn == 0:
+            return ModelResponse(parts=[ToolCallPart("search", {"q": "refund"}),
+                                        ToolCallPart("lookup", {"id": 7})],
+                                 usage=RequestUsage(input_tokens=20, output_tokens=4))
+        if turn == 1:
+            return ModelResponse(parts=[ToolCallPart("delete_account", {"id": 7}),
+                                        ToolCallPart("crash" if crash else "fail", {})],
+                                 usage=RequestUsage(input_tokens=30, output_tokens=5))
+        return ModelResponse(parts=[TextPart("refund issued")],
+                             usage=RequestUsage(input_tokens=40, output_tokens=3))
+
+    agent = Agent(FunctionModel(script, model_name="scripted"), name="support",
+                  instructions="Resolve the ticket.")
+
+    @agent.tool_plain
+    def search(q: str) -> list[str]:
+        """Search the help center."""
+        executed.append("search")
+        return [f"{q}-policy"]
+
+    @agent.tool_plain
+    def lookup(id: int) -> dict[str, Any]:
+        """Look an order up."""
+        executed.append("lookup")
+        return {"id": id, "total": 30}
+
+    @agent.tool_plain
+    def delete_account(id: int) -> str:
+        """Delete the customer's account."""
+        executed.append("delete_account")
+        return "deleted"
+
+    @agent.tool_plain
+    def fail() -> str:
+        """A tool that fails and asks the model to retry."""
+        executed.append("fail")
+        raise ModelRetry("the ledger is locked")
+
+    @agent.tool_plain(name="crash")
+    def crash_tool() -> str:
+        """A tool whose exception ends the run."""
+        executed.append("crash")
+        raise RuntimeError("ledger exploded")
+
+    return agent
+
+
+def test_the_trace_is_what_the_run_did(app: Flask) -> None:
+    """Tools in order with args, results and errors, a parallel group, tokens, agent, output."""
+    with live_client(app) as (_, client):
+        executed: list[str] = []
+        agent = build(executed)
+        resolution = client.resolve(ROLE, candidate_key())
+        with client.recorder(resolution, stamps=rg.stamps(agent)) as run:
+            result = agent.run_sync("refund order 7", capabilities=[rg.guard(client, run)])
+            rg.record(run, result)
+        assert client.flush(10)
+        stored = trace_store(app).lookup(ROLE, run.run_id).trace
+    assert stored.tools == ("search", "lookup", "delete_account", "fail")
+    assert stored.steps is not None
+    search, lookup, delete, fail = stored.steps
+    assert search.args == {"q": "refund"} and search.result == ["refund-policy"]
+    assert lookup.result == {"id": 7, "total": 30}
+    assert search.parallel_group == lookup.parallel_group != delete.parallel_group
+    assert delete.error and "delete_account" in delete.error and fail.error == \
+        "the ledger is locked"
+    assert {s.agent for s in stored.steps} == {"support"} and search.model == "scripted"
+    usage = result.usage
+    assert (stored.tokens_in, stored.tokens_out) == (usage.input_tokens, usage.output_tokens)
+    assert stored.output_text == "refund issued" and stored.tool_errors == 2
+    assert stored.stamps.model_id == "function:scripted"
+    assert "delete_account" not in executed
+
+
+def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: Flask) -> None:
+    """With the guard, delete_account never runs; the attempt trips the wire on the candidate."""
+    with live_client(app) as (url, client):
+        executed: list[str] = []
+        for n in range(5):
+            resolution = client.resolve(ROLE, candidate_key(f"job{n}"))
+            agent = build(executed)
+            with client.recorder(resolution, stamps=rg.stamps(agent)) as run:
+                rg.record(run, agent.run_sync("go", capabilities=[rg.guard(client, run)]))
+        assert client.flush(10)
+        assert executed.count("search") == 5 and "delete_account" not in executed
+        assert binding_stage(url) == "rolled_back"
+
+
+def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None:
+    """A tool exception ends the run: the calls so far, the one without result, the run error."""
+    with live_client(app) as (_, client):
+        agent = build([], crash=True)
+        resolution = client.resolve(ROLE, candidate_key())
+        with pytest.raises(RuntimeError, match="exploded"), \
+                client.recorder(resolution, stamps=rg.stamps(agent)) as run:
+            rg.record(run, agent.run_sync("go", capabilities=[rg.guard(client, run)]))
+        assert client.flush(10)
+        stored = trace_store(app).lookup(ROLE, run.run_id).trace
+    assert stored.tools == ("search", "lookup", "delete_account", "crash")
+    assert stored.steps is not None and stored.steps[-1].error == NO_RESULT
+    assert stored.error is not None and stored.error.type == "RuntimeError"
+
+
+def test_stamps_follow_the_agent() -> None:
+    """Changing the instructions or a tool's schema changes the stamp; the same agent keeps it."""
+    first, again = rg.stamps(build([])), rg.stamps(build([]))
+    assert first == again
+    other = build([])
+    other._instructions = []  # a config without instructions
+    assert rg.stamps(other)["instruction_hash"] != first["instruction_hash"]
+
+    @other.tool_plain
+    def extra(x: int) -> int:
+        """One more tool."""
+        return x
+
+    assert rg.stamps(other)["tool_schema_hash"] != first["tool_schema_hash"]
