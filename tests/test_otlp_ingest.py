@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -15,8 +17,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from gatekeeper.store.pending_spans import PendingSpans, spans_key
 from rolegate.spans import Span
+from router import create_app
 from router.api.traces import trace_store
-from tests.conftest import CALLER, OPERATOR, auth
+from tests.conftest import CALLER, OPERATOR, TOKENS, auth
 
 TRACE_ID = "5b8efff798038103d269b633813fc60c"
 GATE = {"thresholds": {"min_samples": 5}, "invariants": {"forbidden_tools": ["delete_account"]}}
@@ -176,3 +179,29 @@ def test_pending_spans_are_bounded_and_expire(redis_conn: Any) -> None:
     assert sorted(s.span_id[-1] for s in taken.spans) == ["2", "3"]
     assert not redis_conn.exists(spans_key("a" * 32))
     assert pending.add("b" * 32, spans("b" * 32, "2"), {}, now=103.0) == 0  # room again
+
+
+@pytest.fixture
+def cluster_app(cluster_url: str) -> Iterator[Flask]:
+    """The router on the session's Redis Cluster."""
+    app = create_app({"redis_url": cluster_url, "tokens": TOKENS, "testing": True,
+                      "refresh_interval_s": 0.05})
+    yield app
+    app.extensions["rolegate"].cache.stop()
+    app.extensions["rolegate"].redis.close()
+
+
+@pytest.mark.cluster
+def test_otlp_runs_assemble_and_trip_on_a_redis_cluster(cluster_app: Flask) -> None:
+    """Pending spans, the completing batch and the early trip touch one slot per step."""
+    client = cluster_app.test_client()
+    make_role(client)
+    assert post(client, export(tool("2", "search", 1))).json == {}
+    assert post(client, export(root(**PLACED))).json == {}
+    assert trace_store(cluster_app).lookup("support", TRACE_ID).trace.tools == ("search",)
+    other = TRACE_ID[::-1]
+    early = tool("3", "delete_account", 5, **PLACED)
+    early["traceId"] = other
+    assert post(client, export(early)).status_code == 200
+    binding = client.get("/v1/bindings/support", headers=auth(CALLER)).json["binding"]
+    assert binding["stage"] == "rolled_back"

@@ -12,7 +12,9 @@ Bounded and expiring: a pending run holds at most `max_spans` spans (more are
 refused), at most `max_runs` runs wait at once (a new one past that is refused),
 and a run whose root never arrives is forgotten `ttl` seconds after its last span.
 The run-count bound is read before the write, not in the same step, so a burst
-of workers can pass it by a few runs; the per-run bound is exact.
+of workers can pass it by a few runs; the per-run bound is exact. Each script and
+transaction touches one run's hash (one hash slot under Redis Cluster); the
+pending index is updated in separate calls.
 """
 
 from __future__ import annotations
@@ -21,8 +23,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import redis
-
+from bindings.connection import Connection
 from bindings.store import _redis_errors
 from rolegate.spans import Span
 
@@ -78,7 +79,7 @@ class Pending:
 class PendingSpans:
     """Keeps the spans of unfinished OTLP runs, bounded and expiring."""
 
-    def __init__(self, connection: redis.Redis, *, ttl: int = DEFAULT_TTL,
+    def __init__(self, connection: Connection, *, ttl: int = DEFAULT_TTL,
                  max_spans: int = DEFAULT_MAX_SPANS, max_runs: int = DEFAULT_MAX_RUNS) -> None:
         self.connection = connection
         self.ttl = ttl
@@ -125,8 +126,8 @@ class PendingSpans:
             pipe = self.connection.pipeline(transaction=True)
             pipe.hgetall(spans_key(trace_id))
             pipe.delete(spans_key(trace_id))
-            pipe.zrem(PENDING_KEY, trace_id)
-            stored, _, _ = pipe.execute()
+            stored, _ = pipe.execute()
+            self.connection.zrem(PENDING_KEY, trace_id)
         placement = _placement(stored.pop(PLACEMENT_FIELD.encode(), None))
         spans = [Span.from_json(json.loads(raw)) for raw in stored.values()]
         return Pending(spans, placement)
