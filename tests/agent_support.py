@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -44,3 +45,21 @@ def binding_stage(url: str) -> str:
     """The role's stage as the router holds it."""
     body = requests.get(f"{url}/v1/bindings/{ROLE}", headers=auth(CALLER), timeout=5).json()
     return str(body["binding"]["stage"])
+
+
+@contextmanager
+def own_event_loop() -> Iterator[None]:
+    """A fresh default event loop for one test, closed after it.
+
+    pydantic-ai's and the Agents SDK's run_sync both drive the thread's default
+    loop, and the SDK shuts that loop's async generators down: a later run of the
+    other framework on the same loop warns. Each test gets its own loop instead.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        asyncio.set_event_loop(None)
+        loop.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -14,9 +15,16 @@ from flask import Flask
 from rolegate.integrations import openai_agents as rg
 from rolegate.integrations._common import NO_RESULT
 from router.api.traces import trace_store
-from tests.agent_support import ROLE, binding_stage, candidate_key, live_client
+from tests.agent_support import ROLE, binding_stage, candidate_key, live_client, own_event_loop
 
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def event_loop_per_test() -> Iterator[None]:
+    """Each test runs the framework on its own default event loop."""
+    with own_event_loop():
+        yield
 NO_TRACING = RunConfig(tracing_disabled=True)
 
 
