@@ -135,7 +135,7 @@ def test_an_unprotected_failure_is_still_marked_failed() -> None:
         def tool(self, name: str, args: Any, **step: Any) -> None:
             self.steps.append({"tool": name, **step})
 
-        def tokens(self, input: int, output: int) -> None:
+        def cost(self, **tokens: int) -> None:
             pass
 
         def output(self, text: str) -> None:

@@ -121,12 +121,12 @@ class CallLog:
             step = call.step(aborted=error is not None)
             tool, args = step.pop("tool"), step.pop("args")
             run.tool(tool, args, **step)
-        run.tokens(input=self.tokens_in, output=self.tokens_out)
+        run.cost(tokens_in=self.tokens_in, tokens_out=self.tokens_out)
         if output is not None:
             run.output(output if isinstance(output, str) else
                        json.dumps(jsonable(output), ensure_ascii=False))
         if error is not None:
-            run.error(error)
+            run.fail(error)
 
 
 def parse_args(args: Any) -> dict[str, Any]:
