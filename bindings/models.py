@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 # One config-id rule, and one definition of the stages, in the caller SDK: clients
 # name configs and route with them too.
-from rolegate.config_ids import ConfigId
+from rolegate.config_ids import STORED, ConfigId
 from rolegate.routing import Stage
 
 __all__ = ["Binding", "BindingFile", "DriftPolicy", "Frozen", "GatePolicy", "HistoryEntry",
@@ -159,7 +159,8 @@ class Binding(Frozen):
         """Return a copy with `changes` applied and every invariant checked again."""
         data = self.model_dump()
         data.update(changes)
-        return Binding.model_validate(data)
+        # Its config ids were accepted when it was written; a move only reorders them.
+        return Binding.model_validate(data, context={STORED: True})
 
 
 class BindingFile(Frozen):

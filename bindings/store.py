@@ -30,6 +30,7 @@ from bindings.errors import (
     StoreUnavailable,
 )
 from bindings.models import Binding, HistoryEntry, VersionedBinding
+from rolegate.config_ids import STORED
 
 log = logging.getLogger("rolegate.store")
 
@@ -313,7 +314,8 @@ def load_stored(model: type[M], raw: bytes | str, what: str, **details: Any) -> 
     bug: a 500 naming it, never a 422 blaming the caller who merely read it.
     """
     try:
-        return model.model_validate_json(raw)
+        # Ids stored before the config-id rule existed stay readable.
+        return model.model_validate_json(raw, context={STORED: True})
     except ValidationError as exc:
         raise CorruptRecord(f"{what} is unreadable: {exc}", **details) from exc
 

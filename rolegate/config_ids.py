@@ -8,6 +8,11 @@ segment ends there, and a percent-encoded one is decoded before routing),
 whitespace or a control character (it would split or forge a line), and it may
 not be '.' or '..' (HTTP clients fold those path segments away). Everything
 else a binding accepted before this rule existed still is.
+
+The rule guards what comes in. A record stored before it existed (a binding,
+a trace) is read back with the `STORED` validation context and keeps loading,
+and a binding moves its existing ids around (candidate to current) the same
+way: a rollback never fails on an id that was accepted when it was written.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, ValidationInfo
 
 MAX_CONFIG_ID = 200
+#: Validation context key: true while reading back (or re-validating) stored records.
+STORED = "stored"
 #: One character of a config id: not '/', whitespace, or a C0/C1 control character.
 _CHAR = r"[^/\s\x00-\x1f\x7f-\x9f]"
 _NOT_DOT = r"[^/\s\x00-\x1f\x7f-\x9f.]"
@@ -47,7 +54,15 @@ def validate_config_id(value: str) -> str:
     return value
 
 
+def _incoming_config_id(value: str, info: ValidationInfo) -> str:
+    """The rule for values coming in; stored ones (context `STORED`) pass as they are."""
+    context = info.context
+    if isinstance(context, dict) and context.get(STORED):
+        return value
+    return validate_config_id(value)
+
+
 #: A config id field in a pydantic model: the length as a field constraint (the
 #: usual message), then the characters.
 ConfigId = Annotated[str, Field(min_length=1, max_length=MAX_CONFIG_ID),
-                     AfterValidator(validate_config_id)]
+                     AfterValidator(_incoming_config_id)]

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from bindings.errors import InvalidInput
 from bindings.models import Binding
 from bindings.offline import OfflineVerdict
+from bindings.store import binding_key
 from gatekeeper.store.configs import ConfigStore, validate_config_id
 from rolegate.config_ids import CONFIG_ID_PATTERN, config_id_problem
 from rolegate.trace import Trace
@@ -143,3 +144,24 @@ def test_an_example_config_id_registers_and_reads_back_over_http(client: FlaskCl
     bad = _put_config(client, "summarizer 2026")
     assert bad.status_code == 422 and bad.json["error"]["details"]["field"] == "config"
     assert "whitespace" in bad.json["error"]["message"]
+
+
+def test_a_binding_stored_before_the_rule_still_reads_and_rolls_back(
+        client: FlaskClient, redis_conn: redis.Redis) -> None:
+    """An id the rule now refuses, stored by an older version: readable, movable, not writable."""
+    r = client.put("/v1/bindings/legacy", headers=auth(OPERATOR),
+                   json={"current": "old-cfg", "candidate": "new-cfg", "stage": "canary",
+                         "share": 0.2})
+    assert r.status_code == 201, r.json
+    # Rename the stored ids as an older version, which allowed spaces, would have written them.
+    raw = json.loads(redis_conn.hget(binding_key("legacy"), "record"))
+    raw["binding"].update(current="old cfg", candidate="new cfg")
+    redis_conn.hset(binding_key("legacy"), "record", json.dumps(raw))
+    r = client.get("/v1/bindings/legacy", headers=auth(CALLER))
+    assert r.status_code == 200 and r.json["binding"]["current"] == "old cfg", r.json
+    r = client.post("/v1/bindings/legacy/rollback", json={"reason": "bad canary"},
+                    headers=auth(OPERATOR))
+    assert r.status_code == 200 and r.json["binding"]["stage"] == "rolled_back", r.json
+    r = client.put("/v1/bindings/legacy", headers={**auth(OPERATOR), "If-Match": "2"},
+                   json={"current": "old cfg"})
+    assert r.status_code == 422 and "config id" in r.json["error"]["message"], r.json
