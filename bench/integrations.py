@@ -13,8 +13,9 @@ answer, from the framework's own scripted or function model: no network) runs
 stamps from the agent, the framework's guard, record, and report through a
 `Client` whose background sender posts to a real gunicorn router on its own
 redis-server started here), in interleaved rounds. Per run it prints the mean
-of each, rolegate's cost (the difference, which includes the sender thread's
-CPU in the same process) and the ratio. The machine is shared: expect noise.
+CPU time of each (process CPU, so the sender thread's work is included and a
+loaded machine's waiting is not), rolegate's cost (the difference) and the
+ratio. The machine is shared: expect noise.
 """
 
 from __future__ import annotations
@@ -215,7 +216,9 @@ def measure(runs: Runs, count: int, rounds: int) -> tuple[float, float, float]:
         record_report(bare(), f"warm-{n}")
         with_rolegate(f"warm-{n}")
     spent = {"bare": 0.0, "rolegate": 0.0, "record": 0.0}
-    clock = time.perf_counter
+    # CPU seconds of this process (all its threads, the report sender's included),
+    # not wall time: on a shared, loaded machine wall time mostly measures the queue.
+    clock = time.process_time
     for r in range(rounds):
         results = []
         started = clock()

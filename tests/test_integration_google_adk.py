@@ -141,3 +141,17 @@ def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None
     assert stored.steps is not None and stored.steps[-1].error == "RuntimeError: audit log full"
     assert stored.error is not None and stored.error.type == "RuntimeError"
     assert NO_RESULT not in {step.error for step in stored.steps[:2]}
+
+
+def test_stamps_follow_the_agent_tree() -> None:
+    """The same tree keeps its stamps; a sub-agent's new instruction or tool changes them."""
+    agent = build([])
+    first = rg.stamps(agent)
+    assert rg.stamps(agent) == first == rg.stamps(build([]))
+    billing = agent.sub_agents[0]
+    billing.instruction = "Handle billing, and be quick."
+    changed = rg.stamps(agent)
+    assert changed["instruction_hash"] != first["instruction_hash"]
+    assert changed["tool_schema_hash"] == first["tool_schema_hash"]
+    billing.tools = [*billing.tools, lambda: None]
+    assert rg.stamps(agent)["tool_schema_hash"] != first["tool_schema_hash"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
@@ -41,6 +43,38 @@ def callable_name(value: Any) -> str:
     module = getattr(value, "__module__", "") or ""
     name = getattr(value, "__qualname__", None) or type(value).__name__
     return f"{module}.{name}" if module else str(name)
+
+
+#: id(agent) -> (the agent, the objects its stamps were computed from, the stamps), the
+#: most recently used last. Agents are often unhashable (dataclasses, pydantic models),
+#: so the key is the id and the entry holds the agent itself: an id is never reused
+#: while its entry lives.
+_STAMPS: OrderedDict[int, tuple[Any, tuple[Any, ...], dict[str, str]]] = OrderedDict()
+MAX_CACHED_AGENTS = 128
+_STAMPS_LOCK = threading.Lock()
+
+
+def cached(agent: Any, parts: tuple[Any, ...], compute: Callable[[], dict[str, str]]
+           ) -> dict[str, str]:
+    """`compute()`, reused while each object in `parts` is the very object it was last time.
+
+    Hashing an agent's instructions and tool schemas costs more than the rest of
+    recording a run; an agent is rebuilt or reassigned (new objects) far more
+    often than mutated in place, so identity of the parts stands in for equality.
+    """
+    with _STAMPS_LOCK:
+        hit = _STAMPS.get(id(agent))
+        if hit is not None and hit[0] is agent and len(hit[1]) == len(parts) and all(
+                a is b for a, b in zip(hit[1], parts, strict=True)):
+            _STAMPS.move_to_end(id(agent))
+            return dict(hit[2])
+    found = compute()
+    with _STAMPS_LOCK:
+        _STAMPS[id(agent)] = (agent, parts, found)
+        _STAMPS.move_to_end(id(agent))
+        while len(_STAMPS) > MAX_CACHED_AGENTS:
+            _STAMPS.popitem(last=False)
+    return dict(found)
 
 
 def stamps(*, model_id: str, instructions: Any, tools: Any, agent_version: str) -> dict[str, str]:

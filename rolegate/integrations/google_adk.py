@@ -31,6 +31,7 @@ from rolegate.integrations._common import (
     Active,
     CallLog,
     Guarding,
+    cached,
     callable_name,
 )
 from rolegate.integrations._common import stamps as _stamps
@@ -136,7 +137,19 @@ def _tool_schema(tool: Any) -> dict[str, Any]:
 
 
 def stamps(agent: Any, *, agent_version: str | None = None) -> dict[str, str]:
-    """The run's stamps from the agent tree: model id, instruction and tool-schema hashes."""
+    """The run's stamps from the agent tree: model id, instruction and tool-schema hashes.
+
+    Recomputed whenever an agent's model, instruction or tools are replaced
+    (cached by identity otherwise).
+    """
+    parts: list[Any] = [agent_version]
+    for each in _agents(agent):
+        parts += [each, each.name, getattr(each, "model", None),
+                  getattr(each, "instruction", None), *getattr(each, "tools", ())]
+    return cached(agent, tuple(parts), lambda: _compute_stamps(agent, agent_version))
+
+
+def _compute_stamps(agent: Any, agent_version: str | None) -> dict[str, str]:
     instructions: list[Any] = []
     tools: list[dict[str, Any]] = []
     for each in _agents(agent):

@@ -46,6 +46,7 @@ from rolegate.integrations._common import (
     Active,
     CallLog,
     Guarding,
+    cached,
     callable_name,
 )
 from rolegate.integrations._common import stamps as _stamps
@@ -160,7 +161,19 @@ def _model_id(agent: Any) -> str:
 
 
 def stamps(agent: Any, *, agent_version: str | None = None) -> dict[str, str]:
-    """The run's stamps from the agent graph: model id, instruction and tool-schema hashes."""
+    """The run's stamps from the agent graph: model id, instruction and tool-schema hashes.
+
+    Recomputed whenever an agent's model, instructions, tools or handoffs are
+    replaced (cached by identity otherwise).
+    """
+    parts: list[Any] = [agent_version]
+    for each in _agents(agent):
+        parts += [each, each.name, each.model, each.instructions, *each.tools,
+                  *(getattr(each, "handoffs", ()) or ())]
+    return cached(agent, tuple(parts), lambda: _compute_stamps(agent, agent_version))
+
+
+def _compute_stamps(agent: Any, agent_version: str | None) -> dict[str, str]:
     instructions = []
     tools = []
     for each in _agents(agent):

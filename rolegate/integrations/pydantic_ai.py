@@ -32,7 +32,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import ToolDefinition
 
-from rolegate.integrations._common import CallLog, callable_name, jsonable
+from rolegate.integrations._common import CallLog, cached, callable_name, jsonable
 from rolegate.integrations._common import stamps as _stamps
 
 #: pydantic-ai's tool-return outcomes that mean the call did not produce its result.
@@ -93,7 +93,19 @@ def _text(content: Any) -> str:
 
 
 def stamps(agent: Any, *, agent_version: str | None = None) -> dict[str, str]:
-    """The run's stamps from the agent itself: model id, instruction and tool-schema hashes."""
+    """The run's stamps from the agent itself: model id, instruction and tool-schema hashes.
+
+    Recomputed whenever the agent's model, instructions, system prompts or tool
+    objects are replaced (cached by identity otherwise).
+    """
+    toolsets = agent.toolsets
+    parts = (agent.model, agent_version, agent.name, *getattr(agent, "_instructions", ()),
+             *getattr(agent, "_system_prompts", ()), *toolsets,
+             *(tool for toolset in toolsets for tool in getattr(toolset, "tools", {}).values()))
+    return cached(agent, parts, lambda: _compute_stamps(agent, agent_version))
+
+
+def _compute_stamps(agent: Any, agent_version: str | None) -> dict[str, str]:
     model = agent.model
     model_id = model if isinstance(model, str) else (
         f"{getattr(model, 'system', '')}:{getattr(model, 'model_name', '')}" if model else "")
