@@ -12,7 +12,8 @@ answer, from the framework's own scripted or function model: no network) runs
 `--runs` times bare and `--runs` times with rolegate (resolve, recorder with
 stamps from the agent, the framework's guard, record, and report through a
 `Client` whose background sender posts to a real gunicorn router on its own
-redis-server started here), in interleaved rounds. Per run it prints the mean
+redis-server started here; each round ends with `client.flush()`, so sending
+its traces counts), in interleaved rounds. Per run it prints the mean
 CPU time of each (process CPU, so the sender thread's work is included and a
 loaded machine's waiting is not), rolegate's cost (the difference) and the
 ratio. The machine is shared: expect noise.
@@ -205,16 +206,19 @@ FRAMEWORKS = {"pydantic-ai": pydantic_ai_runs, "openai-agents": openai_agents_ru
               "google-adk": google_adk_runs}
 
 
-def measure(runs: Runs, count: int, rounds: int) -> tuple[float, float, float]:
+def measure(runs: Runs, flush: Callable[[], object], count: int,
+            rounds: int) -> tuple[float, float, float]:
     """Mean seconds per run: bare, with rolegate, and record + report of a bare run's result.
 
     Interleaved rounds after a warm-up; record + report is timed on results of
-    the bare runs just made, so it is exactly the work added after a run.
+    the bare runs just made, so it is exactly the work added after a run. Each
+    rolegate round ends with `flush()`, so its traces' sending is in its time.
     """
     bare, with_rolegate, record_report = runs
     for n in range(20):
         record_report(bare(), f"warm-{n}")
         with_rolegate(f"warm-{n}")
+    flush()
     spent = {"bare": 0.0, "rolegate": 0.0, "record": 0.0}
     # CPU seconds of this process (all its threads, the report sender's included),
     # not wall time: on a shared, loaded machine wall time mostly measures the queue.
@@ -228,10 +232,12 @@ def measure(runs: Runs, count: int, rounds: int) -> tuple[float, float, float]:
         started = clock()
         for n, result in enumerate(results):
             record_report(result, f"rec-{r}-{n}")
+        flush()
         spent["record"] += clock() - started
         started = clock()
         for n in range(count):
             with_rolegate(f"job-{r}-{n}")
+        flush()
         spent["rolegate"] += clock() - started
     total = count * rounds
     return spent["bare"] / total, spent["rolegate"] / total, spent["record"] / total
@@ -262,7 +268,8 @@ def main() -> None:
         print("|---|---:|---:|---:|---:|---:|")
         try:
             for name, build in FRAMEWORKS.items():
-                plain, guarded, recorded = measure(build(client), args.runs, args.rounds)
+                plain, guarded, recorded = measure(build(client), lambda: client.flush(30),
+                                                   args.runs, args.rounds)
                 print(f"| {name} | {plain * 1e6:.0f} | {recorded * 1e6:.1f} | "
                       f"{guarded * 1e6:.0f} | {(guarded - plain) * 1e6:.0f} | "
                       f"{guarded / plain:.3f} |", flush=True)
