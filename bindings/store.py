@@ -285,10 +285,11 @@ class BindingStore:
 
 #: What a server says while it cannot take a write now but will soon: a demoted
 #: primary after a failover (READONLY), a Cluster without a quorum or moving
-#: slots (CLUSTERDOWN, TRYAGAIN), a Cluster client that found no node.
+#: slots (CLUSTERDOWN, TRYAGAIN), a Cluster client that found no node, a server
+#: at its maxmemory under noeviction (OOM: docs/scaling.md sizes it).
 _UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError,
                 redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
-                redis.exceptions.ClusterError)
+                redis.exceptions.ClusterError, redis.exceptions.OutOfMemoryError)
 
 
 class _redis_errors:
@@ -299,6 +300,8 @@ class _redis_errors:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: object) -> None:
+        if isinstance(exc, redis.exceptions.OutOfMemoryError):
+            raise StoreUnavailable(f"Redis is full and refuses writes: {exc}") from exc
         if exc is not None and isinstance(exc, _UNAVAILABLE):
             raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
 

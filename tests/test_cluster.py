@@ -23,7 +23,7 @@ from router.server.cache import BindingCache
 from tests.cluster import OwnCluster
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
 from tests.population import trace
-from tests.servers import werkzeug_server
+from tests.servers import OwnRedis, werkzeug_server
 
 pytestmark = pytest.mark.cluster
 
@@ -274,3 +274,40 @@ def test_min_replicas_without_replicas_answers_503_naming_it(cluster_url: str) -
     finally:
         app.extensions["rolegate"].cache.stop()
         app.extensions["rolegate"].redis.close()
+
+
+def test_run_id_ttl_comes_from_the_setting(cluster_url: str) -> None:
+    """ROLEGATE_RUN_ID_TTL sets how long a run id stays known (the sizing's memory lever)."""
+    app = create_app({"redis_url": cluster_url, "tokens": TOKENS, "testing": True,
+                      "run_id_ttl_s": 120})
+    try:
+        c = app.test_client()
+        assert c.put("/v1/bindings/ttl", headers=auth(OPERATOR),
+                     json={"current": "cfg-a"}).status_code == 201
+        assert c.post("/v1/traces", headers=auth(CALLER),
+                      json=trace("ttl", "cfg-a", "current", 1, "t")).status_code == 200
+        connection = app.extensions["rolegate"].redis
+        assert 60 < connection.ttl("rolegate:{ttl}:run:ttl-t-current-1") <= 120
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
+
+
+def test_a_full_redis_answers_503_not_500() -> None:
+    """At maxmemory under noeviction a write is refused with 503 store_unavailable, not a 500."""
+    server = OwnRedis(persist=False)
+    server.start()
+    app = create_app({"redis_url": server.url, "tokens": TOKENS, "testing": True})
+    try:
+        c = app.test_client()
+        admin = redis.Redis.from_url(server.url)
+        admin.config_set("maxmemory-policy", "noeviction")
+        admin.config_set("maxmemory", "1")
+        r = c.put("/v1/bindings/full", headers=auth(OPERATOR), json={"current": "cfg-a"})
+        assert r.status_code == 503 and r.json["error"]["code"] == "store_unavailable"
+        assert "Redis is full" in r.json["error"]["message"]
+        admin.close()
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
+        server.close()

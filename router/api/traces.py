@@ -73,7 +73,8 @@ def init_app(app: Flask) -> None:
     """Give the app a TraceStore (with the configured retention) and the OTLP pending spans."""
     services = app.extensions["rolegate"]
     app.extensions[EXTENSION] = TraceStore(services.redis,
-                                           retention=services.settings.trace_retention)
+                                           retention=services.settings.trace_retention,
+                                           run_ttl_s=services.settings.run_id_ttl_s)
     app.extensions[otlp.EXTENSION] = PendingSpans(services.redis)
 
 

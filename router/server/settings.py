@@ -22,6 +22,7 @@ ENVIRONMENT = {
     "ROLEGATE_MIN_REPLICAS": "min_replicas",
     "ROLEGATE_REPLICA_WAIT_MS": "replica_wait_ms",
     "ROLEGATE_FULL_RELOAD_INTERVAL": "full_reload_interval_s",
+    "ROLEGATE_RUN_ID_TTL": "run_id_ttl_s",
     "ROLEGATE_TOKENS": "tokens",
     "ROLEGATE_REFRESH_INTERVAL": "refresh_interval_s",
     "ROLEGATE_MAX_BODY_BYTES": "max_body_bytes",
@@ -56,6 +57,9 @@ class Settings(BaseModel):
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     #: Traces kept per (role, config, arm).
     trace_retention: int = Field(100_000, ge=1)
+    #: How long a run id stays known (a retry within it is never counted twice). Each
+    #: costs about 200 bytes of Redis memory for this long: the sizing in docs/scaling.md.
+    run_id_ttl_s: int = Field(7 * 24 * 3600, ge=60)
     #: Comma-separated webhook URLs that receive rollout events.
     webhooks: str = ""
     data_dir: str = ".rolegate"
