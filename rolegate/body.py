@@ -135,6 +135,11 @@ def tool_schema_hash(body: AgentBody | CompletionBody) -> str:
 def stamps_of(body: AgentBody | CompletionBody | dict[str, Any],
               agent_version: str) -> dict[str, str]:
     """The stamps of a run of this body by agent code `agent_version`."""
+    return {"agent_version": agent_version, **body_hashes(body)}
+
+
+def body_hashes(body: AgentBody | CompletionBody | dict[str, Any]) -> dict[str, str]:
+    """The stamps a body decides: `instruction_hash`, `model_id`, `tool_schema_hash`."""
     parsed = parse_body(body) if isinstance(body, dict) else body
-    return {"agent_version": agent_version, "instruction_hash": instruction_hash(parsed),
-            "model_id": parsed.model.name, "tool_schema_hash": tool_schema_hash(parsed)}
+    return {"instruction_hash": instruction_hash(parsed), "model_id": parsed.model.name,
+            "tool_schema_hash": tool_schema_hash(parsed)}

@@ -83,6 +83,7 @@ class Client:
         watch_timeout: float = 20.0,
         timeout: float = 5.0,
         stamps: Stamps | Mapping[str, Any] | None = None,
+        agent_version: str | None = None,
         max_queue: int = 10_000,
         batch_size: int = 200,
         flush_timeout: float = 10.0,
@@ -113,6 +114,8 @@ class Client:
             # A quiet watch is what confirms the snapshot: keep it well inside max_age.
             self.watch_timeout = max(0.5, min(self.watch_timeout, max_age / 3))
         self.stamps = Stamps.model_validate(stamps) if isinstance(stamps, Mapping) else stamps
+        #: Stamps a run with, beside what its config's body decides (see recorder()).
+        self.agent_version = agent_version or (self.stamps.agent_version if self.stamps else None)
         self.last_error: str | None = None
         self._stale = True
         self._confirmed = _monotonic()
@@ -361,11 +364,23 @@ class Client:
                  = None, **fields: Any) -> Recorder:
         """A Recorder for one run under `resolution`; it reports its trace when finished.
 
-        `fields` go to Recorder (`run_id`, `shadow`, `input`, `scenario`).
+        Stamps: `stamps` when given; else, when the run's config has a body, its
+        model and hashes (`rolegate.body`) with the client's `agent_version`;
+        else the client's `stamps`. `fields` go to Recorder (`run_id`,
+        `shadow`, `input`, `scenario`).
         """
-        chosen = stamps if stamps is not None else self.stamps
+        chosen: Stamps | Mapping[str, Any] | None = stamps
         if chosen is None:
-            raise ValueError("stamps are required: pass them here or to Client(stamps=...)")
+            config = resolution.get("shadow" if fields.get("shadow") else "config")
+            snapshot = self._snapshot
+            derived = snapshot.body_stamps.get(config) if snapshot and config else None
+            if derived is not None and self.agent_version:
+                chosen = {**derived, "agent_version": self.agent_version}
+            else:
+                chosen = self.stamps
+        if chosen is None:
+            raise ValueError("stamps are required: pass them here, or to Client(stamps=...), "
+                             "or register the config's body and give Client(agent_version=...)")
         return Recorder(resolution, chosen, sink=self.report, **fields)
 
     def report_stats(self) -> ReportStats:

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rolegate.body import body_hashes
 from rolegate.routing import Stage, bucket, resolve
 
 log = logging.getLogger("rolegate.client")
@@ -84,7 +85,7 @@ class RoutedRecord(BaseModel):
 class Snapshot:
     """One generation of the binding table, precompiled for resolving."""
 
-    __slots__ = ("bodies", "entries", "gates", "generation", "raw", "records")
+    __slots__ = ("bodies", "body_stamps", "entries", "gates", "generation", "raw", "records")
 
     def __init__(self, generation: int, raw: Mapping[str, Mapping[str, Any]],
                  bodies: Mapping[str, Mapping[str, Any]] | None = None) -> None:
@@ -98,6 +99,8 @@ class Snapshot:
                         for role, rec in self.records.items()}
         self.gates = {role: ToolGate(rec.binding.gate.invariants)
                       for role, rec in self.records.items()}
+        #: Per config with a body, the stamps it decides (computed once per snapshot).
+        self.body_stamps = _body_stamps(self.bodies)
 
     @classmethod
     def from_json(cls, body: Any) -> Snapshot:
@@ -169,6 +172,17 @@ def compile_role(role: str, record: RoutedRecord,
         # After the probes: a body is extra information, not part of the routing answer.
         _attach_bodies(entry, bodies)
     return entry
+
+
+def _body_stamps(bodies: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for config, body in bodies.items():
+        try:
+            out[config] = body_hashes(dict(body))
+        except ValueError as exc:  # the router validated it; a newer body format, maybe
+            log.warning("config %r: its body does not parse here, no stamps from it: %s",
+                        config, exc)
+    return out
 
 
 def _attach_bodies(entry: Entry, bodies: Mapping[str, Mapping[str, Any]]) -> None:

@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from flask.testing import FlaskClient
 
+from gatekeeper.store.traces import TraceStore
 from gatekeeper.suite.runner import RunOptions, SuiteRunner
 from gatekeeper.suite.scenario import SuiteError, load_config, load_suite
 from rolegate import Client
@@ -186,3 +188,26 @@ def test_the_documented_body_is_accepted(client: FlaskClient) -> None:
     answer = put_config(client, "documented", **shown)
     assert answer.status_code == 201, answer.json
     assert answer.json["body"]["tools"][0]["name"] == "search"
+
+
+def test_a_recorded_run_is_stamped_from_its_configs_body(router: LiveRouter,
+                                                         redis_conn: redis.Redis) -> None:
+    """Without explicit stamps, a run of a config with a body gets the body's stamps."""
+    router.api("PUT", "/v1/configs/sum-v1", json={"body": AGENT_BODY})
+    router.api("PUT", "/v1/configs/sum-v2", json={"body": COMPLETION_BODY})
+    put_role(router, "summarizer", current="sum-v1", candidate="sum-v2", stage="shadow")
+    put_role(router, "plain", current="no-body")
+    with Client(router.url, CALLER, agent_version="agent-7") as client:
+        resolution = client.resolve("summarizer", "job-1")
+        with client.recorder(resolution) as run:
+            run.output("done")
+        with client.recorder(resolution, shadow=True) as shadow:
+            shadow.output("done")
+        with pytest.raises(ValueError, match="agent_version"):
+            client.recorder(client.resolve("plain"))
+        assert client.flush(10)
+    store = TraceStore(redis_conn)
+    assert store.lookup("summarizer", run.run_id).trace.stamps.model_dump() == stamps_of(
+        AGENT_BODY, "agent-7")
+    assert store.lookup("summarizer", shadow.run_id).trace.stamps.model_dump() == stamps_of(
+        COMPLETION_BODY, "agent-7")
