@@ -7,12 +7,14 @@ import json
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from flask import Flask, Response, request
 
 from gatekeeper.store.traces import TraceStore
 from rolegate import AsyncClient, Client, NotFound, SnapshotUnavailable
@@ -166,3 +168,24 @@ def test_allowed_applies_the_roles_tool_rules(router: LiveRouter) -> None:
         router.api("PUT", "/v1/bindings/r", json={"current": "a"},
                    headers={"If-Match": str(router.api("GET", "/v1/bindings/r")["version"])})
         wait_for(lambda: client.allowed(client.resolve("r"), "shell"))
+
+
+def test_the_refresh_thread_honours_retry_after(app: Flask, router: LiveRouter) -> None:
+    """A 429 with Retry-After on the snapshot poll holds the next poll that long."""
+    gets: list[float] = []
+
+    @app.before_request
+    def quota() -> Response | None:
+        if request.path == "/v1/bindings":
+            gets.append(time.monotonic())
+            if len(gets) == 2:
+                return Response('{"error": {"code": "quota", "message": "slow down"}}',
+                                status=429, headers={"Retry-After": "1"},
+                                mimetype="application/json")
+        return None
+
+    put_role(router, "r", current="a")
+    with Client(router.url, CALLER, refresh_interval=0.05) as client:
+        wait_for(lambda: len(gets) >= 4, timeout=10)
+    assert gets[2] - gets[1] >= 1.0  # held for Retry-After, not refresh_interval
+    assert gets[3] - gets[2] < 1.0  # then back to the usual interval
