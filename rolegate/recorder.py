@@ -77,7 +77,7 @@ class Recorder:
         `parallel_group` (calls issued together share one), `tokens_in`,
         `tokens_out`, `latency_s` and `model` (see `rolegate.trace.Step`).
         """
-        unknown = set(about) - STEP_FIELDS
+        unknown = set(about) - STEP_FIELDS if about else None
         if unknown:
             raise TypeError(f"tool() got unknown fields {sorted(unknown)}; "
                             f"known: {sorted(STEP_FIELDS)}")
@@ -86,7 +86,8 @@ class Recorder:
             step["result"] = result
         if error is not None:
             step["error"] = str(error) or type(error).__name__
-        step.update((k, v) for k, v in about.items() if v is not None)
+        if about:
+            step.update((k, v) for k, v in about.items() if v is not None)
         self._steps.append(step)
 
     def cost(self, usd: float = 0.0, tokens: int = 0, *, tokens_in: int = 0,

@@ -185,10 +185,16 @@ class Trace(BaseModel):
         Stored, pydantic would write them as null: the run would silently differ
         from what was reported.
         """
+        steps = self.steps or ()
+        # One walk over everything (the common case: all finite); only a failure
+        # walks again, part by part, to name where the bad number is.
+        if _finite([self.input, self.feedback, *(v for step in steps
+                                                  for v in (step.args, step.result))]):
+            return
         for name, value in (("input", self.input), ("feedback", self.feedback)):
             if value and not _finite(value):
                 raise ValueError(f"{name}: holds NaN or an infinite number, not a JSON number")
-        for index, step in enumerate(self.steps or ()):
+        for index, step in enumerate(steps):
             if (step.args and not _finite(step.args)) or not _finite(step.result):
                 raise ValueError(f"steps.{index}: holds NaN or an infinite number, "
                                  "not a JSON number")
