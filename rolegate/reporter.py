@@ -19,7 +19,8 @@ exactly one of `sent`, `dropped`, `rejected` or `unsent` (`ReportStats`).
   are made smaller; a single trace over the limit is refused on its own.
 - Any other 4xx refuses only the traces the answer names (`results[].status ==
   "refused"`, each reason logged and counted by code in `rejections`); a 4xx
-  that names none is bisected down to the one trace it refuses.
+  that names none is bisected down to the one trace it refuses, except a
+  refusal of the request itself (401, 403: a bad token), which refuses them all.
 - `close()` is bounded: it returns by its deadline even when the router hangs.
 """
 
@@ -45,6 +46,8 @@ log = logging.getLogger("rolegate.client")
 TRACES_PATH = "/v1/traces"
 #: Answers worth trying again later: the router or its Redis is having trouble.
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
+#: Refusals of the request, not of its traces: every trace in it would be refused alike.
+REQUEST_REFUSALS = frozenset({401, 403, 404, 405})
 #: Every status, so ApiClient hands back the response and this module decides.
 _ANY_STATUS = tuple(range(100, 600))
 #: The floor under which a 413 never shrinks batches (a bigger trace is sent alone).
@@ -331,14 +334,16 @@ class TraceReporter:
             self._too_large(batch, len(body))
             return None
         answer = _json(response)
+        found = answer.get("error")
+        error: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
         if isinstance(answer.get("results"), list) and len(answer["results"]) == len(batch):
             self._settle(batch, answer)  # a 422: every trace refused, each with its reason
-        elif len(batch) > 1:
+        elif len(batch) > 1 and status not in REQUEST_REFUSALS:
             # A refusal that names no trace: halve until it does, so good traces go through.
             self._split(batch)
         else:
-            found = answer.get("error")
-            error: Mapping[str, Any] = found if isinstance(found, Mapping) else {}
+            # One trace left, or the request itself refused (a bad token refuses every
+            # trace alike: halving would only send more requests to refuse).
             self._reject(batch, str(error.get("code") or f"http_{status}"),
                          str(error.get("message") or response.reason))
         return None

@@ -222,3 +222,17 @@ def test_the_recorder_keeps_who_called_what_and_how_the_run_ended(
         "triage", "m-small", 30)
     assert (trace.steps[1].parent_agent, trace.steps[1].parallel_group) == ("triage", "g1")
     assert trace.answered is False
+
+
+def test_a_rejected_token_refuses_the_batch_at_once(router: LiveRouter) -> None:
+    """A 401 refuses every trace of the request alike: counted by code, not bisected."""
+    put_role(router, "r", current="a")
+    with Client(router.url, CALLER) as first:
+        bootstrap = first.snapshot()
+    with Client(router.url, "not-a-token", bootstrap=bootstrap, start_timeout=0) as client:
+        for n in range(40):
+            client.report(a_trace(f"unauthorized-{n}"))
+        assert client.flush(10)
+        stats = client.report_stats()
+    assert (stats.rejected, stats.sent, stats.splits) == (40, 0, 0)
+    assert set(stats.rejections) == {"unauthorized"}
