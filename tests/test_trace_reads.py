@@ -11,8 +11,9 @@ import pytest
 from click.testing import CliRunner
 from flask.testing import FlaskClient
 
+from router import create_app
 from router.cli import main
-from tests.conftest import CALLER, OPERATOR, auth
+from tests.conftest import CALLER, OPERATOR, TOKENS, auth
 from tests.live import (
     LiveRouter,
     put_role,
@@ -175,3 +176,24 @@ def test_the_readmes_trace_is_accepted_and_reads_back(client: FlaskClient) -> No
     assert {k: stored[k] for k in shown} == shown
     assert (stored["tools"], stored["tool_errors"], stored["tokens"]) == (
         ["read_file", "search", "fetch"], 1, 2710)
+
+
+def test_cli_post_halves_a_batch_the_router_finds_too_large(redis_url: str,
+                                                           tmp_path: Path) -> None:
+    """Under a 200 KB body limit, ten 50 KB traces in one file are all accepted."""
+    app = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True,
+                      "refresh_interval_s": 0.05, "max_body_bytes": 200 * 1024})
+    live = LiveRouter(app)
+    live.start()
+    try:
+        put_role(live, "r", current="a")
+        batch = tmp_path / "big.json"
+        batch.write_text(json.dumps([a_trace(f"big-{n}", output_text="x" * 50_000)
+                                     for n in range(10)]))
+        done = cli(live, "traces", "post", str(batch))
+    finally:
+        live.stop()
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
+    assert done.exit_code == 0, done.output
+    assert "10 traces: 10 accepted" in done.output

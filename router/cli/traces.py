@@ -5,7 +5,8 @@
     rolegate traces tail ROLE [--config C] [--arm A] [-n N] [--once] [--json]
 
 `post` sends the file as it is to `POST /v1/traces` (batches of at most
-`--batch` traces) and prints each refusal; exit 1 when any trace was refused.
+`--batch` traces, halved when the router finds one too large) and prints each
+refusal; exit 1 when any trace was refused.
 `tail` prints the role's newest traces, then polls for new ones until
 interrupted (`--once`: print and stop).
 """
@@ -51,6 +52,21 @@ def _post(api: ApiClient, batch: list[Any]) -> dict[str, Any]:
     return answer
 
 
+def _post_split(api: ApiClient, batch: list[Any], start: int) -> list[tuple[int, dict[str, Any]]]:
+    """POST `batch`; when the router finds the body too large (413), each half on its own.
+
+    Returns (index of the part's first trace, answer) per request sent.
+    """
+    try:
+        return [(start, _post(api, batch))]
+    except ApiError as exc:
+        if exc.status != 413 or len(batch) == 1:
+            raise
+    half = len(batch) // 2
+    return (_post_split(api, batch[:half], start)
+            + _post_split(api, batch[half:], start + half))
+
+
 def line(entry: dict[str, Any]) -> str:
     """One stored trace as a line: arrival, run id, arm/config, verdict, tools."""
     trace, verdict = entry["trace"], entry["verdict"]
@@ -83,15 +99,19 @@ def post(api: ApiClient, source: Any, batch: int) -> None:
     if not items:
         raise click.BadParameter("no traces in it", param_hint="SOURCE")
     totals = {"accepted": 0, "duplicates": 0, "refused": 0}
-    for start in range(0, len(items), batch):
-        answer = _post(api, items[start:start + batch])
+    answers = [part for first in range(0, len(items), batch)
+               for part in _post_split(api, items[first:first + batch], first)]
+    for start, answer in answers:
         for name in totals:
             totals[name] += int(answer.get(name, 0))
         for result in answer.get("results", []):
             if result.get("status") == "refused":
                 index = start + int(result.get("index") or 0)
-                click.echo(f"refused #{index} {result.get('run_id') or ''}: "
-                           f"{result['error'].get('message')}", err=True)
+                item = items[index] if index < len(items) else None
+                run_id = result.get("run_id") or (
+                    item.get("run_id", "") if isinstance(item, dict) else "")
+                click.echo(f"refused #{index} {run_id}: {result['error'].get('message')}",
+                           err=True)
         for trip in answer.get("tripwire", []):
             click.echo(f"tripwire: {trip['role']} rolled back by run {trip['run_id']} "
                        f"({', '.join(trip.get('tools', []))})")
