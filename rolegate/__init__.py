@@ -9,8 +9,10 @@
 It imports nothing of the service (`router`, `bindings`, `gatekeeper`) nor
 Flask, gunicorn or redis-py, so it imports cleanly beside an application's own
 `router.py`. The service imports the shared pieces from here: the bucketing
-function (`rolegate.routing`), the trace schema (`rolegate.trace`) and the HTTP
-client with its retries (`rolegate.http`).
+function (`rolegate.routing`), the trace schema (`rolegate.trace`), config
+bodies (`rolegate.body`) and the HTTP client with its retries (`rolegate.http`).
+In asyncio code use `AsyncClient` (`await AsyncClient.create(...)`): it never
+blocks the event loop.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUna
 from rolegate.recorder import Recorder
 from rolegate.reporter import ReportStats
 from rolegate.routing import Resolution, Stage
-from rolegate.trace import Stamps, Step, Trace
+from rolegate.trace import RunError, Stamps, Step, Trace
 
-__all__ = ["AsyncClient", "Client", "NotFound", "Recorder", "ReportStats", "Resolution", "RolegateError",
-           "SnapshotTooOld", "SnapshotUnavailable", "Stage", "Stamps", "Step", "Trace"]
+__all__ = ["AsyncClient", "Client", "NotFound", "Recorder", "ReportStats", "Resolution",
+           "RolegateError", "RunError", "SnapshotTooOld", "SnapshotUnavailable", "Stage",
+           "Stamps", "Step", "Trace"]
