@@ -7,9 +7,10 @@ Adoption is three lines (see docs/client.md)::
         run.output(my_agent(run.config, on_tool=run.tool))
 
 Resolving never touches the network: it reads the last snapshot of
-`GET /v1/bindings`, which a daemon thread keeps fresh with a conditional GET
-(an unchanged table costs a 304), or, with `subscribe=True`, with the
-`/v1/bindings/watch` long-poll so a rollback arrives in milliseconds. The arm
+`GET /v1/bindings`, which a daemon thread (`rolegate.refresher`) keeps fresh
+with a conditional GET (an unchanged table costs a 304), or, with
+`subscribe=True`, with the `/v1/bindings/watch` long-poll so a rollback arrives
+in milliseconds. The arm
 is decided by `rolegate.routing.bucket`, the server's own function, so every
 answer equals the server's. When the router cannot be reached the last
 snapshot keeps answering with `stale=True` (fail-static); once it is older than
@@ -31,19 +32,16 @@ import atexit
 import functools
 import logging
 import os
-import threading
 import time
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import requests
-from pydantic import ValidationError
-
 from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUnavailable
-from rolegate.http import ApiClient, ApiError
+from rolegate.http import ApiClient
 from rolegate.recorder import Recorder
+from rolegate.refresher import MAX_WATCH_TIMEOUT, SnapshotRefresher
 from rolegate.reporter import ReportStats, TraceReporter
 from rolegate.routing import Resolution, bucket, new_key
 from rolegate.snapshot import Entry, Snapshot, ToolGate, starting_snapshot
@@ -55,20 +53,13 @@ log = logging.getLogger("rolegate.client")
 
 #: The server refuses longer job keys (router/api/resolve.py); so does the client.
 MAX_KEY_LENGTH = 500
-BINDINGS_PATH = "/v1/bindings"
-WATCH_PATH = "/v1/bindings/watch"
-#: Upper bound the router puts on one watch (router/api/watch.py MAX_TIMEOUT_S).
-MAX_WATCH_TIMEOUT = 25.0
-#: Pause before a failed watch is tried again.
-WATCH_RETRY_S = 0.5
 #: Longest close() waits for a refresh thread stuck in a watch (it ends by itself).
 REFRESH_JOIN_S = 1.0
 
 _monotonic = time.monotonic
-_FETCH_ERRORS = (ApiError, requests.RequestException, ValueError, ValidationError)
 
 
-class Client:
+class Client(SnapshotRefresher):
     """Resolve roles in-process and report traces without blocking the agent."""
 
     def __init__(
@@ -154,18 +145,6 @@ class Client:
                 f"the router at {self.url} did not answer within {wait:g}s "
                 f"({self.last_error}) and no bootstrap snapshot was given", url=self.url)
 
-    def _start_refreshing(self) -> None:
-        self._stop = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rolegate-client-refresh",
-                                        daemon=True)
-        self._thread.start()
-
-    def wait_ready(self, timeout: float | None = None) -> bool:
-        """Wait for the first refresh to finish; True when a snapshot is in use."""
-        self._ready.wait(timeout)
-        return self._snapshot is not None
-
     # -- resolving -----------------------------------------------------------
 
     def resolve(self, role: str, key: str | None = None) -> Resolution:
@@ -244,98 +223,6 @@ class Client:
         if self._snapshot is None:
             raise SnapshotUnavailable("no snapshot loaded")
         self._snapshot.save(path)
-
-    # -- refreshing ----------------------------------------------------------
-
-    def refresh(self) -> bool:
-        """Fetch the table once (conditionally); True when the router confirmed it."""
-        headers = {"If-None-Match": self._etag} if self._etag else {}
-        try:
-            response = self._api.request("GET", BINDINGS_PATH, ok=(200, 304), headers=headers)
-            self._take(response)
-        except _FETCH_ERRORS as exc:
-            self._failed(exc)
-            return False
-        return True
-
-    def _hold(self, exc: Exception) -> None:
-        """After a 429, wait what the router asked (Retry-After) before the next request."""
-        if isinstance(exc, ApiError) and exc.status == 429:
-            wait = exc.retry_after if exc.retry_after is not None else self.refresh_interval
-            self._hold_until = _monotonic() + wait
-
-    def _watch_once(self) -> None:
-        params = {"timeout": f"{self.watch_timeout:g}"}
-        if self._snapshot is not None:
-            params["generation"] = str(self._snapshot.generation)
-        try:
-            response = self._api.request("GET", WATCH_PATH, ok=(200, 304), params=params,
-                                         timeout=self.watch_timeout + self._api.timeout)
-            self._take(response)
-        except ApiError as exc:
-            if exc.status == 404:
-                log.warning("the router has no %s; polling instead", WATCH_PATH)
-                self.subscribe = False
-            self._failed(exc)
-            self._stop.wait(min(self.refresh_interval, WATCH_RETRY_S))
-        except _FETCH_ERRORS as exc:
-            self._failed(exc)
-            # A subscriber promised sub-second changes: retry soon, whatever the interval.
-            self._stop.wait(min(self.refresh_interval, WATCH_RETRY_S))
-
-    def _take(self, response: requests.Response) -> None:
-        if response.status_code == 200:
-            snapshot = Snapshot.from_json(response.json())
-            self._install(snapshot, confirmed=True)
-            self._etag = response.headers.get("ETag") or f'"g{snapshot.generation}"'
-            if self.snapshot_path is not None:
-                try:
-                    snapshot.save(self.snapshot_path)
-                except OSError as exc:
-                    log.warning("could not save the snapshot to %s: %s", self.snapshot_path, exc)
-        else:
-            self._confirm()
-
-    def _install(self, snapshot: Snapshot, *, confirmed: bool) -> None:
-        # Entries first, then the confirmation: a reader never pairs a fresh
-        # timestamp with the previous table.
-        self._snapshot = snapshot
-        self._gates = snapshot.gates
-        self._entries = snapshot.entries
-        if confirmed:
-            self._confirm()
-
-    def _confirm(self) -> None:
-        self._confirmed = _monotonic()
-        if self._stale and self.last_error is not None:
-            log.info("router at %s answers again", self.url)
-        self._stale = False
-        self.last_error = None
-
-    def _failed(self, exc: Exception) -> None:
-        if self.last_error is None and self._snapshot is not None:
-            log.warning("router at %s unreachable, answering from the last snapshot: %s",
-                        self.url, exc)
-        self.last_error = str(exc) or type(exc).__name__
-        self._stale = True
-        self._hold(exc)
-
-    def _run(self) -> None:
-        api, stop = self._api, self._stop
-        try:
-            self.refresh()
-            self._ready.set()
-            while not stop.is_set():
-                held = self._hold_until - _monotonic()
-                if held > 0:
-                    stop.wait(held)
-                elif self.subscribe:
-                    self._watch_once()
-                elif not stop.wait(self.refresh_interval):
-                    self.refresh()
-        finally:
-            self._ready.set()
-            api.close()
 
     def _restart_in_child(self) -> None:
         """In a forked child: own connections, own threads, and stale until the router answers."""
