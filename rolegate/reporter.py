@@ -26,7 +26,6 @@ exactly one of `sent`, `dropped`, `rejected` or `unsent` (`ReportStats`).
 
 from __future__ import annotations
 
-import base64
 import collections
 import logging
 import threading
@@ -36,10 +35,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import requests
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from rolegate.encoding import encode
 from rolegate.http import ApiClient, retry_after
-from rolegate.trace import Step, Trace
+from rolegate.trace import Trace
 
 log = logging.getLogger("rolegate.client")
 
@@ -89,37 +88,6 @@ class Encoded:
 
     run_id: str
     body: bytes
-
-
-def encode(trace: Trace) -> tuple[bytes, bool]:
-    """The trace's JSON, and whether a value had to be coerced to encode it.
-
-    The coercion, documented: a value JSON has no form for is sent as its
-    `repr()` (at most 1,000 characters); bytes that are not UTF-8 as URL-safe base64.
-    """
-    try:
-        return trace.model_dump_json(exclude_none=True).encode(), False
-    except PydanticSerializationError:
-        pass
-    steps = tuple(_coerced_step(step) for step in trace.steps) if trace.steps else trace.steps
-    fixed = trace.model_copy(update={
-        "steps": steps, "input": _jsonable(trace.input), "feedback": _jsonable(trace.feedback)})
-    return fixed.model_dump_json(exclude_none=True).encode(), True
-
-
-def _coerced_step(step: Step) -> Step:
-    return step.model_copy(update={"args": _jsonable(step.args),
-                                   "result": _jsonable(step.result)})
-
-
-def _jsonable(value: Any) -> Any:
-    return to_jsonable_python(value, fallback=_describe, bytes_mode="base64")
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, bytes | bytearray):
-        return base64.urlsafe_b64encode(bytes(value)).decode()
-    return repr(value)[:1000]
 
 
 class TraceReporter:
