@@ -7,6 +7,7 @@ the same messages.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -105,6 +106,26 @@ class GatePolicy(Frozen):
     require_offline_pass: bool = False
 
 
+class CanaryStep(Frozen):
+    """One rung of the canary ladder that also says how long it must last.
+
+    `min_seconds` overrides the gate's `min_stage_seconds` for this step (as an
+    Argo canary step pauses for a duration); None keeps the gate's.
+    """
+
+    share: float = Field(gt=0.0, le=1.0)
+    min_seconds: float | None = Field(None, ge=0.0)
+
+
+#: A step of `steps`: a bare share, or a share with its own minimum duration.
+Step = float | CanaryStep
+
+
+def step_share(step: Step) -> float:
+    """The canary share a step of the ladder routes to the candidate."""
+    return step.share if isinstance(step, CanaryStep) else step
+
+
 class Binding(Frozen):
     """One role's routing: the current config, the candidate and its stage."""
 
@@ -113,7 +134,7 @@ class Binding(Frozen):
     candidate: ConfigId | None = None
     stage: Stage = Stage.STABLE
     share: float = 0.0
-    steps: tuple[float, ...] = DEFAULT_STEPS
+    steps: tuple[Step, ...] = DEFAULT_STEPS
     paused: bool = False
     gate: GatePolicy = Field(default_factory=GatePolicy)
     #: When the current stage (or canary step) began, in epoch seconds.
@@ -129,14 +150,15 @@ class Binding(Frozen):
 
     @field_validator("steps")
     @classmethod
-    def _steps_ascending(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+    def _steps_ascending(cls, value: tuple[Step, ...]) -> tuple[Step, ...]:
         if not value:
             raise ValueError("steps must name at least one canary share")
-        for step in value:
-            if not 0.0 < step <= 1.0:
-                raise ValueError(f"each step must be within (0, 1], got {step}")
-        if any(b <= a for a, b in zip(value, value[1:])):
-            raise ValueError(f"steps must be strictly ascending, got {list(value)}")
+        shares = [step_share(step) for step in value]
+        for share in shares:
+            if not 0.0 < share <= 1.0:
+                raise ValueError(f"each step must be within (0, 1], got {share}")
+        if any(b <= a for a, b in itertools.pairwise(shares)):
+            raise ValueError(f"steps must be strictly ascending, got {shares}")
         return value
 
     @model_validator(mode="after")
@@ -154,6 +176,18 @@ class Binding(Frozen):
         if self.candidate is not None and self.candidate == self.current:
             raise ValueError("candidate: must differ from current")
         return self
+
+    @property
+    def step_shares(self) -> tuple[float, ...]:
+        """The canary ladder's shares, durations left out."""
+        return tuple(step_share(step) for step in self.steps)
+
+    def step_min_seconds(self, share: float) -> float | None:
+        """The minimum duration the ladder sets for the step at `share`, if it sets one."""
+        for step in self.steps:
+            if isinstance(step, CanaryStep) and step.share == share:
+                return step.min_seconds
+        return None
 
     def with_changes(self, **changes: Any) -> Binding:
         """Return a copy with `changes` applied and every invariant checked again."""

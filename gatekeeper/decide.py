@@ -17,7 +17,8 @@ The rule, in order (the first that applies wins):
    at its upper 95% bound) rejects at alpha: roll back. Same guarantee, unpaired;
 6. too few traces (gate `insufficient_data`, or in shadow fewer pairs than
    `min_shadow_pairs`, default min_samples): hold;
-7. the stage has not lasted min_stage_seconds (full: bake_seconds): hold;
+7. the stage has not lasted its minimum (`gatekeeper.durations`: min_stage_seconds, a
+   step's own min_seconds, full: bake_seconds): hold;
 8. the candidate is worse than the current arm over the same stage, by a one-sided
    test at alpha: roll back. Taken last, it is read once per stage: on the one tick
    that either advances or rolls back, never again on each tick of a hold;
@@ -37,6 +38,7 @@ from statistics import NormalDist
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
+from gatekeeper.durations import stage_minimum
 from gatekeeper.sequential import flip_test, flips_of, rate_test, upper_p0
 from gatekeeper.statistics import difference_interval
 
@@ -107,10 +109,7 @@ def shadow_pairs_needed(thresholds: Thresholds) -> int:
 
 def required_seconds(binding: Binding) -> float:
     """How long the binding's current stage must last before it may advance."""
-    thresholds = binding.gate.thresholds
-    if binding.stage is Stage.FULL:
-        return max(thresholds.min_stage_seconds, thresholds.bake_seconds)
-    return thresholds.min_stage_seconds
+    return stage_minimum(binding).seconds
 
 
 def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) -> Decision:

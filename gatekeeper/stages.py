@@ -58,8 +58,8 @@ class Move:
 def next_share(binding: Binding) -> float:
     """The canary share one step up the ladder from where the binding stands."""
     if binding.stage is Stage.SHADOW:
-        return binding.steps[0]
-    for step in binding.steps:
+        return binding.step_shares[0]
+    for step in binding.step_shares:
         if step > binding.share:
             return step
     return 1.0
