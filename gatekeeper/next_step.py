@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from bindings.errors import IllegalTransition
 from bindings.models import Binding, Stage, VersionedBinding
 from gatekeeper.decide import (
-    Action, Decision, Evidence, decide, evidence_from_view, shadow_pairs_needed,
+    Action,
+    Decision,
+    Evidence,
+    decide,
+    evidence_from_view,
+    shadow_pairs_needed,
 )
 from gatekeeper.durations import stage_minimum
 from gatekeeper.stages import Event, apply
