@@ -10,6 +10,7 @@ router renders every one of them with a single handler::
     ├── NotFound                  404  no such role, version or run
     ├── Conflict                  409  the version you read is no longer current
     │   └── IllegalTransition     409  the stage machine refuses this move
+    ├── Archived                  410  the role was archived (the details say why)
     ├── PreconditionRequired      428  replacing a binding without If-Match
     ├── StoreUnavailable          503  Redis did not answer
     │   └── ReplicationTimeout    503  fewer replicas than ROLEGATE_MIN_REPLICAS confirmed
@@ -44,6 +45,13 @@ class IllegalTransition(Conflict):
     """The stage machine refuses the requested move; nothing was changed."""
 
     code = "illegal_transition"
+
+
+class Archived(RolegateError):
+    """The role was archived: it still has its history, but nothing resolves or moves it."""
+
+    status = 410
+    code = "archived"
 
 
 class PreconditionRequired(RolegateError):

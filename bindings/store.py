@@ -16,13 +16,14 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import redis
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bindings.connection import Connection, is_cluster_client
 from bindings.errors import (
+    Archived,
     Conflict,
     CorruptRecord,
     NotFound,
@@ -45,16 +46,28 @@ _MAX_VERSION = 2**63 - 1
 M = TypeVar("M", bound=BaseModel)
 
 # KEYS: binding hash, history list (one role: one slot)
-# ARGV: expected version, record JSON, history entry JSON
-# Returns {1, new_version} on success, {0, current_version} on a stale write.
+# ARGV: expected version, record JSON, history entry JSON, archive mode ("" an
+#       ordinary write, "restore" un-archive, else the archive note JSON to set)
+# Returns {1, new_version} on success, {0, current_version} on a stale write, and
+# {2, current_version} when an ordinary write meets an archived role (or a restore
+# one that is not): archiving is itself a versioned change of the role's own hash.
 _COMPARE_AND_SET = """
 local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if current ~= tonumber(ARGV[1]) then
   return {0, current}
 end
+local archived = redis.call('HEXISTS', KEYS[1], 'archived') == 1
+if archived ~= (ARGV[4] == 'restore') then
+  return {2, current}
+end
 local version = current + 1
 redis.call('HSET', KEYS[1], 'version', version, 'record', ARGV[2])
 redis.call('RPUSH', KEYS[2], ARGV[3])
+if ARGV[4] == 'restore' then
+  redis.call('HDEL', KEYS[1], 'archived')
+elseif ARGV[4] ~= '' then
+  redis.call('HSET', KEYS[1], 'archived', ARGV[4])
+end
 return {1, version}
 """
 
@@ -93,12 +106,22 @@ class BindingStore:
     # -- reads ---------------------------------------------------------------
 
     def get(self, role: str) -> VersionedBinding:
-        """The role's current binding and version; NotFound if there is none."""
+        """The role's current binding and version; NotFound if none, Archived if archived."""
+        record, note = self.get_any(role)
+        if note is not None:
+            raise archived_error(role, note)
+        return record
+
+    def get_any(self, role: str) -> tuple[VersionedBinding, ArchiveNote | None]:
+        """The role's last binding and version, archived or not, with the archive note."""
         with _redis_errors():
-            raw = self.connection.hget(binding_key(role), "record")
+            raw, note = self.connection.hmget(binding_key(role), ["record", "archived"])
         if raw is None:
             raise NotFound(f"no binding for role {role!r}", role=role)
-        return _load_record(raw)
+        record = _load_record(raw)
+        if note is None:
+            return record, None
+        return record, load_stored(ArchiveNote, note, "stored archive note", role=role)
 
     def roles(self) -> list[str]:
         """Every role that has a binding, sorted."""
@@ -106,11 +129,13 @@ class BindingStore:
             members = sorted(_text(m) for m in self.connection.smembers(ROLES_KEY))
             pipe = self.connection.pipeline(transaction=False)
             for role in members:
-                pipe.exists(binding_key(role))
+                pipe.hmget(binding_key(role), ["record", "archived"])
             found = pipe.execute() if members else []
         # The index is written before the binding: a create that lost its race
-        # (or died half-way) leaves a member with no binding, which is no role.
-        return [role for role, exists in zip(members, found) if exists]
+        # (or died half-way) leaves a member with no binding, which is no role;
+        # an archived role whose removal from the index was lost is none either.
+        return [role for role, (record, note) in zip(members, found)
+                if record is not None and note is None]
 
     def generation(self) -> int:
         """The change hint: it moves after every change (a lost one is repaired, see module)."""
@@ -139,11 +164,13 @@ class BindingStore:
             roles = sorted(_text(m) for m in members)
             pipe = self.connection.pipeline(transaction=False)
             for role in roles:
-                pipe.hget(binding_key(role), "record")
+                pipe.hmget(binding_key(role), ["record", "archived"])
             results = pipe.execute() if roles else []
         generation = int(raw_generation or 0)
+        # An archived role is out of the table even if its removal from the index was lost.
         bindings = {
-            role: _load_record(raw) for role, raw in zip(roles, results) if raw is not None
+            role: _load_record(raw) for role, (raw, note) in zip(roles, results)
+            if raw is not None and note is None
         }
         return generation, bindings
 
@@ -191,11 +218,14 @@ class BindingStore:
         action: str,
         reason: str,
         details: dict[str, Any] | None = None,
+        archive: ArchiveNote | Literal["restore"] | None = None,
     ) -> VersionedBinding:
         """Compare-and-set: store `binding` as version expected+1 with its history entry.
 
         `expected_version` is the version the writer read (0 to create the role).
         A stale writer gets `Conflict` carrying the current version; nothing is written.
+        `archive` archives the role in the same step (an ArchiveNote), or restores an
+        archived one ("restore"); an ordinary write to an archived role raises Archived.
         """
         now = self.clock()
         version = expected_version + 1
@@ -213,12 +243,24 @@ class BindingStore:
             details=details or {},
         )
         keys = [binding_key(role), history_key(role)]
+        mode = "" if archive is None else archive if isinstance(archive, str) \
+            else archive.model_dump_json()
         args: list[str | int] = [expected_version, record.model_dump_json(),
-                                 entry.model_dump_json()]
+                                 entry.model_dump_json(), mode]
         with _redis_errors():
             # First the index (a superset of the roles), then the role's own step.
             self.connection.sadd(ROLES_KEY, role)
             result, replicas = self._compare_and_set(keys, args)
+        if int(result[0]) == 2:
+            if archive == "restore":
+                raise Conflict(f"role {role!r} is not archived", role=role,
+                               current_version=int(result[1]))
+            raise archived_error(role, self.get_any(role)[1])
+        if int(result[0]) == 1 and isinstance(archive, ArchiveNote):
+            # Out of the index after the archive committed; reads skip an archived
+            # role anyway, so a lost removal only leaves a member that lists nothing.
+            with _redis_errors():
+                self.connection.srem(ROLES_KEY, role)
         if int(result[0]) != 1:
             current = int(result[1])
             if current == 0:
@@ -281,6 +323,26 @@ class BindingStore:
                 continue
             return list(result), int(replicas)
         raise StoreUnavailable("the server keeps losing its script cache")
+
+
+class ArchiveNote(BaseModel):
+    """Why, when and by whom a role was archived (kept beside its last binding)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reason: str
+    actor: str
+    time: float
+    version: int
+
+
+def archived_error(role: str, note: ArchiveNote | None) -> Archived:
+    """The 410 an archived role answers: its reason, who archived it and when."""
+    if note is None:  # pragma: no cover - restored between the refusal and this read
+        return Archived(f"role {role!r} is archived", role=role)
+    return Archived(f"role {role!r} was archived by {note.actor}: {note.reason}", role=role,
+                    reason=note.reason, archived_by=note.actor, archived_at=note.time,
+                    version=note.version)
 
 
 #: What a server says while it cannot take a write now but will soon: a demoted

@@ -28,6 +28,7 @@ BLUEPRINT_MODULES = (
     "router.api.health",
     "router.api.resolve",
     "router.api.bindings",
+    "router.api.archive",
     "router.api.traces",
     "router.api.gate",
     "router.api.lease",

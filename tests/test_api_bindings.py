@@ -212,7 +212,7 @@ def test_history_is_newest_first_and_pages(client: FlaskClient) -> None:
 def test_unknown_path_and_method_are_json(client: FlaskClient) -> None:
     """Werkzeug's 404 and 405 come back in the JSON error shape."""
     _error(client.get("/v1/nothing-here", headers=OP), 404)
-    _error(client.delete("/v1/bindings/summarizer", headers=OP), 405)
+    _error(client.patch("/v1/bindings/summarizer", headers=OP), 405)
 
 
 def test_healthz_reports_redis(client: FlaskClient) -> None:

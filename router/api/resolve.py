@@ -13,6 +13,7 @@ from flask import Blueprint, current_app, g, request
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import NotFound, StoreUnavailable
+from bindings.models import VersionedBinding, validate_role_name
 from rolegate.routing import new_key, resolve
 from router.api.configs import config_store
 from router.server.auth import require
@@ -37,7 +38,9 @@ def resolve_role(role: str) -> ResponseReturnValue:
     if record is None:
         if not cache.loaded:
             raise StoreUnavailable("bindings not loaded yet and Redis did not answer")
-        raise NotFound(f"no binding for role {role!r}", role=role)
+        # Rare path: an archived role (410 with its reason), an unknown one (404),
+        # or one created a moment ago that this worker's copy has not seen yet.
+        record = _uncached(role)
     resolution = resolve(role, record.binding, record.version, key, stale=stale)
     # The logs and metrics hooks read the decision from here after the response.
     g.resolution = resolution
@@ -64,3 +67,14 @@ def _add_bodies(answer: dict[str, Any], include: str) -> None:
     answer["body"] = bodies.get(answer["config"])
     if answer["shadow"]:
         answer["shadow_body"] = bodies.get(answer["shadow"])
+
+
+def _uncached(role: str) -> VersionedBinding:
+    """A role this worker's copy lacks: Archived (410) or NotFound, read from Redis."""
+    try:
+        validate_role_name(role)
+        record: VersionedBinding = current_app.extensions["rolegate"].store.get(role)
+    except (ValueError, StoreUnavailable):
+        # An unusable name, or no Redis to ask: the copy's answer stands.
+        raise NotFound(f"no binding for role {role!r}", role=role) from None
+    return record

@@ -23,12 +23,14 @@ from bindings.offline import OfflineVerdict, StoredOfflineVerdict
 from gatekeeper.criteria import CriteriaDiff
 from gatekeeper.store.configs import ConfigRecord
 from rolegate.config_ids import CONFIG_ID_PATTERN, MAX_CONFIG_ID
+from router.api.archive import ArchiveRequest
 from router.api.bindings import CanaryRequest, PutRequest, RollbackRequest
 from router.api.bindings import _Action as ActionRequest
 from router.api.configs import CheckRequest, PutConfig
 from router.api.feedback import FeedbackRequest
 from router.api.lease import LeaseRequest, ReleaseRequest
 from router.openapi.more import MORE_PATHS
+from router.openapi.operator import OPERATOR_PATHS, answers_archived
 from router.openapi.paths import ERROR_STATUSES, PATHS, RESOLUTION
 
 bp = Blueprint("openapi", __name__)
@@ -47,6 +49,7 @@ MODELS: list[tuple[type[BaseModel], Any]] = [
     (RollbackRequest, "validation"),
     (CanaryRequest, "validation"),
     (ActionRequest, "validation"),
+    (ArchiveRequest, "validation"),
     (VersionedBinding, "serialization"),
     (HistoryEntry, "serialization"),
     (PutConfig, "validation"),
@@ -60,7 +63,10 @@ MODELS: list[tuple[type[BaseModel], Any]] = [
     (ReleaseRequest, "validation"),
 ]
 #: Every described operation: {path: {method: operation}}.
-OPERATIONS = {**PATHS, **MORE_PATHS}
+OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {}
+for _described in (PATHS, MORE_PATHS, OPERATOR_PATHS):
+    for _path, _methods in _described.items():
+        OPERATIONS[_path] = {**OPERATIONS.get(_path, {}), **_methods}
 
 ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -83,6 +89,7 @@ ERROR_DESCRIPTIONS = {
     401: "No bearer token, or one the server does not know.",
     403: "The token's scope may not call this.",
     404: "No such role, version or record.",
+    410: "The role was archived (details: reason, archived_by, archived_at).",
     409: "The version you read is no longer current, or the stage machine refuses the move.",
     413: "The request body is larger than ROLEGATE_MAX_BODY_BYTES.",
     422: "A field broke a model invariant.",
@@ -139,9 +146,12 @@ def openapi_path(rule: Rule) -> tuple[str, list[dict[str, Any]]]:
     return _RULE_ARGUMENT.sub(replace, rule.rule), params
 
 
-def _responses(operation: dict[str, Any]) -> dict[str, Any]:
+def _responses(path: str, operation: dict[str, Any]) -> dict[str, Any]:
     responses = dict(operation.get("responses", {}))
-    for status in operation.get("errors", ()):
+    errors = list(operation.get("errors", ()))
+    if answers_archived(path):
+        errors.append(410)
+    for status in sorted(errors):
         responses[str(status)] = {"$ref": f"#/components/responses/E{status}"}
     return responses
 
@@ -158,7 +168,7 @@ def _operation(path: str, method: str, params: list[dict[str, Any]]) -> dict[str
         }
     operation = {k: v for k, v in described.items() if k not in ("errors", "scopes")}
     operation["parameters"] = params + list(described.get("parameters", []))
-    operation["responses"] = _responses(described)
+    operation["responses"] = _responses(path, described)
     scopes = described.get("scopes")
     if scopes is None:
         operation["security"] = []

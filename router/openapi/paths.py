@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 #: Every error status some operation answers; each becomes a shared response.
-ERROR_STATUSES = (400, 401, 403, 404, 409, 413, 422, 428, 503)
+ERROR_STATUSES = (400, 401, 403, 404, 409, 410, 413, 422, 428, 503)
 AUTH = (401, 403)
 
 

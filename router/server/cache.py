@@ -66,6 +66,12 @@ class BindingCache:
             if known is None or known.version < record.version:
                 self.bindings = {**self.bindings, record.role: record}
 
+    def drop(self, role: str) -> None:
+        """Forget a role this worker just archived, so it stops serving it before the next poll."""
+        with self._lock:
+            if role in self.bindings:
+                self.bindings = {r: rec for r, rec in self.bindings.items() if r != role}
+
     def refresh(self) -> bool:
         """Poll once; reload on a change. True if the copy is current afterwards."""
         try:
