@@ -7,8 +7,9 @@ no Flask. `context` holds what a view is computed from.
 
 from __future__ import annotations
 
-from gatekeeper.view.build import arms_section, comparison_section, gate_view
-from gatekeeper.view.context import GateContext, arm_configs, gate_context
+from gatekeeper.view.arms import arms_section, comparison_section
+from gatekeeper.view.build import gate_view
+from gatekeeper.view.context import GateContext, arm_configs, context_of, gate_context
 
-__all__ = ["GateContext", "arm_configs", "arms_section", "comparison_section", "gate_context",
-           "gate_view"]
+__all__ = ["GateContext", "arm_configs", "arms_section", "comparison_section", "context_of",
+           "gate_context", "gate_view"]

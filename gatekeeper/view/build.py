@@ -10,26 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from bindings.store import BindingStore
-from gatekeeper.gate import compare, evaluate
 from gatekeeper.store.configs import ConfigStore
 from gatekeeper.store.traces import TraceStore
-from gatekeeper.view.context import GateContext, gate_context
+from gatekeeper.view.arms import arms_section, comparison_section
+from gatekeeper.view.context import gate_context
 from gatekeeper.view.criteria import criteria_section
+from gatekeeper.view.outlook import next_view_section, previous_section
 from gatekeeper.view.sections import drift_section, paired_section
-
-
-def arms_section(ctx: GateContext) -> dict[str, Any]:
-    """Per arm: its config and the gate's verdict, reasons and figures over the window."""
-    policy = ctx.record.binding.gate
-    return {arm: {"config": config, **evaluate(window, policy).to_json()}
-            for arm, (config, window) in ctx.arms.items()}
-
-
-def comparison_section(ctx: GateContext) -> dict[str, Any]:
-    """Candidate and shadow pass rates against current's over the same period."""
-    _, current = ctx.arms["current"]
-    return {arm: compare(window, current).to_json()
-            for arm, (_, window) in ctx.arms.items() if arm != "current"}
 
 
 def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) -> dict[str, Any]:
@@ -55,4 +42,7 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["by_criterion"] = criteria_section(ctx, ConfigStore(traces.connection))
     view["paired"] = paired_section(ctx)
     view["drift"] = drift_section(ctx)
+    view["previous"] = previous_section(store, traces, ctx.record, now)
+    # Last: it reads the sections above, as the gatekeeper's decide() does.
+    view["next"] = next_view_section(store, ctx.record, view, now)
     return view

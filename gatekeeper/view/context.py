@@ -41,7 +41,12 @@ def arm_configs(record: VersionedBinding) -> dict[str, str]:
 
 def gate_context(store: BindingStore, traces: TraceStore, role: str, now: float) -> GateContext:
     """Read the binding (fresh, not a worker's copy) and each arm's current-stage window."""
-    record = store.get(role)
+    return context_of(store.get(role), traces, now)
+
+
+def context_of(record: VersionedBinding, traces: TraceStore, now: float) -> GateContext:
+    """Each arm's window over the stage `record` began (a past stage's windows are kept)."""
+    role = record.role
     epoch = epoch_of(record.binding)
     configs = arm_configs(record)
     windows = traces.windows(role, [(config, arm) for arm, config in configs.items()], epoch)
