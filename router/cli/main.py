@@ -16,12 +16,13 @@ import click
 # imports them). Re-exported here for existing callers.
 from router.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
-__all__ = ["EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "COMMAND_MODULES", "main"]
+__all__ = ["COMMAND_MODULES", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "main"]
 
 #: Modules that add commands to `main` through their `register(main)` function.
 COMMAND_MODULES: tuple[str, ...] = (
     "router.cli.serve",
     "router.cli.bindings",
+    "router.cli.status",
     "router.cli.gatekeeper",
     "router.cli.criteria",
     "router.cli.suite",

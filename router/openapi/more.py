@@ -43,8 +43,20 @@ ROLE_QUERY = {"name": "role", "in": "query", "required": False,
 STORED_TRACE = _obj("id", "received", "role", "trace", "verdict",
                     id={"type": "string"}, received={"type": "number"},
                     role={"type": "string"}, trace=ref("Trace"), verdict=OBJECT)
+WAIT = _obj("kind", "setting", "have", "need", "until", "text",
+            kind={"enum": ["runs", "pairs", "time", "other"]},
+            setting={"type": ["string", "null"]}, have={"type": "number"},
+            need={"type": "number"}, until={"type": ["number", "null"]}, text={"type": "string"})
+#: `gatekeeper.next_step.NextStep.as_dict()`: decide()'s action on this view, explained.
+NEXT = _obj("action", "state", "summary", "then", "waits", "reason", "lines",
+            action={"enum": ["advance", "rollback", "hold", "skip"]},
+            state={"enum": ["waiting", "advancing", "rolling_back", "paused", "stable",
+                            "rolled_back", "not_started"]},
+            summary={"type": "string"}, then={"type": ["string", "null"]},
+            waits={"type": "array", "items": WAIT}, reason={"type": "string"},
+            lines={"type": "array", "items": {"type": "string"}})
 GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", "arms",
-            "comparison", role={"type": "string"}, version={"type": "integer"},
+            "comparison", "next", next=NEXT, previous={"type": ["object", "null"]}, role={"type": "string"}, version={"type": "integer"},
             stage={"type": "string"}, share={"type": "number"}, paused={"type": "boolean"},
             current={"type": "string"}, candidate={"type": ["string", "null"]},
             window=OBJECT, policy=OBJECT, arms=OBJECT, comparison=OBJECT,

@@ -1,0 +1,237 @@
+"""`rolegate status [ROLE] [--watch] [--wait --timeout 30m]`: where a rollout stands, and what next.
+
+Everything shown comes from the gate view (`GET /v1/roles/<role>/gate`): the arms'
+verdicts and numbers, and its `next` section, which is the gatekeeper's own
+decide() on that view explained in plain words, so this command, the dashboard
+and the gatekeeper never disagree. `--wait` exits 0 when the candidate became
+stable, 1 when it was rolled back, 2 on timeout: a deploy pipeline can wait on it.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import click
+
+from rolegate.http import ApiClient
+from router.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, api_command, echo_json
+
+#: --wait's answers: the candidate became stable, it was rolled back, time ran out.
+WAIT_STABLE, WAIT_ROLLED_BACK, WAIT_TIMEOUT = EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+#: Which arms the status shows in each stage (the one the gate judges last).
+SHOWN_ARMS = {"shadow": ("current", "shadow"), "canary": ("current", "candidate"),
+              "full": ("current", "candidate")}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([hms]?)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "": 1.0}
+#: Clears a terminal and homes the cursor, for --watch's redraw.
+CLEAR = "\x1b[H\x1b[2J"
+
+
+def duration(text: str) -> float:
+    """Seconds in a duration like 30m, 90s, 1h30m or plain seconds; ValueError if not one."""
+    text = text.strip()
+    parts = _DURATION_PART.findall(text)
+    if not text or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"{text!r} is not a duration like 30m, 90s or 1h30m")
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in parts)
+
+
+def _duration_option(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    try:
+        return duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def gate_path(role: str) -> str:
+    """The gate view's path for `role`."""
+    return f"/v1/roles/{quote(role, safe='')}/gate"
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f}%"
+
+
+def arm_line(arm: str, figures: dict[str, Any]) -> list[str]:
+    """One arm's verdict with its numbers, then its reasons, indented."""
+    interval = figures.get("pass_rate_interval")
+    ci = "" if not interval else f" (95% CI {_percent(interval[0])}-{_percent(interval[1])})"
+    lines = [(f"  {arm:<10} {figures.get('config', '-')}  {figures.get('verdict', '-')}  "
+             f"n={figures.get('n', 0)}  pass {_percent(figures.get('pass_rate'))}{ci}")]
+    for reason in figures.get("reasons", []):
+        message = reason.get("message") if isinstance(reason, dict) else str(reason)
+        lines.append(f"{'':13}- {message}")
+    return lines
+
+
+def clock(moment: float | None) -> str:
+    """An epoch time as "2026-12-01 12:05 UTC"."""
+    if moment is None:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(moment))
+
+
+def stage_words(view: dict[str, Any]) -> str:
+    """The stage and share in an operator's words: "canary 0.1", "shadow", "rolled back"."""
+    stage = str(view.get("stage", "?"))
+    if stage == "canary":
+        return f"canary {view.get('share', 0):g}"
+    return stage.replace("_", " ")
+
+
+def render(view: dict[str, Any]) -> list[str]:
+    """The full status of one role, from its gate view."""
+    candidate = view.get("candidate") or "-"
+    paused = ", PAUSED" if view.get("paused") else ""
+    lines = [(f"{view['role']}: {stage_words(view)}{paused} (version {view['version']}, "
+             f"since {clock((view.get('window') or {}).get('since'))})"),
+             f"  configs    current {view.get('current')}, candidate {candidate}"]
+    arms = view.get("arms", {})
+    for arm in SHOWN_ARMS.get(str(view.get("stage")), ("current",)):
+        if arm in arms:
+            lines += arm_line(arm, arms[arm])
+    previous = view.get("previous")
+    if previous:
+        rollback = previous["rollback"]
+        lines.append(f"  rolled back by {rollback['actor']} at {clock(rollback['time'])}: "
+                     f"{rollback['reason']}")
+        lines.append(f"  evidence of the stage it ended ({stage_words(previous)}, "
+                     f"{clock(previous['window']['since'])} to "
+                     f"{clock(previous['window']['until'])}):")
+        shown = SHOWN_ARMS.get(str(previous["stage"]), ("current", "candidate"))
+        lines += ["  " + line for arm in shown if arm in previous["arms"]
+                  for line in arm_line(arm, previous["arms"][arm])]
+    what_next = (view.get("next") or {}).get("lines") or []
+    for index, line in enumerate(what_next):
+        lines.append(f"  {'what next' if index == 0 else '':<10} {line}")
+    return lines
+
+
+def one_line(view: dict[str, Any]) -> str:
+    """A role in one line: stage, the judged arm's verdict and n, and what comes next."""
+    arms = view.get("arms", {})
+    judged = SHOWN_ARMS.get(str(view.get("stage")), ("current",))[-1]
+    figures = arms.get(judged, {})
+    verdict = f"{judged} {figures.get('verdict', '-')} n={figures.get('n', 0)}"
+    nxt = view.get("next") or {}
+    lines = nxt.get("lines") or [nxt.get("summary", "")]
+    paused = " PAUSED" if view.get("paused") else ""
+    return f"{view['role']}  {stage_words(view)}{paused}  v{view['version']}  {verdict}  " \
+        + " / ".join(lines)
+
+
+def wait_outcome(started_with: str | None, view: dict[str, Any]) -> int | None:
+    """--wait's exit code once the rollout has ended, else None.
+
+    Stable with no candidate is the end: 0 if the config now current is the
+    candidate we waited on (or there was none), 1 if an older one came back.
+    """
+    stage = view.get("stage")
+    if stage == "rolled_back":
+        return WAIT_ROLLED_BACK
+    if stage == "stable" and view.get("candidate") is None:
+        if started_with is None or view.get("current") == started_with:
+            return WAIT_STABLE
+        return WAIT_ROLLED_BACK
+    return None
+
+
+def _draw(text: str, first: bool) -> None:
+    if sys.stdout.isatty():
+        click.echo(CLEAR + text)
+    else:
+        click.echo(("" if first else "\n") + text)
+
+
+def _poll(api: ApiClient, role: str, interval: float, deadline: float | None,
+          draw: Callable[[dict[str, Any]], None]) -> tuple[dict[str, Any], int] | None:
+    """Read the view every `interval` and draw it.
+
+    With a deadline (--wait): the last view and its exit code once the rollout
+    ends, None when the deadline passes first. Without one (--watch alone): until
+    interrupted.
+    """
+    started_with: str | None = None
+    first = True
+    while True:
+        view: dict[str, Any] = api.get(gate_path(role))
+        if first:
+            started_with = view.get("candidate")
+            first = False
+        draw(view)
+        if deadline is not None:
+            code = wait_outcome(started_with, view)
+            if code is not None:
+                return view, code
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(interval, left))
+        else:
+            time.sleep(interval)
+
+
+@click.command()
+@click.argument("role", required=False)
+@click.option("--watch", is_flag=True, help="Redraw as things change (Ctrl-C stops).")
+@click.option("--wait", is_flag=True,
+              help="Block until the rollout ends: exit 0 stable, 1 rolled back, 2 timeout.")
+@click.option("--timeout", default="30m", show_default=True, callback=_duration_option,
+              help="How long --wait waits (30m, 90s, 1h30m).")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
+              help="Seconds between reads with --watch or --wait.")
+@click.option("--json", "as_json", is_flag=True, help="Print the gate view's JSON.")
+@api_command
+def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: float,
+           interval: float, as_json: bool) -> None:
+    """Where ROLE's rollout stands and what happens next; no ROLE: one line per role."""
+    if role is None:
+        if watch or wait:
+            raise click.UsageError("--watch and --wait need a ROLE")
+        roles = sorted(api.get("/v1/bindings")["roles"])
+        views = [api.get(gate_path(name)) for name in roles]
+        if as_json:
+            echo_json({"roles": views})
+        for view in [] if as_json else views:
+            click.echo(one_line(view))
+        return
+    if not (watch or wait):
+        view = api.get(gate_path(role))
+        if as_json:
+            echo_json(view)
+        else:
+            click.echo("\n".join(render(view)))
+        return
+    last = [""]
+
+    def draw(view: dict[str, Any]) -> None:
+        text = "\n".join(render(view)) if watch else one_line(view)
+        if text == last[0]:
+            return  # redraw only on a change
+        if watch:
+            _draw(text, first=not last[0])
+        else:
+            click.echo(text)
+        last[0] = text
+
+    try:
+        ended = _poll(api, role, interval, time.monotonic() + timeout if wait else None, draw)
+    except KeyboardInterrupt:
+        return
+    if ended is None:
+        click.echo(f"{role}: still rolling out after {timeout:g}s", err=True)
+        sys.exit(WAIT_TIMEOUT)
+    view, code = ended
+    word = "stable" if code == WAIT_STABLE else "rolled back"
+    click.echo(f"{role}: {word} (current {view.get('current')})")
+    sys.exit(code)
+
+
+def register(main: click.Group) -> None:
+    """Add `status` to the `rolegate` command group."""
+    main.add_command(status)
