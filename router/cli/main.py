@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "router.cli.serve",
     "router.cli.bindings",
     "router.cli.status",
+    "router.cli.edit",
     "router.cli.gatekeeper",
     "router.cli.criteria",
     "router.cli.suite",
