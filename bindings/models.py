@@ -18,8 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from rolegate.config_ids import STORED, ConfigId
 from rolegate.routing import Stage
 
-__all__ = ["Binding", "BindingFile", "DriftPolicy", "Frozen", "GatePolicy", "HistoryEntry",
-           "Invariants", "Stage", "Thresholds", "VersionedBinding", "validate_role_name"]
+__all__ = ["Binding", "BindingFile", "CanaryStep", "DriftPolicy", "Frozen", "GatePolicy",
+           "HistoryEntry", "Invariants", "Stage", "Step", "Thresholds", "VersionedBinding",
+           "step_share", "validate_role_name"]
 
 #: Role names become part of Redis keys and URL paths; keep them boring.
 ROLE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
