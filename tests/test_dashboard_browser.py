@@ -241,3 +241,34 @@ def test_every_example_role_page_loads_and_a_broken_one_says_why(
     page.goto(f"{example}/")
     expect(page.locator('tr[data-role="summarizer"] .verdict')).to_have_text("unreadable")
     expect(page.locator('tr[data-role="sql-analyst"] .verdict')).not_to_have_text("unreadable")
+
+
+def test_role_page_says_what_next_and_keeps_a_rollbacks_evidence(page: Page, live: str,
+                                                                    shots: Path) -> None:
+    """The role page shows the gate view's "what next"; after a rollback, the ended stage's numbers."""
+    _load_roles(page, live, OPERATOR)
+    gate = requests.get(f"{live}/v1/roles/classifier/gate", headers=auth(CALLER),
+                        timeout=5).json()
+    page.click('tr[data-role="classifier"] a.role-link')
+    what_next = page.locator("#what-next")
+    for line in gate["next"]["lines"]:
+        expect(what_next).to_contain_text(line)
+    expect(page.locator("#previous-stage")).to_have_count(0)
+
+    page.goto(f"{live}/roles/summarizer")
+    before = requests.get(f"{live}/v1/roles/summarizer/gate", headers=auth(CALLER),
+                          timeout=5).json()["arms"]["candidate"]
+    assert before["n"] == 60
+    page.locator('#content button[data-action="rollback"]').click()
+    page.fill("#action-reason", "tables vanished from handoffs")
+    page.click("#action-confirm")
+    expect(page.locator("#stage")).to_have_text("rolled_back")
+    kept = page.locator("#previous-stage")
+    expect(kept).to_contain_text("Rolled back by alice: tables vanished from handoffs")
+    table = kept.locator("#previous-gate-table")
+    expect(table.locator("thead")).to_contain_text("candidate")
+    expect(table.locator("tbody tr").nth(1)).to_contain_text("60")
+    # The new window is empty; the kept table still holds the ended canary's numbers.
+    expect(page.locator("#gate-table tbody tr").nth(1)).not_to_contain_text("60")
+    expect(page.locator("#what-next")).to_contain_text("rolled back")
+    _shot(page, shots, "dashboard-rolled-back.png")

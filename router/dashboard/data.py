@@ -205,6 +205,13 @@ def role_detail(store: BindingStore, traces: TraceStore, role: str, now: float) 
                     if arm in ("current", judged) or figures.get("n")}
     view["comparison"] = {arm: c for arm, c in view.get("comparison", {}).items()
                           if arm in view["arms"]}
+    previous = view.get("previous")
+    if previous:
+        # The same pruning for the stage a rollback ended: its judged arm, current, and
+        # any arm that ran.
+        ended = judged_arm(Stage(previous["stage"]))
+        previous["arms"] = {arm: figures for arm, figures in previous["arms"].items()
+                            if arm in ("current", ended) or figures.get("n")}
     return {
         "record": record,
         "binding": record.binding,
