@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -19,12 +19,16 @@ from rolegate.config_ids import STORED, ConfigId
 from rolegate.routing import Stage
 
 __all__ = ["Binding", "BindingFile", "CanaryStep", "DriftPolicy", "Frozen", "GatePolicy",
-           "HistoryEntry", "Invariants", "Stage", "Step", "Thresholds", "VersionedBinding",
+           "HistoryEntry", "Invariants", "Rule", "Stage", "Step", "Thresholds", "VersionedBinding",
            "step_share", "validate_role_name"]
 
 #: Role names become part of Redis keys and URL paths; keep them boring.
 ROLE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 DEFAULT_STEPS: tuple[float, ...] = (0.1, 0.5, 1.0)
+#: Attribute names in targeting rules and resolves (`attr.<name>=`).
+ATTRIBUTE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+MAX_RULES = 50
+MAX_RULE_ATTRIBUTES = 10
 
 
 
@@ -127,6 +131,35 @@ def step_share(step: Step) -> float:
     return step.share if isinstance(step, CanaryStep) else step
 
 
+class Rule(Frozen):
+    """Targeting: jobs whose attributes match `when` get `arm`, before any bucketing.
+
+    `when` maps an attribute name to the values that match it; a job matches when
+    each named attribute has one of its values. Rules act only while a canary or
+    full stage is live, so a rollback still sends everyone to current.
+    """
+
+    when: dict[str, tuple[str, ...]]
+    arm: Literal["current", "candidate"]
+    #: How answers, traces and the gate view's `?rule=` name it (default: its position).
+    name: str | None = Field(None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+
+    @field_validator("when")
+    @classmethod
+    def _when_names_values(cls, value: dict[str, tuple[str, ...]]) -> dict[str, tuple[str, ...]]:
+        if not value:
+            raise ValueError("when must name at least one attribute (an empty one matches all)")
+        if len(value) > MAX_RULE_ATTRIBUTES:
+            raise ValueError(f"when names at most {MAX_RULE_ATTRIBUTES} attributes")
+        for name, values in value.items():
+            if not ATTRIBUTE_NAME_PATTERN.match(name):
+                raise ValueError(f"attribute name {name!r} must be 1-64 letters, digits, "
+                                 "'_', '.', '-'")
+            if not values:
+                raise ValueError(f"when.{name} must list at least one value")
+        return value
+
+
 class Binding(Frozen):
     """One role's routing: the current config, the candidate and its stage."""
 
@@ -138,6 +171,8 @@ class Binding(Frozen):
     steps: tuple[Step, ...] = DEFAULT_STEPS
     paused: bool = False
     gate: GatePolicy = Field(default_factory=GatePolicy)
+    #: Targeting rules, in order: the first whose attributes match picks the arm.
+    rules: tuple[Rule, ...] = Field((), max_length=MAX_RULES)
     #: When the current stage (or canary step) began, in epoch seconds.
     stage_since: float | None = None
     description: str = Field("", max_length=2000)
@@ -160,6 +195,14 @@ class Binding(Frozen):
                 raise ValueError(f"each step must be within (0, 1], got {share}")
         if any(b <= a for a, b in itertools.pairwise(shares)):
             raise ValueError(f"steps must be strictly ascending, got {shares}")
+        return value
+
+    @field_validator("rules")
+    @classmethod
+    def _rule_names_unique(cls, value: tuple[Rule, ...]) -> tuple[Rule, ...]:
+        names = [rule.name for rule in value if rule.name is not None]
+        if len(names) != len(set(names)):
+            raise ValueError("rule names must be unique")
         return value
 
     @model_validator(mode="after")

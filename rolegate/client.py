@@ -44,6 +44,7 @@ from rolegate.recorder import Recorder
 from rolegate.refresher import MAX_WATCH_TIMEOUT, SnapshotRefresher
 from rolegate.reporter import ReportStats, TraceReporter
 from rolegate.routing import Resolution, bucket, new_key
+from rolegate.routing import resolve as routed
 from rolegate.snapshot import Entry, Snapshot, ToolGate, starting_snapshot
 from rolegate.trace import Stamps, Trace
 
@@ -147,8 +148,12 @@ class Client(SnapshotRefresher):
 
     # -- resolving -----------------------------------------------------------
 
-    def resolve(self, role: str, key: str | None = None) -> Resolution:
+    def resolve(self, role: str, key: str | None = None,
+                attributes: Mapping[str, str] | None = None) -> Resolution:
         """Which config serves `role` for job `key` (a fresh key when None): the server's answer.
+
+        `attributes` (tenant, region, ...) go through the role's targeting rules first,
+        by the same `rolegate.routing.resolve` the router runs for `?attr.<name>=`.
 
         Raises NotFound for an unknown role and SnapshotTooOld when the router has
         not confirmed the snapshot for more than `max_age` seconds.
@@ -165,6 +170,12 @@ class Client(SnapshotRefresher):
             key = new_key()
         elif len(key) > MAX_KEY_LENGTH:
             raise ValueError(f"key: at most {MAX_KEY_LENGTH} characters")
+        if attributes:
+            record = self._snapshot.records.get(role) if self._snapshot is not None else None
+            if record is not None and record.binding.rules:
+                # Rules make the answer depend on more than the bucket: the full function.
+                return routed(role, record.binding, record.version, key, stale=self._stale,
+                              attributes=attributes)
         current, candidate, share = entry
         answer = (candidate if candidate is not None and bucket(role, key) < share
                   else current).copy()

@@ -149,6 +149,9 @@ class Recorder:
             "feedback": self._feedback,
             "input": self.input,
             "time": time.time(),
+            # Shadow runs were not routed by the rule: it picked the served arm only.
+            "rule": None if self.shadow else resolution.get("rule"),
+            "attributes": None if self.shadow else resolution.get("attributes"),
         })
         if self.sink is not None:
             self.sink(self.trace)

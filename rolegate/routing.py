@@ -1,4 +1,10 @@
-"""Which arm serves a job: a pure function of the binding, the role and the job key.
+"""Which arm serves a job: a pure function of the binding, the role, the job key and its attributes.
+
+Targeting comes first: a binding's ordered `rules` (`{"when": {"tenant": ["internal"]},
+"arm": "candidate"}`) pick the arm from the job's attributes while a canary or full
+stage is live, the first rule whose every attribute matches one of its values
+winning; the answer then names the rule and the attributes that decided. Only a
+job no rule picks is bucketed.
 
 The bucket is a keyed hash of (role, key), the same in every process and on every
 host (never Python's salted `hash()`), so a key is sticky to its arm, and a key
@@ -11,7 +17,8 @@ from __future__ import annotations
 import enum
 import hashlib
 import secrets
-from typing import Literal, Protocol, TypedDict
+from collections.abc import Mapping, Sequence
+from typing import Literal, NotRequired, Protocol, TypedDict
 
 #: 2**64 buckets: far finer than the 1/10,000 resolution a share can ask for.
 BUCKET_SPACE = float(1 << 64)
@@ -29,8 +36,24 @@ class Stage(str, enum.Enum):
     ROLLED_BACK = "rolled_back"
 
 
+class RoutingRule(Protocol):
+    """One targeting rule: when every named attribute has one of its values, serve `arm`."""
+
+    @property
+    def when(self) -> Mapping[str, Sequence[str]]: ...
+
+    @property
+    def arm(self) -> Arm: ...
+
+    @property
+    def name(self) -> str | None: ...
+
+
 class Routable(Protocol):
     """The fields of a binding that decide an arm (the service's `Binding` has them)."""
+
+    @property
+    def rules(self) -> Sequence[RoutingRule]: ...
 
     @property
     def current(self) -> str: ...
@@ -57,6 +80,24 @@ class Resolution(TypedDict):
     version: int
     key: str
     stale: bool
+    #: Only when a targeting rule picked the arm: the rule's id, and the job's
+    #: attributes the rule read (what a trace records as having decided).
+    rule: NotRequired[str]
+    attributes: NotRequired[dict[str, str]]
+
+
+def rule_id(rule: RoutingRule, index: int) -> str:
+    """How a rule is named in answers, traces and `?rule=`: its name, else its position."""
+    return rule.name if rule.name else str(index)
+
+
+def matching_rule(rules: Sequence[RoutingRule],
+                  attributes: Mapping[str, str]) -> tuple[str, RoutingRule] | None:
+    """The first rule all of whose attributes `attributes` matches, with its id; None if none."""
+    for index, rule in enumerate(rules):
+        if all(attributes.get(name) in values for name, values in rule.when.items()):
+            return rule_id(rule, index), rule
+    return None
 
 
 def bucket(role: str, key: str) -> float:
@@ -74,16 +115,22 @@ def new_key() -> str:
 
 
 def resolve(
-    role: str, binding: Routable, version: int, key: str, *, stale: bool = False
+    role: str, binding: Routable, version: int, key: str, *, stale: bool = False,
+    attributes: Mapping[str, str] | None = None,
 ) -> Resolution:
-    """Decide the arm for `key` under `binding`. Pure: same inputs, same answer."""
+    """Decide the arm for `key` (with the job's `attributes`) under `binding`. Pure."""
     stage = binding.stage
     candidate = binding.candidate
     arm: Arm = "current"
+    decided: tuple[str, RoutingRule] | None = None
     if candidate is not None and stage in (Stage.CANARY, Stage.FULL):
-        if stage is Stage.FULL or bucket(role, key) < binding.share:
+        if attributes and binding.rules:
+            decided = matching_rule(binding.rules, attributes)
+        if decided is not None:
+            arm = decided[1].arm
+        elif stage is Stage.FULL or bucket(role, key) < binding.share:
             arm = "candidate"
-    return {
+    answer: Resolution = {
         "role": role,
         "config": candidate if arm == "candidate" and candidate is not None else binding.current,
         "arm": arm,
@@ -94,3 +141,7 @@ def resolve(
         "key": key,
         "stale": stale,
     }
+    if decided is not None and attributes is not None:
+        answer["rule"] = decided[0]
+        answer["attributes"] = {name: attributes[name] for name in decided[1].when}
+    return answer

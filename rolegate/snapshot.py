@@ -12,7 +12,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -44,6 +44,16 @@ class RoutedGate(BaseModel):
     invariants: ToolRules = ToolRules()
 
 
+class RoutedRule(BaseModel):
+    """A targeting rule as routing reads it (`bindings.models.Rule` validates it in full)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    when: dict[str, tuple[str, ...]]
+    arm: Literal["current", "candidate"]
+    name: str | None = None
+
+
 class RoutedBinding(BaseModel):
     """The fields of a binding that decide an arm, and its tool rules; the service validates the rest."""
 
@@ -54,6 +64,7 @@ class RoutedBinding(BaseModel):
     stage: Stage = Stage.STABLE
     share: float = Field(0.0, ge=0.0, le=1.0)
     gate: RoutedGate = RoutedGate()
+    rules: tuple[RoutedRule, ...] = ()
 
 
 class ToolGate:

@@ -32,6 +32,8 @@ MAX_TOOL_NAME = 200
 #: Agent, model and parallel-group names.
 MAX_NAME = 200
 MAX_ERROR_MESSAGE = 4000
+#: Job attributes a trace may carry (those a targeting rule read).
+MAX_ATTRIBUTES = 10
 
 
 class Step(BaseModel):
@@ -112,6 +114,10 @@ class Trace(BaseModel):
     time: float | None = None
     #: Set when the run raised or was aborted instead of finishing.
     error: RunError | None = None
+    #: The targeting rule that picked the arm, and the job's attributes it read
+    #: (both from the resolution); None when the key was bucketed.
+    rule: str | None = Field(None, min_length=1, max_length=64)
+    attributes: dict[str, str] | None = Field(None, max_length=MAX_ATTRIBUTES)
 
     @model_validator(mode="before")
     @classmethod

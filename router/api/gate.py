@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import time
 
-from flask import Blueprint, current_app, jsonify
+from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from gatekeeper.view import gate_view
+from gatekeeper.view.by_rule import rule_view
 from router.api.params import role_param
 from router.api.traces import trace_store
 from router.server.auth import require
@@ -22,8 +23,14 @@ bp = Blueprint("gate", __name__)
 @bp.get("/v1/roles/<role>/gate")
 @require("caller", "gatekeeper")
 def gate(role: str) -> ResponseReturnValue:
-    """The gate over the role's current, candidate and shadow arms since the stage began."""
+    """The gate over the role's current, candidate and shadow arms since the stage began.
+
+    `?rule=R`: over the runs targeting rule R routed (`gatekeeper.view.by_rule`).
+    """
     store = current_app.extensions["rolegate"].store
+    rule = request.args.get("rule")
+    if rule is not None:
+        return jsonify(rule_view(store, trace_store(), role_param(role), rule, time.time()))
     return jsonify(gate_view(store, trace_store(), role_param(role), time.time()))
 
 

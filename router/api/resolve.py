@@ -13,8 +13,9 @@ from flask import Blueprint, current_app, g, request
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import NotFound, StoreUnavailable
-from bindings.models import VersionedBinding, validate_role_name
+from bindings.models import ATTRIBUTE_NAME_PATTERN, VersionedBinding, validate_role_name
 from rolegate.routing import new_key, resolve
+from rolegate.trace import MAX_ATTRIBUTES
 from router.api.configs import config_store
 from router.server.auth import require
 from router.server.errors import BadRequest
@@ -22,6 +23,29 @@ from router.server.errors import BadRequest
 bp = Blueprint("resolve", __name__)
 
 MAX_KEY_LENGTH = 500
+#: `?attr.tenant=internal`: the job's attributes, for the role's targeting rules.
+ATTRIBUTE_PREFIX = "attr."
+MAX_ATTRIBUTE_VALUE = 200
+
+
+def attributes_arg() -> dict[str, str] | None:
+    """The job's attributes from `?attr.<name>=<value>`; a 400 naming a bad one."""
+    attributes: dict[str, str] = {}
+    for param, values in request.args.lists():
+        if not param.startswith(ATTRIBUTE_PREFIX):
+            continue
+        name = param[len(ATTRIBUTE_PREFIX):]
+        if not ATTRIBUTE_NAME_PATTERN.match(name):
+            raise BadRequest(f"{param}: an attribute name is 1-64 letters, digits, '_', '.', "
+                             "'-'", field=param)
+        if len(values) != 1:
+            raise BadRequest(f"{param}: given {len(values)} times; give it once", field=param)
+        if len(values[0]) > MAX_ATTRIBUTE_VALUE:
+            raise BadRequest(f"{param}: at most {MAX_ATTRIBUTE_VALUE} characters", field=param)
+        attributes[name] = values[0]
+    if len(attributes) > MAX_ATTRIBUTES:
+        raise BadRequest(f"at most {MAX_ATTRIBUTES} attr.<name> parameters", field="attr")
+    return attributes or None
 
 
 @bp.get("/v1/resolve/<role>")
@@ -41,7 +65,10 @@ def resolve_role(role: str) -> ResponseReturnValue:
         # Rare path: an archived role (410 with its reason), an unknown one (404),
         # or one created a moment ago that this worker's copy has not seen yet.
         record = _uncached(role)
-    resolution = resolve(role, record.binding, record.version, key, stale=stale)
+    # Most resolves carry only ?key=: skip the attribute walk for them.
+    attributes = attributes_arg() if len(request.args) > ("key" in request.args) else None
+    resolution = resolve(role, record.binding, record.version, key, stale=stale,
+                         attributes=attributes)
     # The logs and metrics hooks read the decision from here after the response.
     g.resolution = resolution
     answer: dict[str, Any] = dict(resolution)

@@ -56,7 +56,8 @@ NEXT = _obj("action", "state", "summary", "then", "waits", "reason", "lines",
             waits={"type": "array", "items": WAIT}, reason={"type": "string"},
             lines={"type": "array", "items": {"type": "string"}})
 GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", "arms",
-            "comparison", "next", next=NEXT, previous={"type": ["object", "null"]}, role={"type": "string"}, version={"type": "integer"},
+            "comparison", "next", next={"anyOf": [NEXT, {"type": "null"}]},
+            previous={"type": ["object", "null"]}, rule=OBJECT, role={"type": "string"}, version={"type": "integer"},
             stage={"type": "string"}, share={"type": "number"}, paused={"type": "boolean"},
             current={"type": "string"}, candidate={"type": ["string", "null"]},
             window=OBJECT, policy=OBJECT, arms=OBJECT, comparison=OBJECT,
@@ -144,7 +145,11 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     }},
     "/v1/roles/{role}/gate": {"get": {
         "summary": "The regression gate per arm since the stage began, with paired and drift.",
+        "description": "With ?rule=R: over the runs targeting rule R routed (404 for no such "
+                       "rule).",
         "scopes": ("caller", "gatekeeper"),
+        "parameters": [{"name": "rule", "in": "query", "required": False,
+                        "schema": {"type": "string", "minLength": 1}}],
         "responses": {"200": json_response("The gate view.", GATE)},
         "errors": (400, *AUTH, 404, 503),
     }},

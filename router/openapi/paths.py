@@ -86,6 +86,8 @@ RESOLUTION = {
         "body": {"type": ["object", "null"], "description": "With ?include=body."},
         "shadow_body": {"type": ["object", "null"],
                         "description": "With ?include=body, in shadow."},
+        "rule": {"type": "string"},
+        "attributes": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
 HTML = {"description": "An HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}}
@@ -123,6 +125,9 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
     }},
     "/v1/resolve/{role}": {"get": {
         "summary": "Which config serves the role for a job key (drawn when absent).",
+        "description": "attr.<name>=<value> query parameters carry the job's attributes for "
+                       "the role's targeting rules; the answer then names the rule that "
+                       "picked the arm and the attributes it read.",
         "scopes": ("caller", "gatekeeper"),
         "parameters": [{"name": "key", "in": "query", "required": False,
                         "schema": {"type": "string", "maxLength": 500}},
