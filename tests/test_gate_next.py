@@ -97,3 +97,15 @@ def test_no_previous_section_outside_a_rollback(client: FlaskClient) -> None:
     """A live stage has no `previous` section."""
     _canary(client)
     assert _gate(client)["previous"] is None
+
+
+def test_gate_view_of_configs_the_registry_never_held(client: FlaskClient) -> None:
+    """A binding naming configs like summarizer@2026-10-02 (no spec possible) gets its view."""
+    r = client.put("/v1/bindings/summarizer", headers=OP,
+                   json={"current": "summarizer@2026-10-02",
+                         "candidate": "summarizer@2026-11-18", "stage": "canary",
+                         "share": 0.1})
+    assert r.status_code == 201, r.json
+    view = _gate(client)
+    assert view["arms"]["candidate"]["config"] == "summarizer@2026-11-18"
+    assert view["next"]["state"] == "waiting"
