@@ -29,7 +29,7 @@ def walkthrough() -> list[tuple[str, list[str]]]:
     section = text[text.index(SECTION):]
     section = section[:section.index("\n## ", len(SECTION))]
     steps: list[tuple[str, list[str]]] = []
-    for block in re.findall(r"```\n(.*?)```", section, re.S):
+    for block in re.findall(r"```\n(.*?)```", section, re.DOTALL):
         for line in block.splitlines():
             if line.startswith("$ "):
                 steps.append((line[2:], []))
