@@ -95,9 +95,10 @@ def explain(decision: Decision, binding: Binding, evidence: Evidence, now: float
     """Put `decision` (decide()'s answer on `evidence`) into plain words."""
     then = destination(binding, now)
     if decision.action is Action.ADVANCE:
+        # decide()'s reason names the seconds elapsed; the summary stays put while it ticks.
         return NextStep(decision.action.value, ADVANCING,
-                        f"advances to {then} at the gatekeeper's next tick ({decision.reason})",
-                        then, (), decision.reason)
+                        f"advances to {then} at the gatekeeper's next tick", then, (),
+                        decision.reason)
     if decision.action is Action.ROLLBACK:
         return NextStep(decision.action.value, ROLLING_BACK,
                         f"rolls back at the gatekeeper's next tick: {decision.reason}",
