@@ -8,6 +8,8 @@ touches no other Redis), puts a role on a 10% canary, then times, per call:
 - the bare bucketing hash `rolegate.routing.bucket` (the floor: every resolve pays it),
 - the server's pure `rolegate.routing.resolve` (what each HTTP resolve computes),
 - `Client.resolve` in-process (the client under test),
+- `Client.resolve` with job attributes, the role carrying targeting rules that the
+  attributes do not match (the slow path: the whole pure function, rules then hash),
 - `GET /v1/resolve/<role>` over a keep-alive HTTP connection to gunicorn.
 
 Per-call times come from perf_counter_ns around each call minus the median cost
@@ -36,6 +38,8 @@ from bindings.models import Binding
 from rolegate.client import Client
 from rolegate.routing import bucket, resolve
 
+#: Job attributes no rule of the bench role matches.
+ATTRIBUTES = {"tenant": "acme", "region": "us"}
 OPERATOR = "bench-operator"
 CALLER = "bench-caller"
 ROLE = "summarizer"
@@ -170,7 +174,12 @@ def main() -> None:
     with redis_server() as redis_url, gunicorn_router(redis_url) as url:
         admin = requests.Session()
         admin.headers["Authorization"] = f"Bearer {OPERATOR}"
-        admin.put(f"{url}/v1/bindings/{ROLE}", json={"current": "cfg_a", "candidate": "cfg_b"},
+        # Two targeting rules the timed attributes never match: the attribute path
+        # pays for reading them and then buckets like everyone else.
+        rules = [{"when": {"tenant": ["internal"]}, "arm": "candidate"},
+                 {"when": {"region": ["eu"]}, "arm": "current"}]
+        admin.put(f"{url}/v1/bindings/{ROLE}", json={"current": "cfg_a", "candidate": "cfg_b",
+                                                     "rules": rules},
                   timeout=5).raise_for_status()
         admin.post(f"{url}/v1/bindings/{ROLE}/canary", json={"share": 0.1, "reason": "bench"},
                    timeout=5).raise_for_status()
@@ -189,12 +198,14 @@ def main() -> None:
                 "hash": lambda k: bucket(ROLE, k),
                 "pure": lambda k: resolve(ROLE, binding, version, k),
                 "client": lambda k: local(ROLE, k),
+                "targeted": lambda k: local(ROLE, k, ATTRIBUTES),
             }
             samples, means = interleaved(contenders, keys)
             rows = {}
             for name, label in (("hash", "bucket() hash alone"),
                                 ("pure", "routing.resolve() (server's)"),
-                                ("client", "Client.resolve() in-process")):
+                                ("client", "Client.resolve() in-process"),
+                                ("targeted", "Client.resolve(attributes=) no match")):
                 rows[name] = summary(label, samples[name], means[name])
             http = requests.Session()
             http.headers["Authorization"] = f"Bearer {CALLER}"
@@ -216,6 +227,7 @@ def main() -> None:
           f"p99 x{rows['http']['p99'] / rows['client']['p99']:,.0f}")
     print(f"  in-process - hash alone (p50): {client_p50 - rows['hash']['p50']:.2f} µs; "
           f"server's pure resolve / in-process (p50): x{rows['pure']['p50'] / client_p50:.2f}")
+    print(f"  with attributes / without (p50): x{rows['targeted']['p50'] / client_p50:.2f}")
     print(f"  answers differing between HTTP and in-process on 500 keys: {mismatches}")
 
 
