@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
+from flask import Flask
 from flask.testing import FlaskClient
 
+from bindings.store import ROLES_KEY
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
 
 OP = auth(OPERATOR)
@@ -93,3 +96,14 @@ def test_archive_refusals(client: FlaskClient) -> None:
     assert stale.status_code == 409 and stale.json["error"]["details"]["current_version"] == 1
     by_query = client.delete("/v1/bindings/summarizer?reason=done", headers=OP)
     assert by_query.status_code == 200 and by_query.json["archived"]["reason"] == "done"
+
+
+def test_an_archived_role_stays_out_even_if_the_index_still_lists_it(
+        app: Flask, client: FlaskClient, redis_conn: redis.Redis) -> None:
+    """The role index is only a hint: an archived role in it is still not in the table."""
+    _create(client)
+    _archive(client)
+    redis_conn.sadd(ROLES_KEY, "summarizer")  # as if the removal after the archive was lost
+    store = app.extensions["rolegate"].store
+    assert "summarizer" not in store.snapshot()[1]
+    assert store.roles() == []
