@@ -199,14 +199,18 @@ def _body_stamps(bodies: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str,
 def _attach_bodies(entry: Entry, bodies: Mapping[str, Mapping[str, Any]]) -> None:
     """Put each answer's config body (and its shadow's) on it, where the snapshot has one."""
     for answer in entry[:2]:
-        if not isinstance(answer, dict):
-            continue
-        body = bodies.get(answer["config"])
-        if body is not None:
-            answer["body"] = body
-        shadow = answer.get("shadow")
-        if shadow is not None and shadow in bodies:
-            answer["shadow_body"] = bodies[shadow]
+        if isinstance(answer, dict):
+            attach_body(answer, bodies)
+
+
+def attach_body(answer: dict[str, Any], bodies: Mapping[str, Mapping[str, Any]]) -> None:
+    """Put the answer's config body (and its shadow's) on it, where `bodies` has one."""
+    body = bodies.get(answer["config"])
+    if body is not None:
+        answer["body"] = body
+    shadow = answer.get("shadow")
+    if shadow is not None and shadow in bodies:
+        answer["shadow_body"] = bodies[shadow]
 
 
 def _answer(role: str, entry: Entry, key: str, stale: bool) -> dict[str, Any]:
