@@ -44,8 +44,7 @@ from rolegate.recorder import Recorder
 from rolegate.refresher import MAX_WATCH_TIMEOUT, SnapshotRefresher
 from rolegate.reporter import ReportStats, TraceReporter
 from rolegate.routing import Resolution, bucket, new_key
-from rolegate.routing import resolve as routed
-from rolegate.snapshot import Entry, Snapshot, ToolGate, attach_body, starting_snapshot
+from rolegate.snapshot import Entry, Snapshot, ToolGate, starting_snapshot
 from rolegate.trace import Stamps, Trace
 
 __all__ = ["Client", "SnapshotTooOld", "SnapshotUnavailable"]
@@ -170,15 +169,10 @@ class Client(SnapshotRefresher):
             key = new_key()
         elif len(key) > MAX_KEY_LENGTH:
             raise ValueError(f"key: at most {MAX_KEY_LENGTH} characters")
-        snapshot = self._snapshot
-        if attributes and snapshot is not None:
-            record = snapshot.records.get(role)
-            if record is not None and record.binding.rules:
-                # Rules make the answer depend on more than the bucket: the full function.
-                routed_answer = routed(role, record.binding, record.version, key,
-                                       stale=self._stale, attributes=attributes)
-                attach_body(routed_answer, snapshot.bodies)  # type: ignore[arg-type]
-                return routed_answer
+        if attributes and self._snapshot is not None:
+            targeted = self._snapshot.targeted(role, key, attributes, self._stale)
+            if targeted is not None:
+                return targeted
         current, candidate, share = entry
         answer = (candidate if candidate is not None and bucket(role, key) < share
                   else current).copy()

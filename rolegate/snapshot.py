@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rolegate.body import body_hashes
-from rolegate.routing import Stage, bucket, resolve
+from rolegate.routing import Resolution, Stage, bucket, resolve
 
 log = logging.getLogger("rolegate.client")
 
@@ -128,6 +128,21 @@ class Snapshot:
             if record.role != role:
                 raise ValueError(f"snapshot lists role {record.role!r} under {role!r}")
         return snapshot
+
+    def targeted(self, role: str, key: str, attributes: Mapping[str, str],
+                 stale: bool) -> Resolution | None:
+        """The answer for a job with `attributes` when `role` has targeting rules, else None.
+
+        Rules make the answer depend on more than the bucket: the full
+        `rolegate.routing.resolve`, the one the router runs for `?attr.<name>=`.
+        """
+        record = self.records.get(role)
+        if record is None or not record.binding.rules:
+            return None
+        answer = resolve(role, record.binding, record.version, key, stale=stale,
+                         attributes=attributes)
+        attach_body(answer, self.bodies)  # type: ignore[arg-type]
+        return answer
 
     def to_json(self) -> dict[str, Any]:
         """The snapshot in the shape of `GET /v1/bindings` (usable as a bootstrap)."""
