@@ -20,7 +20,7 @@ from bindings.models import Binding
 from bindings.store import GENERATION_KEY, ROLES_KEY, BindingStore
 from router import create_app
 from router.server.cache import BindingCache
-from tests.cluster import OwnCluster
+from tests.cluster import OwnCluster, started_cluster
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
 from tests.population import trace
 from tests.servers import OwnRedis, werkzeug_server
@@ -311,3 +311,21 @@ def test_a_full_redis_answers_503_not_500() -> None:
         app.extensions["rolegate"].cache.stop()
         app.extensions["rolegate"].redis.close()
         server.close()
+
+
+@pytest.mark.slow
+def test_healthz_fails_when_one_master_is_down() -> None:
+    """/healthz pings every master of a cluster: one killed master makes it 503 (its roles are out)."""
+    own = started_cluster()
+    app = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True})
+    try:
+        c = app.test_client()
+        assert c.get("/healthz").status_code == 200
+        own.procs[-1].kill()
+        own.procs[-1].wait(10)
+        health = c.get("/healthz")
+        assert health.status_code == 503 and health.json["checks"]["redis"]["ok"] is False
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
+        own.close()
