@@ -31,6 +31,7 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import math
 import os
 import time
 import weakref
@@ -243,11 +244,12 @@ class Client(SnapshotRefresher):
         self._start_refreshing()
 
     def _too_old(self) -> SnapshotTooOld:
-        age = self.age()
+        # Rounded up to the millisecond: an age just past max_age must not read as equal.
+        age = math.ceil(self.age() * 1000) / 1000
         return SnapshotTooOld(
-            f"the bindings snapshot is {age:.1f}s old, over max_age={self.max_age:g}s: "
+            f"the bindings snapshot is {age:.3f}s old, over max_age={self.max_age:g}s: "
             f"the router at {self.url} has not confirmed it ({self.last_error})",
-            age_s=round(age, 3), max_age_s=self.max_age, url=self.url)
+            age_s=age, max_age_s=self.max_age, url=self.url)
 
     # -- reporting -----------------------------------------------------------
 
