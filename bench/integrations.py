@@ -54,7 +54,11 @@ _GLUE = re.compile(r"# rolegate glue: begin\n(.*?)\n\s*# rolegate glue: end", re
 
 
 def glue(page: str) -> tuple[int, int]:
-    """(statements, physical lines) between the glue markers of a docs page's example."""
+    """(statements, physical lines) of glue in a docs page's example.
+
+    The statements between the glue markers, plus each line elsewhere ending in
+    a `# rolegate glue` comment (an argument added to the caller's own call).
+    """
     text = (ROOT / "docs" / "integrations" / page).read_text()
     match = _GLUE.search(text)
     if match is None:
@@ -63,7 +67,8 @@ def glue(page: str) -> tuple[int, int]:
     statements = sum(isinstance(node, ast.stmt) for node in ast.walk(ast.parse(code)))
     lines = sum(1 for line in code.splitlines() if line.strip() and not line.strip()
                 .startswith("#"))
-    return statements, lines
+    tagged = sum(1 for line in text.splitlines() if line.rstrip().endswith("# rolegate glue"))
+    return statements + tagged, lines + tagged
 
 
 def pydantic_ai_runs(client: Client) -> Runs:
@@ -80,17 +85,21 @@ def pydantic_ai_runs(client: Client) -> Runs:
                                         ToolCallPart("lookup", {"id": 1})])
         return ModelResponse(parts=[TextPart("done")])
 
+    bare_agent = Agent(FunctionModel(model, model_name="scripted"), name="support",
+                       instructions="Answer.")
     agent = Agent(FunctionModel(model, model_name="scripted"), name="support",
-                  instructions="Answer.")
-    agent.tool_plain(search)
-    agent.tool_plain(lookup)
+                  instructions="Answer.", capabilities=[rg.Guard()])
+    for each in (bare_agent, agent):
+        each.tool_plain(search)
+        each.tool_plain(lookup)
 
     def bare() -> object:
-        return agent.run_sync("go")
+        return bare_agent.run_sync("go")
 
     def with_rolegate(key: str) -> object:
-        with client.recorder(client.resolve(ROLE, key), stamps=rg.stamps(agent)) as run:
-            rg.record(run, agent.run_sync("go", capabilities=[rg.guard(client, run)]))
+        with client.recorder(client.resolve(ROLE, key), stamps=rg.stamps(agent)) as run, \
+                rg.guard(client, run):
+            rg.record(run, agent.run_sync("go"))
         return run
 
     def record_report(result: Any, key: str) -> object:

@@ -44,7 +44,7 @@ def build(executed: list[str], *, crash: bool = False) -> Agent[None, str]:
                              usage=RequestUsage(input_tokens=40, output_tokens=3))
 
     agent = Agent(FunctionModel(script, model_name="scripted"), name="support",
-                  instructions="Resolve the ticket.")
+                  instructions="Resolve the ticket.", capabilities=[rg.Guard()])
 
     @agent.tool_plain
     def search(q: str) -> list[str]:
@@ -85,8 +85,9 @@ def test_the_trace_is_what_the_run_did(app: Flask) -> None:
         executed: list[str] = []
         agent = build(executed)
         resolution = client.resolve(ROLE, candidate_key())
-        with client.recorder(resolution, stamps=rg.stamps(agent)) as run:
-            result = agent.run_sync("refund order 7", capabilities=[rg.guard(client, run)])
+        with client.recorder(resolution, stamps=rg.stamps(agent)) as run, \
+                rg.guard(client, run):
+            result = agent.run_sync("refund order 7")
             rg.record(run, result)
         assert client.flush(10)
         stored = trace_store(app).lookup(ROLE, run.run_id).trace
@@ -104,17 +105,19 @@ def test_the_trace_is_what_the_run_did(app: Flask) -> None:
     assert stored.output_text == "refund issued" and stored.tool_errors == 2
     assert stored.stamps.model_id == "function:scripted"
     assert "delete_account" not in executed
+    assert agent.run_sync("outside any guard block").output == "refund issued"
+    assert "delete_account" in executed  # no run to check against: the guard lets it be
 
 
 def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: Flask) -> None:
-    """With the guard, delete_account never runs; the attempt trips the wire on the candidate."""
+    """With the per-run guard, delete_account never runs; the attempt trips the wire."""
     with live_client(app) as (url, client):
         executed: list[str] = []
         for n in range(5):
             resolution = client.resolve(ROLE, candidate_key(f"job{n}"))
             agent = build(executed)
             with client.recorder(resolution, stamps=rg.stamps(agent)) as run:
-                rg.record(run, agent.run_sync("go", capabilities=[rg.guard(client, run)]))
+                rg.record(run, agent.run_sync("go", capabilities=[rg.Guard(client, run)]))
         assert client.flush(10)
         assert executed.count("search") == 5 and "delete_account" not in executed
         assert binding_stage(url) == "rolled_back"
@@ -126,8 +129,9 @@ def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None
         agent = build([], crash=True)
         resolution = client.resolve(ROLE, candidate_key())
         with pytest.raises(RuntimeError, match="exploded"), \
-                client.recorder(resolution, stamps=rg.stamps(agent)) as run:
-            rg.record(run, agent.run_sync("go", capabilities=[rg.guard(client, run)]))
+                client.recorder(resolution, stamps=rg.stamps(agent)) as run, \
+                rg.guard(client, run):
+            rg.record(run, agent.run_sync("go"))
         assert client.flush(10)
         stored = trace_store(app).lookup(ROLE, run.run_id).trace
     assert stored.tools == ("search", "lookup", "delete_account", "crash")

@@ -195,6 +195,10 @@ class Active:
     seen: list[tuple[str, str, Any, str | None]] = field(default_factory=list)
     #: call id -> result, where a hook sees results (ADK), for the same reason.
     results: dict[str, Any] = field(default_factory=dict)
+    #: The framework's live history of the run, where a hook sees it (pydantic-ai).
+    history: Any = None
+    #: The agent serving the run, where a hook sees it.
+    agent: str | None = None
 
     def allowed(self, tool: str) -> bool:
         """Whether the run's role may call `tool` (the client's answer)."""

@@ -2,16 +2,18 @@
 
     from rolegate.integrations import pydantic_ai as rg
 
-    with client.recorder(client.resolve("support", job_id), stamps=rg.stamps(agent)) as run:
-        result = agent.run_sync(prompt, capabilities=[rg.guard(client, run)])
-        rg.record(run, result)
+    agent = Agent(model, ..., capabilities=[rg.Guard()])  # once
+    with client.recorder(client.resolve("support", job_id), stamps=rg.stamps(agent)) as run, \
+            rg.guard(client, run):
+        rg.record(run, agent.run_sync(prompt))
 
-`guard` is a capability whose `prepare_tools` hides every tool `client.allowed()`
-refuses for the run's role: the model is not offered it, and a call to it anyway
-is answered "unknown tool" by pydantic-ai without running it (the trace keeps the
-attempt, with that answer as its error, so the gate still sees what the config
-tried). When the run raises, the guard records what the run did up to there (calls
-with no result get an error) before the exception leaves `run_sync`.
+`Guard` is a capability whose `prepare_tools` hides every tool `client.allowed()`
+refuses for the role of the run in the enclosing `guard` block: the model is not
+offered it, and a call to it anyway is answered "unknown tool" by pydantic-ai
+without running it (the trace keeps the attempt, with that answer as its error,
+so the gate still sees what the config tried). When the run raises, the guard
+records what the run did up to there (calls with no result get an error) before
+the exception leaves `run_sync`.
 """
 
 from __future__ import annotations
@@ -32,13 +34,20 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import ToolDefinition
 
-from rolegate.integrations._common import CallLog, cached, callable_name, jsonable
+from rolegate.integrations._common import (
+    ACTIVE,
+    ACTIVE_ATTRIBUTE,
+    Active,
+    CallLog,
+    Guarding,
+    cached,
+    callable_name,
+    jsonable,
+)
 from rolegate.integrations._common import stamps as _stamps
 
 #: pydantic-ai's tool-return outcomes that mean the call did not produce its result.
 _FAILED = frozenset({"failed", "retried", "denied", "interrupted"})
-#: Where the guard leaves the agent's name on the recorder, for record().
-_AGENT = "_rolegate_agent"
 
 
 def record(run: Any, result: Any, *, error: BaseException | None = None,
@@ -52,7 +61,8 @@ def record(run: Any, result: Any, *, error: BaseException | None = None,
     final output. `agent` names the agent on every step (default: the agent
     the run's guard saw).
     """
-    agent = agent or getattr(run, _AGENT, None)
+    active = getattr(run, ACTIVE_ATTRIBUTE, None)
+    agent = agent or (active.agent if isinstance(active, Active) else None)
     messages: Sequence[ModelMessage] = (result.all_messages() if hasattr(result, "all_messages")
                                         else list(result))
     log = CallLog()
@@ -130,36 +140,51 @@ def _tool_schemas(agent: Any) -> list[dict[str, Any]]:
 
 @dataclass
 class Guard(AbstractCapability[Any]):
-    """A capability: offer only the tools `client.allowed()` lets the run's role call."""
+    """A capability: offer only the tools `client.allowed()` lets the run's role call.
 
-    client: Any
-    run: Any
-    agent: str | None = None
-    messages: list[ModelMessage] | None = None
+    Given once at construction (`Agent(..., capabilities=[Guard()])`), it guards
+    every run inside a `guard(client, run)` block (the run is found through a
+    context variable) and lets runs outside any block through. `Guard(client, run)`
+    guards that one run instead, passed to `run_sync(..., capabilities=[...])`;
+    per-run capabilities cost pydantic-ai about a millisecond of setup a run.
+    """
+
+    client: Any = None
+    run: Any = None
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
         """Not serializable into an agent spec: it holds a live client."""
         return None
 
+    def _active(self) -> Active | None:
+        if self.client is not None and self.run is not None:
+            active = getattr(self.run, ACTIVE_ATTRIBUTE, None)
+            if not isinstance(active, Active):
+                active = Guarding(self.client, self.run).active
+            return active
+        return ACTIVE.get()
+
     async def prepare_tools(self, ctx: RunContext[Any],
                             tool_defs: list[ToolDefinition]) -> list[ToolDefinition]:
         """Drop every tool the role's gate forbids, before the model sees the list."""
+        active = self._active()
+        if active is None:
+            return tool_defs
         # The live history of this run; the context on_run_error gets may not hold it.
-        self.messages = ctx.messages
-        if self.agent is None and ctx.agent is not None and ctx.agent.name:
-            self.agent = ctx.agent.name
-            setattr(self.run, _AGENT, self.agent)
-        resolution = self.run.resolution
-        return [d for d in tool_defs if self.client.allowed(resolution, d.name)]
+        active.history = ctx.messages
+        if active.agent is None and ctx.agent is not None and ctx.agent.name:
+            active.agent = ctx.agent.name
+        return [d for d in tool_defs if active.allowed(d.name)]
 
     async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> Any:
         """Record what the aborted run did (its messages so far), then let the error go on."""
-        record(self.run, self.messages or ctx.messages, error=error, agent=self.agent)
+        active = self._active()
+        if active is not None:
+            record(active.run, active.history or ctx.messages, error=error)
         raise error
 
 
-def guard(client: Any, run: Any, *, agent: str | None = None) -> Guard:
-    """The guard capability for one run: pass it as `capabilities=[...]` to run/run_sync."""
-    return Guard(client, run, agent)
-
+def guard(client: Any, run: Any) -> Guarding:
+    """The block in which an agent built with `Guard()` checks each tool against this run."""
+    return Guarding(client, run)
