@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import json
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from flask import Flask
 from flask.testing import FlaskClient
 from pydantic import ValidationError
@@ -15,9 +17,13 @@ from rolegate.client import Client
 from rolegate.recorder import Recorder
 from rolegate.routing import resolve
 from router.api.resolve import resolve_role
+from router.cli.main import main
 from tests.conftest import CALLER, OPERATOR, auth
-from tests.live import LiveRouter, put_role
-from tests.live import router as router  # noqa: F401  (the pytest fixture)
+from tests.live import (
+    LiveRouter,
+    put_role,
+    router,  # noqa: F401  (the pytest fixture the tests below take)
+)
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}
@@ -152,3 +158,17 @@ def test_traces_record_the_rule_and_the_gate_reads_per_rule(client: FlaskClient)
     missing = client.get("/v1/roles/summarizer/gate?rule=ghost", headers=auth(CALLER))
     assert missing.status_code == 404 and missing.json["error"]["details"]["rules"] == [
         "1", "dogfood"]
+
+
+def test_cli_resolve_passes_attributes(router: LiveRouter) -> None:
+    """`rolegate resolve ROLE --key K --attr tenant=internal` answers as the rule says."""
+    put_role(router, "summarizer", current="cfg_a", candidate="cfg_b", stage="canary",
+             share=0.01, rules=RULES)
+    env = {"ROLEGATE_URL": router.url, "ROLEGATE_TOKEN": CALLER, "ROLEGATE_RETRY_NO_WAIT": "1"}
+    result = CliRunner().invoke(main, ["resolve", "summarizer", "--key", "k1", "--attr",
+                                       "tenant=internal"], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["arm"] == "candidate" and answer["rule"] == "dogfood"
+    bad = CliRunner().invoke(main, ["resolve", "summarizer", "--attr", "tenant"], env=env)
+    assert bad.exit_code == 2

@@ -202,11 +202,18 @@ resume = _move("resume", "Let the gatekeeper move ROLE again.")
 @click.command()
 @click.argument("role")
 @click.option("--key", default=None, help="The job key (the router draws one when absent).")
+@click.option("--attr", "attrs", multiple=True, metavar="NAME=VALUE",
+              help="A job attribute for the role's targeting rules (repeatable).")
 @api_command
-def resolve(api: ApiClient, role: str, key: str | None) -> None:
-    """Ask the router which config serves ROLE for job KEY."""
-    params = {"key": key} if key else None
-    echo_json(api.get(f"/v1/resolve/{quote(role, safe='')}", params=params))
+def resolve(api: ApiClient, role: str, key: str | None, attrs: tuple[str, ...]) -> None:
+    """Ask the router which config serves ROLE for job KEY (with its --attr attributes)."""
+    params: dict[str, str] = {"key": key} if key else {}
+    for attr in attrs:
+        name, sep, value = attr.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{attr!r}: expected NAME=VALUE", param_hint="--attr")
+        params[f"attr.{name}"] = value
+    echo_json(api.get(f"/v1/resolve/{quote(role, safe='')}", params=params or None))
 
 
 def register(main: click.Group) -> None:
