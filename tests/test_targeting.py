@@ -113,7 +113,7 @@ def test_bad_attributes_are_a_400_naming_them(client: FlaskClient, query: str) -
     assert r.status_code == 400 and "attr" in r.json["error"]["message"]
 
 
-def test_client_and_router_answer_the_same_with_attributes(router: LiveRouter,
+def test_client_and_router_answer_the_same_with_attributes(router: LiveRouter,  # noqa: F811
                                                            app: Flask) -> None:
     """client.resolve(attributes=) equals the router's ?attr. answer, key by key."""
     put_role(router, "summarizer", current="cfg_a", candidate="cfg_b", stage="canary",
@@ -160,7 +160,7 @@ def test_traces_record_the_rule_and_the_gate_reads_per_rule(client: FlaskClient)
         "1", "dogfood"]
 
 
-def test_cli_resolve_passes_attributes(router: LiveRouter) -> None:
+def test_cli_resolve_passes_attributes(router: LiveRouter) -> None:  # noqa: F811
     """`rolegate resolve ROLE --key K --attr tenant=internal` answers as the rule says."""
     put_role(router, "summarizer", current="cfg_a", candidate="cfg_b", stage="canary",
              share=0.01, rules=RULES)
