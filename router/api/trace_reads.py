@@ -106,7 +106,9 @@ def role_traces(role: str) -> ResponseReturnValue:
             found += store.newest(role, config, arm, limit)
         else:
             found += store.read(role, config, arm, count=limit, from_id=since_id)
-    found.sort(key=lambda s: _order(s.id))
+    # Stream ids order arrivals within one stream; two streams can hold the same
+    # millisecond, and then the trace's time (set on ingest) says which came first.
+    found.sort(key=lambda s: (*_order(s.id), s.trace.time or 0.0))
     found = found[-limit:] if since_id is None else found[:limit]
     return jsonify({"role": role, "traces": [_entry(role, s) for s in found],
                     "last_id": found[-1].id if found else since_id})
