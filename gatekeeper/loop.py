@@ -39,6 +39,15 @@ TRIPWIRE_RELAY_S = 600.0
 REFUSALS = (404, 409, 412, 428)
 
 
+#: Set in a decision's details when the role's gate view failed: it was not judged.
+UNJUDGED = "unjudged"
+
+
+def unjudged(decisions: list[Decision]) -> list[str]:
+    """The roles of `decisions` that could not be judged (their gate view failed)."""
+    return [d.role for d in decisions if d.details.get(UNJUDGED)]
+
+
 def _path(role: str) -> str:
     return quote(role, safe="")
 
@@ -59,7 +68,8 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
             decisions.append(Decision(role, Action.HOLD, record.version,
                                       record.binding.stage.value,
                                       f"gate view failed: {exc.status} {exc.message}",
-                                      {"error": {"status": exc.status, "code": exc.code}}))
+                                      {"error": {"status": exc.status, "code": exc.code},
+                                       UNJUDGED: True}))
             continue
         if int(view.get("version", 0)) != record.version:
             # The binding moved between the two reads; judge it next tick on one version.

@@ -10,9 +10,16 @@ contradicts itself is refused here.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 from rolegate.config_ids import ConfigId
 
@@ -32,6 +39,28 @@ MAX_TOOL_NAME = 200
 #: Agent, model and parallel-group names.
 MAX_NAME = 200
 MAX_ERROR_MESSAGE = 4000
+#: A role name, matched as the whole string (pydantic's regex `$` does not match
+#: before a trailing line break, so "authrole\n" is refused, not taken as "authrole").
+ROLE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"
+
+
+def _json_whole_number(value: Any) -> Any:
+    """Refuse what JSON does not call a number (true, false, "3") before pydantic's int.
+
+    Pydantic's lax int reads true as 1 and "3" as 3; strict int refuses 3.0, which
+    JSON Schema calls an integer. This keeps both right: numbers only, whole ones.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("expected a whole number")  # noqa: TRY004 - pydantic reports only ValueError
+    return value
+
+
+#: An integer as JSON means it: a number with no fractional part (3 or 3.0), never a bool.
+JsonInt = Annotated[int, BeforeValidator(_json_whole_number)]
+#: A tool name: 1-200 characters, no line break (the ingest script reads its
+#: increments as "field\nvalue" lines).
+ToolName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TOOL_NAME,
+                                            pattern=r"^[^\n]+$")]
 #: Job attributes a trace may carry (those a targeting rule read).
 MAX_ATTRIBUTES = 10
 
@@ -48,7 +77,7 @@ class Step(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    tool: str = Field(min_length=1, max_length=MAX_TOOL_NAME)
+    tool: ToolName
     args: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     #: The tool's answer, kept when a fixture is recorded for replay.
@@ -56,9 +85,9 @@ class Step(BaseModel):
     agent: str | None = Field(None, min_length=1, max_length=MAX_NAME)
     parent_agent: str | None = Field(None, min_length=1, max_length=MAX_NAME)
     parallel_group: str | None = Field(None, min_length=1, max_length=MAX_NAME)
-    tokens_in: int | None = Field(None, ge=0, le=MAX_TOKENS)
-    tokens_out: int | None = Field(None, ge=0, le=MAX_TOKENS)
-    latency_s: float | None = Field(None, ge=0.0, le=MAX_LATENCY_S)
+    tokens_in: JsonInt | None = Field(None, ge=0, le=MAX_TOKENS)
+    tokens_out: JsonInt | None = Field(None, ge=0, le=MAX_TOKENS)
+    latency_s: float | None = Field(None, ge=0.0, le=MAX_LATENCY_S, strict=True)
     model: str | None = Field(None, min_length=1, max_length=MAX_NAME)
 
 
@@ -88,21 +117,22 @@ class Trace(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     run_id: str = Field(min_length=1, max_length=200)
-    role: str = Field(min_length=1, max_length=128)
+    role: str = Field(min_length=1, max_length=128, pattern=ROLE_PATTERN)
     config: ConfigId
     arm: TraceArm
     key: str = Field("", max_length=500)
-    tools: tuple[str, ...] = ()
+    tools: tuple[ToolName, ...] = ()
     steps: tuple[Step, ...] | None = None
-    step_count: int = Field(0, ge=0, le=MAX_STEPS)
-    tool_errors: int = Field(0, ge=0, le=MAX_STEPS)
-    answered: bool = True
-    cost_usd: float = Field(0.0, ge=0.0, le=MAX_COST_USD)
-    tokens: int = Field(0, ge=0, le=MAX_TOKENS)
+    # A JSON true/false is not a count or an amount (lax mode reads true as 1).
+    step_count: JsonInt = Field(0, ge=0, le=MAX_STEPS)
+    tool_errors: JsonInt = Field(0, ge=0, le=MAX_STEPS)
+    answered: bool = Field(True, strict=True)
+    cost_usd: float = Field(0.0, ge=0.0, le=MAX_COST_USD, strict=True)
+    tokens: JsonInt = Field(0, ge=0, le=MAX_TOKENS)
     #: Prompt and completion tokens; `tokens` defaults to their sum.
-    tokens_in: int | None = Field(None, ge=0, le=MAX_TOKENS)
-    tokens_out: int | None = Field(None, ge=0, le=MAX_TOKENS)
-    latency_s: float = Field(0.0, ge=0.0, le=MAX_LATENCY_S)
+    tokens_in: JsonInt | None = Field(None, ge=0, le=MAX_TOKENS)
+    tokens_out: JsonInt | None = Field(None, ge=0, le=MAX_TOKENS)
+    latency_s: float = Field(0.0, ge=0.0, le=MAX_LATENCY_S, strict=True)
     artifacts: tuple[str, ...] = ()
     output_text: str = ""
     stamps: Stamps
@@ -111,9 +141,12 @@ class Trace(BaseModel):
     #: The job's input, so a case can be rebuilt as an offline scenario.
     input: dict[str, Any] | None = None
     #: When the run ended (epoch seconds); the server fills it in on ingest if absent.
-    time: float | None = None
+    time: float | None = Field(None, strict=True)
     #: Set when the run raised or was aborted instead of finishing.
     error: RunError | None = None
+    #: The name of the token that reported the run: stamped by the router on
+    #: ingest, whatever the body said, so evidence can be told apart by reporter.
+    reporter: str | None = Field(None, max_length=200)
     #: The targeting rule that picked the arm, and the job's attributes it read
     #: (both from the resolution); None when the key was bucketed.
     rule: str | None = Field(None, min_length=1, max_length=64)

@@ -290,7 +290,7 @@ def test_bare_list_body_and_line_break_tool(client: FlaskClient) -> None:
     assert r.status_code == 200 and r.json["accepted"] == 2
     r = post(client, [trace("l3"), trace("l4", tools=["read\nn\n9"])])
     assert r.status_code == 207
-    assert r.json["results"][1]["error"]["details"] == {"field": "tools"}
+    assert r.json["results"][1]["error"]["details"]["errors"][0]["field"] == "tools.0"
     gate = client.get("/v1/roles/summarizer/gate", headers=auth(CALLER)).json
     assert gate["arms"]["current"]["n"] == 3
 
