@@ -24,6 +24,11 @@ __all__ = ["Binding", "BindingFile", "CanaryStep", "DriftPolicy", "Frozen", "Gat
 
 #: Role names become part of Redis keys and URL paths; keep them boring.
 ROLE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+#: Names a route uses where a role name would go, so such a role could not be read at its URL.
+RESERVED_ROLE_NAMES = {"watch": "GET /v1/bindings/watch is the long-poll for binding changes"}
+#: The role-name pattern with the reserved names excluded, for the OpenAPI document.
+ROLE_NAME_SCHEMA_PATTERN = (
+    "^(?!(?:" + "|".join(sorted(RESERVED_ROLE_NAMES)) + ")$)" + ROLE_NAME_PATTERN.pattern[1:])
 DEFAULT_STEPS: tuple[float, ...] = (0.1, 0.5, 1.0)
 #: Attribute names in targeting rules and resolves (`attr.<name>=`).
 ATTRIBUTE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
@@ -279,10 +284,16 @@ class HistoryEntry(Frozen):
 
 
 def validate_role_name(name: str) -> str:
-    """Return `name` if it is a usable role name, else raise ValueError."""
-    if not ROLE_NAME_PATTERN.match(name):
+    """Return `name` if it is a usable role name, else raise ValueError.
+
+    Matched as the whole string: `re.match` with `$` would take "authrole\n",
+    which then shows as "authrole" in every listing.
+    """
+    if not ROLE_NAME_PATTERN.fullmatch(name):
         raise ValueError(
             f"role name {name!r} must be 1-128 characters of letters, digits, '_', '.', '-' "
             "and start with a letter or digit"
         )
+    if name in RESERVED_ROLE_NAMES:
+        raise ValueError(f"role name {name!r} is reserved: {RESERVED_ROLE_NAMES[name]}")
     return name

@@ -28,7 +28,7 @@ class Frozen(BaseModel):
 
 
 def _identity(value: str) -> str:
-    if not IDENTITY_PATTERN.match(value):
+    if not IDENTITY_PATTERN.fullmatch(value):
         raise ValueError(
             f"{value!r} must be 1-128 characters of letters, digits, '_', '.', '-' "
             "and start with a letter or digit"

@@ -12,10 +12,12 @@ from flask import Flask
 
 from bindings.connection import Connection, connect
 from bindings.store import BindingStore
-from router.server import errors
-from router.server.auth import TokenTable
+from router.api.bodies import refuse_oversized_chunked
+from router.server import errors, hosts
 from router.server.cache import BindingCache
+from router.server.quota import Quota, parse_quota
 from router.server.settings import Settings, load_settings
+from router.server.tokens import TokenTable
 
 log = logging.getLogger("rolegate")
 
@@ -50,6 +52,7 @@ class Services:
     store: BindingStore
     cache: BindingCache
     tokens: TokenTable
+    quota: Quota
 
 
 def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
@@ -61,11 +64,11 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     connection = connect(settings.redis_target())
     store = BindingStore(connection, min_replicas=settings.min_replicas,
                          replica_wait_ms=settings.replica_wait_ms)
-    tokens = TokenTable(settings.tokens)
+    tokens = TokenTable(settings.tokens, settings.tokens_file)
     if tokens.open:
         log.warning(
-            "ROLEGATE_TOKENS is unset: rolegate is running OPEN, every request acts as "
-            "an operator. Set ROLEGATE_TOKENS before exposing it."
+            "ROLEGATE_TOKENS and ROLEGATE_TOKENS_FILE are unset: rolegate is running OPEN, "
+            "every request acts as an operator. Set tokens before exposing it."
         )
     app.extensions["rolegate"] = Services(
         settings=settings,
@@ -74,8 +77,12 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         cache=BindingCache(store, settings.refresh_interval_s,
                            settings.full_reload_interval_s),
         tokens=tokens,
+        quota=parse_quota(settings.ingest_quota),
     )
     errors.init_app(app)
+    # Before every other hook: a request for a foreign Host is refused untouched.
+    hosts.init_app(app, hosts.parse_allowed(settings.allowed_hosts))
+    app.before_request(refuse_oversized_chunked)
     for name in BLUEPRINT_MODULES:
         module = importlib.import_module(name)
         app.register_blueprint(module.bp)

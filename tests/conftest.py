@@ -40,7 +40,9 @@ OWN_DB = 1
 OPERATOR = "op-secret"
 GATEKEEPER = "gk-secret"
 CALLER = "caller-secret"
-TOKENS = f"alice={OPERATOR}:operator,gatekeeper={GATEKEEPER}:gatekeeper,{CALLER}:caller"
+REVIEWER = "reviewer-secret"
+TOKENS = (f"alice={OPERATOR}:operator,gatekeeper={GATEKEEPER}:gatekeeper,{CALLER}:caller,"
+          f"ann={REVIEWER}:reviewer")
 
 
 _HYPOTHESIS_HOME: list[str] = []

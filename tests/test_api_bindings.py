@@ -215,10 +215,16 @@ def test_unknown_path_and_method_are_json(client: FlaskClient) -> None:
     _error(client.patch("/v1/bindings/summarizer", headers=OP), 405)
 
 
-def test_healthz_reports_redis(client: FlaskClient) -> None:
-    """/healthz is 200 with redis ok while Redis answers."""
+def test_healthz_says_up_to_anyone_and_details_to_a_token(client: FlaskClient) -> None:
+    """/healthz: only the status without a token; with one, checks, a fresh worker's copy ok."""
     r = client.get("/healthz")
+    assert r.status_code == 200 and r.json == {"status": "ok"}
+    r = client.get("/healthz", headers=auth(CALLER))
     assert r.status_code == 200 and r.json["checks"]["redis"]["ok"] is True
+    # This worker never served a resolve: its copy is loaded for the check, not reported -1.
+    assert r.json["checks"]["bindings"]["ok"] is True
+    assert r.json["checks"]["bindings"]["generation"] >= 0
+    assert client.get("/healthz", headers=auth("not-a-token")).json == {"status": "ok"}
 
 
 def test_two_http_writers_racing_on_one_version_one_wins_one_409(app: Flask) -> None:

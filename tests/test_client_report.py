@@ -66,7 +66,9 @@ def test_recorder_builds_the_trace_as_the_run_happens(router: LiveRouter,
     assert (trace.arm, trace.config, trace.key) == ("current", "a", "job-1")
     assert trace.steps is not None and trace.steps[1].error == "slow"
     store = TraceStore(redis_conn)
-    assert store.lookup("r", run.run_id).trace == trace
+    stored = store.lookup("r", run.run_id).trace
+    # Stored as recorded, stamped with the name of the token that reported it.
+    assert stored == trace.model_copy(update={"reporter": "caller-ef463420"})
     shadow = store.lookup("r", crashed.run_id).trace
     assert (shadow.arm, shadow.config, shadow.answered) == ("shadow", "b", False)
     assert client.report_stats().sent == 2

@@ -20,7 +20,7 @@ from gatekeeper.spec import Spec
 from gatekeeper.store.configs import ConfigStore, config_key
 from gatekeeper.suite.scenario import load_suite
 from router.cli import main
-from tests.conftest import CALLER, OPERATOR, auth
+from tests.conftest import CALLER, OPERATOR, REVIEWER, auth
 
 DAY = 86400.0
 STAMPS = {"agent_version": "1", "instruction_hash": "h", "model_id": "m", "tool_schema_hash": "t"}
@@ -42,8 +42,8 @@ def report(client: FlaskClient, run_id: str, age_days: float, *, config: str = "
 
 
 def feedback(client: FlaskClient, run_id: str, **body: Any) -> Any:
-    """POST feedback on a run as the caller."""
-    return client.post(f"/v1/traces/{run_id}/feedback", json=body, headers=auth(CALLER))
+    """POST feedback on a run as a reviewer."""
+    return client.post(f"/v1/traces/{run_id}/feedback", json=body, headers=auth(REVIEWER))
 
 
 @pytest.fixture
@@ -69,9 +69,17 @@ def test_feedback_is_recorded_with_tier_reviewer_and_correction(refunds: FlaskCl
     assert r.status_code == 201, r.json
     assert r.json["role"] == "refunds" and r.json["tier"] == "negative_corrected"
     entry = r.json["feedback"][0]
-    assert entry["correction"] == {"decision": "deny"} and entry["reviewer"].startswith("caller")
+    assert entry["correction"] == {"decision": "deny"} and entry["reviewer"] == "ann"
     r = refunds.get("/v1/traces/wrong/feedback", headers=auth(CALLER))
     assert r.status_code == 200 and len(r.json["feedback"]) == 1
+
+
+def test_feedback_is_a_reviewers_act(refunds: FlaskClient) -> None:
+    """A caller token (what every agent holds) may read feedback but not write it: 403."""
+    r = refunds.post("/v1/traces/wrong/feedback", json={"tier": "positive"},
+                     headers=auth(CALLER))
+    assert r.status_code == 403 and "reviewer" in r.json["error"]["message"]
+    assert refunds.get("/v1/traces/wrong/feedback", headers=auth(CALLER)).json["feedback"] == []
 
 
 def test_bad_feedback_is_a_clear_4xx(refunds: FlaskClient) -> None:

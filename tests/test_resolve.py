@@ -85,7 +85,11 @@ def test_resolves_stay_up_stale_while_redis_is_down(own_redis: OwnRedis, outage_
     assert answer["config"] in ("cfg_a", "cfg_b") and answer["version"] == 1
     for _ in range(20):
         assert _resolve(client)["stale"] is True
-    assert client.get("/healthz").status_code == 503
+    down = client.get("/healthz")
+    # Without a token: down, and nothing about where Redis lives.
+    assert down.status_code == 503 and down.json == {"status": "failing"}
+    detailed = client.get("/healthz", headers=auth(CALLER))
+    assert detailed.status_code == 503 and detailed.json["checks"]["redis"]["ok"] is False
     write = client.post("/v1/bindings/summarizer/rollback", json={"reason": "r"},
                         headers=auth(OPERATOR))
     assert write.status_code == 503 and write.json["error"]["code"] == "store_unavailable"

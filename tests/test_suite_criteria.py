@@ -31,7 +31,7 @@ from gatekeeper.suite.runner import SuiteRunner
 from gatekeeper.suite.scenario import load_config, load_suite
 from gatekeeper.suite.verdict import SuiteResult, evaluate_run
 from router.cli import main
-from tests.conftest import CALLER, OPERATOR, auth
+from tests.conftest import CALLER, OPERATOR, REVIEWER, auth
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "refunds"
 AGENT = f"{sys.executable} {EXAMPLE / 'agent.py'}"
@@ -72,7 +72,7 @@ def production(client: FlaskClient, redis_conn: redis.Redis) -> None:
                  "time": time.time() - 7 * DAY}
         assert client.post("/v1/traces", json=trace, headers=auth(CALLER)).status_code == 200
     correction = {"decision": "escalate", "customer": {"id": "cust-r6"}, "amount": 4000.0}
-    r = client.post("/v1/traces/r6/feedback", headers=auth(CALLER),
+    r = client.post("/v1/traces/r6/feedback", headers=auth(REVIEWER),
                     json={"tier": "negative", "correction": correction, "reviewer": "rita"})
     assert r.status_code == 201, r.json
 

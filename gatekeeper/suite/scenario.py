@@ -62,7 +62,7 @@ class Scenario(BaseModel):
     @field_validator("id")
     @classmethod
     def _id_usable(cls, value: str) -> str:
-        if not SCENARIO_ID_PATTERN.match(value):
+        if not SCENARIO_ID_PATTERN.fullmatch(value):
             raise ValueError("must be 1-128 letters, digits, '_', '.', '-' (it names files)")
         return value
 
@@ -232,7 +232,7 @@ def load_config(path: Path | str) -> AgentConfig:
         raise SuiteError(f"{path}: a config must be a JSON object", file=str(path),
                          field="(file)")
     name = data.get("name", path.stem)
-    if not isinstance(name, str) or not SCENARIO_ID_PATTERN.match(name):
+    if not isinstance(name, str) or not SCENARIO_ID_PATTERN.fullmatch(name):
         raise SuiteError(f"{path}: name: must be 1-128 letters, digits, '_', '.', '-'",
                          file=str(path), field="name")
     if data.get("body") is not None:

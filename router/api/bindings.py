@@ -20,7 +20,7 @@ from router.api.bodies import json_body, parse
 from router.api.configs import snapshot_json
 from router.api.offline import guard_live_candidate
 from router.api.params import if_match, int_arg, role_param
-from router.server.auth import actor, require
+from router.server.auth import actor, may_act_on, require
 
 bp = Blueprint("bindings", __name__)
 
@@ -84,7 +84,7 @@ def _written(record: VersionedBinding, status: int = 200) -> ResponseReturnValue
 
 
 @bp.get("/v1/bindings")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def list_bindings() -> ResponseReturnValue:
     """Every role's binding; answers 304 when `If-None-Match` names the current generation."""
     generation, records = _store().snapshot()
@@ -93,13 +93,15 @@ def list_bindings() -> ResponseReturnValue:
         response = Response(status=304)
         response.headers["ETag"] = etag
         return response
-    response = jsonify(snapshot_json(generation, records))
+    # A token limited to some roles sees only those (the ETag is the table's generation).
+    response = jsonify(snapshot_json(generation, {role: rec for role, rec in records.items()
+                                                  if may_act_on(role)}))
     response.headers["ETag"] = etag
     return response
 
 
 @bp.get("/v1/bindings/<role>")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def get_binding(role: str) -> ResponseReturnValue:
     """One role's binding with its version (also the ETag)."""
     return _record_json(_store().get(role_param(role)))
@@ -208,7 +210,7 @@ def resume(role: str) -> ResponseReturnValue:
 
 
 @bp.get("/v1/bindings/<role>/history")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def history(role: str) -> ResponseReturnValue:
     """The role's changes, newest first (`?limit=&offset=`)."""
     limit = int_arg("limit", None)

@@ -14,8 +14,9 @@ import math
 import re
 from typing import Any, TypeVar
 
-from flask import request
+from flask import current_app, request
 from pydantic import BaseModel
+from werkzeug.exceptions import RequestEntityTooLarge
 
 from bindings.errors import InvalidInput
 from router.server.errors import BadRequest
@@ -64,7 +65,7 @@ def loads(raw: bytes, *, strict: bool = True) -> Any:
         raise BadRequest(f"request body nests deeper than {MAX_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequest(f"request body is not valid JSON: {exc}") from None
-    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and _depth(body) > MAX_DEPTH:
+    if raw.count(b"[") + raw.count(b"{") > MAX_DEPTH and depth(body) > MAX_DEPTH:
         raise BadRequest(f"request body nests deeper than {MAX_DEPTH} levels")
     if strict and SURROGATE_ESCAPE.search(raw) and unstorable(body):
         raise BadRequest("request body holds an unpaired UTF-16 surrogate escape "
@@ -97,7 +98,7 @@ def unstorable(value: Any) -> str | None:
     return None
 
 
-def _depth(value: Any) -> int:
+def depth(value: Any) -> int:
     """How deeply `value` nests lists and objects, without recursion."""
     deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
@@ -114,6 +115,25 @@ def _depth(value: Any) -> int:
             return deepest
         stack.extend((child, level + 1) for child in children)
     return deepest
+
+
+def refuse_oversized_chunked() -> None:
+    """A chunked body over the size limit is 413, like one whose Content-Length says so.
+
+    Werkzeug stops reading a chunked body at MAX_CONTENT_LENGTH without an error,
+    so the JSON parser would see a cut body and answer 400 "not valid JSON". The
+    body is read here (and cached for the view); one byte more in the stream means
+    it was over the limit.
+    """
+    if request.content_length is not None or request.method in ("GET", "HEAD", "OPTIONS"):
+        return
+    if "chunked" not in request.headers.get("Transfer-Encoding", "").lower():
+        return
+    limit = current_app.config["MAX_CONTENT_LENGTH"]
+    data = request.get_data(cache=True)
+    if limit is not None and len(data) >= limit and request.environ["wsgi.input"].read(1):
+        raise RequestEntityTooLarge(f"request body is larger than {limit} bytes "
+                                    "(ROLEGATE_MAX_BODY_BYTES)")
 
 
 def json_body(*, allow_empty: bool = True, strict: bool = True) -> Any:

@@ -118,14 +118,14 @@ def put_config(config: str) -> ResponseReturnValue:
 
 
 @bp.get("/v1/configs")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def list_configs() -> ResponseReturnValue:
     """Every config with a registered spec."""
     return jsonify({"configs": config_store().configs()})
 
 
 @bp.get("/v1/configs/<config>")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def get_config(config: str) -> ResponseReturnValue:
     """A config's spec, criteria and versions."""
     record = config_store().get(config)
@@ -135,7 +135,7 @@ def get_config(config: str) -> ResponseReturnValue:
 
 
 @bp.get("/v1/configs/<config>/criteria")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def get_criteria(config: str) -> ResponseReturnValue:
     """The criteria stored for a config."""
     record = config_store().get(config)
@@ -145,7 +145,7 @@ def get_criteria(config: str) -> ResponseReturnValue:
 
 
 @bp.get("/v1/configs/<a>/criteria/diff/<b>")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def diff_criteria(a: str, b: str) -> ResponseReturnValue:
     """What changes in the criteria going from config `a` to config `b`."""
     store = config_store()

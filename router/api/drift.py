@@ -36,7 +36,7 @@ def _float(raw: str, name: str, low: float, high: float) -> float:
 
 
 @bp.get("/v1/roles/<role>/drift/calibrate")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def calibrate_view(role: str) -> ResponseReturnValue:
     """False alarms per h over the newest `runs` stored runs of (config, arm)."""
     role = role_param(role)

@@ -26,7 +26,7 @@ from router.api.bodies import json_body, parse
 from router.api.configs import config_store
 from router.api.params import role_param, seconds_arg
 from router.api.traces import trace_store
-from router.server.auth import actor, require
+from router.server.auth import actor, may_act_on, require, require_role
 from router.server.errors import BadRequest
 
 bp = Blueprint("feedback", __name__)
@@ -62,9 +62,11 @@ def _role_of(run_id: str, role: str | None) -> str:
     """The role holding `run_id`: the named one (checked), else found among all roles."""
     if role is not None:
         role_param(role)
+        require_role(role)
         trace_store().location(role, run_id)  # NotFound when the run is unknown
         return role
-    roles = current_app.extensions["rolegate"].store.roles()
+    # Only among the roles this token may act on: another role's run is "not found".
+    roles = [r for r in current_app.extensions["rolegate"].store.roles() if may_act_on(r)]
     return feedback_store().find_role(run_id, roles)
 
 
@@ -75,7 +77,7 @@ def _summary(role: str, run_id: str, entries: list[golden.Feedback]) -> dict[str
 
 
 @bp.post("/v1/traces/<run_id>/feedback")
-@require("caller", "gatekeeper")
+@require("reviewer")
 def add_feedback(run_id: str) -> ResponseReturnValue:
     """Record a reviewer's tier (and correction) on a stored run."""
     body = parse(FeedbackRequest, json_body(allow_empty=False))
@@ -88,7 +90,7 @@ def add_feedback(run_id: str) -> ResponseReturnValue:
 
 
 @bp.get("/v1/traces/<run_id>/feedback")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def get_feedback(run_id: str) -> ResponseReturnValue:
     """Every feedback entry on a run, and the tier (or conflict) they add up to."""
     role = _role_of(run_id, request.args.get("role"))
@@ -107,7 +109,7 @@ def _quotas() -> dict[str, int]:
 
 
 @bp.get("/v1/roles/<role>/golden")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def golden_sample(role: str) -> ResponseReturnValue:
     """Sample recent, policy-current cases of the role's current config across feedback tiers."""
     role = role_param(role)

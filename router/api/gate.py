@@ -21,7 +21,7 @@ bp = Blueprint("gate", __name__)
 
 
 @bp.get("/v1/roles/<role>/gate")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def gate(role: str) -> ResponseReturnValue:
     """The gate over the role's current, candidate and shadow arms since the stage began.
 
@@ -35,7 +35,7 @@ def gate(role: str) -> ResponseReturnValue:
 
 
 @bp.get("/v1/roles/<role>/tools")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def tools(role: str) -> ResponseReturnValue:
     """The tool tally per config: every tool each config's runs called, and how often."""
     role = role_param(role)

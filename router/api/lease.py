@@ -77,7 +77,7 @@ def release() -> ResponseReturnValue:
 
 
 @bp.get("/v1/gatekeeper/lease")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def show() -> ResponseReturnValue:
     """Who holds the lease, and for how many more milliseconds."""
     state = _leases().state()

@@ -38,7 +38,7 @@ def post_verdict(role: str) -> ResponseReturnValue:
 
 
 @bp.get("/v1/roles/<role>/offline")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def list_verdicts(role: str) -> ResponseReturnValue:
     """Every stored verdict of the role."""
     found = _store().all(role_param(role))
@@ -46,7 +46,7 @@ def list_verdicts(role: str) -> ResponseReturnValue:
 
 
 @bp.get("/v1/roles/<role>/offline/<config>")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def get_verdict(role: str, config: str) -> ResponseReturnValue:
     """One config's stored verdict (404 when none was posted)."""
     return jsonify(_store().get(role_param(role), config).model_dump(mode="json"))

@@ -53,8 +53,9 @@ from gatekeeper.store.traces import TraceStore
 from rolegate.trace import Trace
 from router.api import otlp
 from router.api.bodies import SURROGATE_ESCAPE, json_body, unstorable
+from router.api.trace_limits import charge_quota, in_scope, refuse_deep
 from router.app import Services
-from router.server.auth import require
+from router.server.auth import principal, require
 from router.server.errors import BadRequest, validation_details
 
 bp = Blueprint("traces", __name__)
@@ -236,6 +237,7 @@ def ingest() -> ResponseReturnValue:
     raw = request.get_data(cache=True)
     fast = _parse_fast(raw)
     if fast is not None:
+        refuse_deep(fast, raw)
         results: list[dict[str, Any] | str | None] = [None] * len(fast)
         valid = list(enumerate(fast))
     else:
@@ -263,6 +265,11 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
     """
     extensions = current_app.extensions
     services: Services = extensions["rolegate"]
+    reporter = principal()
+    # Counted on the body as received (trace JSON or OTLP spans), before anything is stored.
+    charge_quota(services.redis, services.quota, reporter.name, len(results),
+                 len(request.get_data(cache=True)))
+    valid = in_scope(valid, results, reporter)
     checked, stored, positions = _check_and_store(valid, results, _Bindings(services),
                                                   extensions[EXTENSION], now)
     # For the metrics hook: what was newly stored, by role and arm.
@@ -394,14 +401,16 @@ def _answer(results: list[dict[str, Any] | str], duplicates: int,
     refused = [r for r in results if isinstance(r, dict)]
     if refused and len(refused) == len(results):
         one = len(refused) == 1
+        # Every trace outside the token's roles: the request as a whole is forbidden.
+        forbidden = all(r["error"]["code"] == "forbidden" for r in refused)
         summary = refused[0]["error"]["message"] if one else \
             f"all {len(refused)} traces were refused"
+        code = "forbidden" if forbidden else refused[0]["error"]["code"] if one else "invalid"
         body = {"accepted": 0, "duplicates": 0, "refused": len(refused), "results": refused,
                 "tripwire": trips,
-                "error": {"code": refused[0]["error"]["code"] if one else "invalid",
-                          "message": summary, "details": {"refused": [
+                "error": {"code": code, "message": summary, "details": {"refused": [
                     {"index": r["index"], "reason": r["error"]["message"]} for r in refused]}}}
-        return jsonify(body), 422
+        return jsonify(body), 403 if forbidden else 422
     parts = [r if isinstance(r, str) else json.dumps(r, separators=(",", ":")) for r in results]
     text = (f'{{"accepted":{len(results) - len(refused) - duplicates},'
             f'"duplicates":{duplicates},"refused":{len(refused)},'

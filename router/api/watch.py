@@ -27,7 +27,7 @@ from flask.typing import ResponseReturnValue
 
 from bindings.store import CHANGES_CHANNEL
 from router.api.configs import snapshot_json
-from router.server.auth import require
+from router.server.auth import may_act_on, require
 from router.server.errors import BadRequest
 
 bp = Blueprint("watch", __name__)
@@ -129,7 +129,7 @@ def notifier(app: Flask) -> ChangeNotifier:
 
 
 @bp.get("/v1/bindings/watch")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def watch() -> ResponseReturnValue:
     """Answer with every binding once the generation differs from `?generation=`."""
     known = _generation_arg()
@@ -149,7 +149,8 @@ def watch() -> ResponseReturnValue:
             return _not_modified(generation)
         generation = store.generation()
     generation, records = store.snapshot()
-    response = jsonify(snapshot_json(generation, records))
+    response = jsonify(snapshot_json(generation, {role: rec for role, rec in records.items()
+                                                  if may_act_on(role)}))
     response.headers["ETag"] = f'"g{generation}"'
     response.headers["Cache-Control"] = "no-store"
     return response

@@ -15,10 +15,18 @@ from urllib.parse import quote
 import click
 
 from gatekeeper.decide import Decision
-from gatekeeper.loop import Gatekeeper
+from gatekeeper.loop import Gatekeeper, unjudged
 from gatekeeper.webhooks import Notifier, parse_urls
 from rolegate.http import ApiClient
-from router.cli.common import DEFAULT_URL, EXIT_OK, api_command, api_errors, echo_json
+from router.cli.common import (
+    DEFAULT_URL,
+    EXIT_OK,
+    EXIT_REFUSED,
+    api_command,
+    api_errors,
+    echo_json,
+)
+from router.server.auth import ACTOR_HEADER
 
 
 def _echo(decision: Decision) -> None:
@@ -52,6 +60,8 @@ def gatekeeper(ctx: click.Context, once: bool, dry_run: bool, interval: float,
     urls = parse_urls([os.environ.get("ROLEGATE_WEBHOOKS", ""), *webhooks])
     notifier = Notifier(urls)
     api = ApiClient(url, token)
+    # On an open router (no tokens) this is how its moves are recorded as the gatekeeper's.
+    api.session.headers[ACTOR_HEADER] = "gatekeeper"
     keeper = Gatekeeper(api, interval=interval, lease_ttl=lease_ttl, holder=holder,
                         dry_run=dry_run, notifier=notifier,
                         echo=_echo if (once or dry_run or verbose) else None)
@@ -59,11 +69,17 @@ def gatekeeper(ctx: click.Context, once: bool, dry_run: bool, interval: float,
         with api_errors(url):
             if once:
                 try:
-                    keeper.once()
+                    decisions = keeper.once()
                 finally:
                     keeper.release()
                 if keeper.ticks == 0:
                     click.echo("another gatekeeper holds the lease; nothing done", err=True)
+                failed = unjudged(decisions)
+                if failed:
+                    # Exit 1, not 0: a tick that judged nothing must not look like a quiet one.
+                    click.echo(f"could not judge {len(failed)} role(s), their gate view "
+                               f"failed: {', '.join(failed)}", err=True)
+                    sys.exit(EXIT_REFUSED)
                 return
             keeper.install_signal_handlers()
             keeper.run()

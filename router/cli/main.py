@@ -28,6 +28,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "router.cli.criteria",
     "router.cli.suite",
     "router.cli.traces",
+    "router.cli.tokens",
 )
 
 

@@ -8,7 +8,7 @@ here from the same trace streams with the same detectors.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,11 +62,15 @@ def judged_arm(stage: Stage) -> str:
     return "current"
 
 
-def overview(store: BindingStore, traces: TraceStore, now: float) -> list[RoleRow]:
-    """Every role with its binding, the judged arm's verdict (or why it is unreadable), its last change."""
+def overview(store: BindingStore, traces: TraceStore, now: float,
+             visible: Callable[[str], bool] = lambda role: True) -> list[RoleRow]:
+    """Every `visible` role with its binding, the judged arm's verdict (or why it is
+    unreadable), its last change."""
     rows = []
     _, records = store.snapshot()
     for role, record in sorted(records.items()):
+        if not visible(role):
+            continue
         arm = judged_arm(record.binding.stage)
         history = store.history(role, limit=1)
         last = history[0] if history else None

@@ -32,7 +32,7 @@ from bindings.models import Stage, validate_role_name
 from router.api.traces import trace_store
 from router.dashboard.data import overview, role_detail
 from router.dashboard.svg import bar_chart, line_chart
-from router.server.auth import require
+from router.server.auth import may_act_on, require
 from router.server.errors import BadRequest, Forbidden
 
 bp = Blueprint("dashboard", __name__, template_folder="templates", static_folder="static",
@@ -128,7 +128,7 @@ def actions(binding: Any) -> list[tuple[str, str]]:
 
 def _overview_fragment() -> str:
     services = current_app.extensions["rolegate"]
-    rows = overview(services.store, trace_store(), time.time())
+    rows = overview(services.store, trace_store(), time.time(), visible=may_act_on)
     return render_template("_roles.html", rows=rows, actions=actions)
 
 
@@ -177,14 +177,14 @@ def role_page(role: str) -> ResponseReturnValue:
 
 
 @bp.get("/ui/roles")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def roles_fragment() -> ResponseReturnValue:
     """The overview table as an HTML fragment (needs a token, like the API)."""
     return _html(_overview_fragment())
 
 
 @bp.get("/ui/roles/<role>")
-@require("caller", "gatekeeper")
+@require("caller", "reviewer", "gatekeeper")
 def role_fragment(role: str) -> ResponseReturnValue:
     """One role's detail as an HTML fragment (needs a token, like the API)."""
     return _html(_role_fragment(_role(role)))

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 from werkzeug.routing import Rule
 
-from bindings.models import ROLE_NAME_PATTERN, Binding, HistoryEntry, VersionedBinding
+from bindings.models import ROLE_NAME_SCHEMA_PATTERN, Binding, HistoryEntry, VersionedBinding
 from bindings.offline import OfflineVerdict, StoredOfflineVerdict
 from gatekeeper.criteria import CriteriaDiff
 from gatekeeper.store.configs import ConfigRecord
@@ -32,6 +32,7 @@ from router.api.lease import LeaseRequest, ReleaseRequest
 from router.openapi.more import MORE_PATHS
 from router.openapi.operator import OPERATOR_PATHS, answers_archived
 from router.openapi.paths import ERROR_STATUSES, PATHS, RESOLUTION
+from router.server.hosts import EXEMPT_PATHS
 
 bp = Blueprint("openapi", __name__)
 
@@ -85,7 +86,8 @@ ERROR_SCHEMA: dict[str, Any] = {
 }
 
 ERROR_DESCRIPTIONS = {
-    400: "Malformed request: not JSON, wrong shape or a bad parameter.",
+    400: "Malformed request: not JSON, nested deeper than 64 levels, wrong shape or a bad "
+         "parameter; or a Host this router does not serve (ROLEGATE_ALLOWED_HOSTS).",
     401: "No bearer token, or one the server does not know.",
     403: "The token's scope may not call this.",
     404: "No such role, version or record.",
@@ -93,7 +95,9 @@ ERROR_DESCRIPTIONS = {
     409: "The version you read is no longer current, or the stage machine refuses the move.",
     413: "The request body is larger than ROLEGATE_MAX_BODY_BYTES.",
     422: "A field broke a model invariant.",
-    428: "Replacing an existing binding needs If-Match.",
+    428: "Replacing an existing binding or config needs If-Match.",
+    429: "The token's ingest quota for this second is spent (ROLEGATE_INGEST_QUOTA); "
+         "Retry-After says when to try again.",
     503: "Redis did not answer.",
 }
 
@@ -136,7 +140,7 @@ def openapi_path(rule: Rule) -> tuple[str, list[dict[str, Any]]]:
         schema: dict[str, Any] = _CONVERTER_SCHEMAS.get(match.group("converter") or "",
                                                          {"type": "string"})
         if name == "role":
-            schema = {"type": "string", "pattern": ROLE_NAME_PATTERN.pattern}
+            schema = {"type": "string", "pattern": ROLE_NAME_SCHEMA_PATTERN}
         elif name in ("config", "a", "b"):
             schema = {"type": "string", "pattern": CONFIG_ID_PATTERN.pattern,
                       "minLength": 1, "maxLength": MAX_CONFIG_ID}
@@ -146,13 +150,24 @@ def openapi_path(rule: Rule) -> tuple[str, list[dict[str, Any]]]:
     return _RULE_ARGUMENT.sub(replace, rule.rule), params
 
 
+#: What gunicorn answers itself, before rolegate sees the request (an HTML page).
+URI_TOO_LONG = {
+    "description": "The request line is longer than gunicorn's limit_request_line (4094 "
+                   "bytes; a very long `key`, say): gunicorn answers this itself, as HTML.",
+    "content": {"text/html": {"schema": {"type": "string"}}},
+}
+
+
 def _responses(path: str, operation: dict[str, Any]) -> dict[str, Any]:
     responses = dict(operation.get("responses", {}))
-    errors = list(operation.get("errors", ()))
+    errors = set(operation.get("errors", ()))
     if answers_archived(path):
-        errors.append(410)
+        errors.add(410)
+    if path not in EXEMPT_PATHS:
+        errors.add(400)  # a Host this router does not serve (router.server.hosts)
     for status in sorted(errors):
         responses[str(status)] = {"$ref": f"#/components/responses/E{status}"}
+    responses["414"] = {"$ref": "#/components/responses/E414"}
     return responses
 
 
@@ -205,7 +220,7 @@ def build_spec(app: Flask) -> dict[str, Any]:
                         "schema": {"$ref": "#/components/schemas/Error"}}},
                 }
                 for status in ERROR_STATUSES
-            },
+            } | {"E414": URI_TOO_LONG},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}],

@@ -1,107 +1,87 @@
-"""Bearer tokens with scopes: caller, gatekeeper, operator (operator may do everything).
+"""Who is calling, and may they: bearer tokens with scopes and role lists.
 
-`ROLEGATE_TOKENS="token:scope,token:scope"`; an entry may carry a name,
-`alice=token:operator`, which is what history records as the actor. Unnamed
-tokens are named by scope and a short hash, never by the token itself.
+Scopes: caller (resolve, read, report traces), reviewer (also feedback),
+gatekeeper (also promote and rollback), operator (everything). A token may be
+limited to some roles (`router.server.tokens`): every view with a `role` in its
+URL refuses other roles with 403, and the views that list or take many roles
+filter or refuse each one with `may_act_on`.
+
+An open server (no tokens configured) treats every request as an operator
+named `anonymous`, except a request that says it comes from the gatekeeper
+process (`X-Rolegate-Actor: gatekeeper`, sent by `rolegate gatekeeper`): its
+moves are recorded and counted as the gatekeeper's. Declaring it grants
+nothing an open server does not already grant; with tokens set the header is
+ignored and the token alone decides.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import hmac
-import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from flask import current_app, g, request
 
 from router.server.errors import Forbidden, Unauthorized
+from router.server.tokens import SCOPES, Principal, TokenTable
 
-SCOPES = ("caller", "gatekeeper", "operator")
-#: "name=rest", where rest must not itself start with "=" (base64 padding).
-_NAMED = re.compile(r"^([A-Za-z][A-Za-z0-9_.-]*)=([^=].*)$")
+__all__ = ["ACTOR_HEADER", "SCOPES", "Principal", "TokenTable", "actor", "authenticate",
+           "may_act_on", "principal", "require", "require_role"]
+
+#: The header the gatekeeper process sends, honoured only on an open server.
+ACTOR_HEADER = "X-Rolegate-Actor"
+OPEN_GATEKEEPER = Principal(name="gatekeeper", scope="gatekeeper")
+OPEN_OPERATOR = Principal(name="anonymous", scope="operator")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who is calling: the actor's name and the token's scope."""
-
-    name: str
-    scope: str
-
-
-def parse_tokens(spec: str) -> list[tuple[bytes, Principal]]:
-    """Parse ROLEGATE_TOKENS; raise ValueError naming a bad entry (never its token)."""
-    entries: list[tuple[bytes, Principal]] = []
-    for index, raw in enumerate(part.strip() for part in spec.split(",")):
-        if not raw:
-            continue
-        named = _NAMED.match(raw)
-        name, rest = (named.group(1), named.group(2)) if named else ("", raw)
-        token, sep, scope = rest.rpartition(":")
-        if not sep or not token or scope not in SCOPES:
-            raise ValueError(
-                f"ROLEGATE_TOKENS entry {index + 1} must be token:scope with scope one of "
-                f"{', '.join(SCOPES)}"
-            )
-        if not name:
-            name = f"{scope}-{hashlib.sha256(token.encode()).hexdigest()[:8]}"
-        entries.append((token.encode(), Principal(name=name, scope=scope)))
-    return entries
-
-
-class TokenTable:
-    """Looks a presented token up in constant time per entry."""
-
-    def __init__(self, spec: str | None) -> None:
-        self.open = spec is None
-        self.entries = parse_tokens(spec) if spec else []
-
-    def lookup(self, presented: str) -> Principal | None:
-        """The principal owning `presented`, comparing every entry in constant time."""
-        found: Principal | None = None
-        candidate = presented.encode()
-        for token, principal in self.entries:
-            # No early exit: timing must not tell how many entries were tried.
-            if hmac.compare_digest(token, candidate):
-                found = principal
-        return found
 
 
 def authenticate() -> Principal:
     """The caller of this request, or Unauthorized."""
     table: TokenTable = current_app.extensions["rolegate"].tokens
     if table.open:
-        return Principal(name="anonymous", scope="operator")
+        declared = request.headers.get(ACTOR_HEADER, "")
+        return OPEN_GATEKEEPER if declared == "gatekeeper" else OPEN_OPERATOR
+    presented = bearer_token()
+    if presented is None:
+        raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
+    found = table.lookup(presented)
+    if found is None:
+        raise Unauthorized("unknown token")
+    return found
+
+
+def bearer_token() -> str | None:
+    """The token in this request's Authorization header, or None."""
     header = request.headers.get("Authorization", "")
     scheme, _, presented = header.partition(" ")
     if scheme.lower() != "bearer" or not presented.strip():
-        raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
-    principal = table.lookup(presented.strip())
-    if principal is None:
-        raise Unauthorized("unknown token")
-    return principal
+        return None
+    return presented.strip()
 
 
 def require(*scopes: str) -> Callable[[F], F]:
-    """Allow the view to tokens of `scopes` (operator is always allowed)."""
+    """Allow the view to tokens of `scopes` (operator is always allowed).
+
+    A view with a `role` URL argument is also refused to a token limited to
+    other roles.
+    """
     allowed = frozenset(scopes) | {"operator"}
 
     def decorate(view: F) -> F:
         @functools.wraps(view)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
-            principal = authenticate()
-            if principal.scope not in allowed:
+            found = authenticate()
+            if found.scope not in allowed:
                 raise Forbidden(
-                    f"a {principal.scope} token may not call this; it needs one of "
+                    f"a {found.scope} token may not call this; it needs one of "
                     f"{', '.join(sorted(allowed))}",
-                    scope=principal.scope,
+                    scope=found.scope,
                 )
-            g.principal = principal
+            g.principal = found
+            role = kwargs.get("role")
+            if isinstance(role, str):
+                require_role(role)
             return view(*args, **kwargs)
 
         return wrapped  # type: ignore[return-value]
@@ -109,7 +89,27 @@ def require(*scopes: str) -> Callable[[F], F]:
     return decorate
 
 
+def principal() -> Principal:
+    """The authenticated caller of this request (authenticated now if no view did yet)."""
+    found: Principal | None = g.get("principal")
+    if found is None:
+        found = g.principal = authenticate()
+    return found
+
+
+def may_act_on(role: str) -> bool:
+    """Whether this request's token may resolve, read and report for `role`."""
+    return principal().may(role)
+
+
+def require_role(role: str) -> None:
+    """Forbidden unless this request's token may act on `role`."""
+    found = principal()
+    if not found.may(role):
+        raise Forbidden(f"token {found.name!r} may not act on role {role!r}; it is limited to "
+                        f"{', '.join(sorted(found.roles or ()))}", role=role)
+
+
 def actor() -> str:
     """The name of the authenticated caller of this request."""
-    principal: Principal = g.principal
-    return principal.name
+    return principal().name

@@ -37,6 +37,20 @@ class Forbidden(RolegateError):
     code = "forbidden"
 
 
+class HostNotAllowed(RolegateError):
+    """The Host header names neither this router's address nor an allowed name."""
+
+    status = 400
+    code = "host_not_allowed"
+
+
+class QuotaExceeded(RolegateError):
+    """The token went over its ingest quota for this second; the answer carries Retry-After."""
+
+    status = 429
+    code = "quota_exceeded"
+
+
 def error_response(status: int, code: str, message: str, details: Any = None) -> Response:
     """Render the one error shape every client can rely on."""
     response = jsonify({"error": {"code": code, "message": message, "details": details or {}}})
@@ -63,7 +77,11 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(RolegateError)
     def _rolegate_error(exc: RolegateError) -> Response:
-        return error_response(exc.status, exc.code, exc.message, exc.details)
+        response = error_response(exc.status, exc.code, exc.message, exc.details)
+        retry_after = exc.details.get("retry_after_s")
+        if isinstance(retry_after, int):
+            response.headers["Retry-After"] = str(retry_after)
+        return response
 
     @app.errorhandler(ValidationError)
     def _validation_error(exc: ValidationError) -> Response:

@@ -72,7 +72,7 @@ def emit(kind: str, **fields: Any) -> None:
 
 def request_id_from(header: str | None) -> str:
     """The caller's request id if it is safe to echo, else a fresh one."""
-    if header is not None and _SAFE_REQUEST_ID.match(header):
+    if header is not None and _SAFE_REQUEST_ID.fullmatch(header):
         return header
     return os.urandom(16).hex()
 

@@ -30,6 +30,9 @@ ENVIRONMENT = {
     "ROLEGATE_WEBHOOKS": "webhooks",
     "ROLEGATE_DATA_DIR": "data_dir",
     "ROLEGATE_LOG_RESOLVES": "log_resolves",
+    "ROLEGATE_TOKENS_FILE": "tokens_file",
+    "ROLEGATE_ALLOWED_HOSTS": "allowed_hosts",
+    "ROLEGATE_INGEST_QUOTA": "ingest_quota",
 }
 
 
@@ -52,6 +55,12 @@ class Settings(BaseModel):
     #: "token:scope,token:scope" (a token may be named: "alice=token:operator").
     #: None runs the server open, which it announces loudly.
     tokens: str | None = None
+    #: A file of `name=sha256:<hex>:scope[:roles]` lines, re-read when it changes.
+    tokens_file: str | None = None
+    #: Host names served besides the bound address and loopback (comma-separated; `*`: any).
+    allowed_hosts: str = ""
+    #: Per token per second: "traces=N,bytes=M" (0 turns a limit off).
+    ingest_quota: str = ""
     #: How often each worker polls the change counter; a change shows within it.
     refresh_interval_s: float = Field(0.2, gt=0.0, le=1.0)
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)

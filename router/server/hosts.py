@@ -1,0 +1,70 @@
+"""Refuse requests whose Host is neither the address the router listens on nor an allowed name.
+
+A DNS-rebinding attack makes a browser send the attacker's page's requests to a
+router on the victim's loopback, with `Host: attacker.example` (and a matching
+Origin, so CORS does not stop it). On an open server (no tokens: the
+Quickstart's default) that is every operator action. A server answering only
+its own address and the names an operator lists in `ROLEGATE_ALLOWED_HOSTS`
+(comma-separated; `.example.com` allows every subdomain; `*` turns the check
+off) never acts on such a request.
+
+Always allowed: the loopback names (`localhost`, `127.0.0.1`, `::1`) and the
+address the request came in on (the WSGI server's SERVER_NAME: gunicorn's bound
+address) unless that is a wildcard such as 0.0.0.0. `/healthz` is exempt: it
+says only up or down without a token, and load balancers probe it by IP.
+"""
+
+from __future__ import annotations
+
+from flask import Flask, request
+
+from router.server.errors import HostNotAllowed
+
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+EXEMPT_PATHS = frozenset({"/healthz"})
+
+
+def parse_allowed(spec: str) -> tuple[str, ...]:
+    """ROLEGATE_ALLOWED_HOSTS -> lowercase names (`*` kept as is)."""
+    return tuple(name.strip().lower().rstrip(".") for name in spec.split(",") if name.strip())
+
+
+def hostname(host_header: str) -> str:
+    """The name part of a Host header, lowercase, without port or IPv6 brackets."""
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+def allowed(name: str, server_name: str, extra: tuple[str, ...]) -> bool:
+    """Whether a request for host `name` that arrived at `server_name` may be served."""
+    name = name.rstrip(".")
+    if "*" in extra or name in LOOPBACK:
+        return True
+    if server_name.lower() not in WILDCARDS and name == server_name.lower():
+        return True
+    for ref in extra:
+        if ref.startswith(".") and (name == ref[1:] or name.endswith(ref)):
+            return True
+        if name == ref:
+            return True
+    return False
+
+
+def init_app(app: Flask, allowed_hosts: tuple[str, ...]) -> None:
+    """Check every request's Host before anything else runs."""
+
+    @app.before_request
+    def _check_host() -> None:
+        header = request.headers.get("Host")
+        # No Host at all is an HTTP/1.0 client, never a browser (they always send one).
+        if header is None or request.path in EXEMPT_PATHS:
+            return
+        name = hostname(header)
+        if not allowed(name, request.environ.get("SERVER_NAME", ""), allowed_hosts):
+            raise HostNotAllowed(
+                f"Host {header[:200]!r} is not served here; the router answers its own "
+                "address and loopback names, plus the names in ROLEGATE_ALLOWED_HOSTS",
+                host=header[:200])
