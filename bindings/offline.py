@@ -17,6 +17,7 @@ from bindings.connection import Connection
 from bindings.errors import NotFound
 from bindings.store import _redis_errors, load_stored
 from rolegate.config_ids import ConfigId
+from rolegate.trace import JsonInt
 
 OFFLINE_KEY_TEMPLATE = "rolegate:{{{role}}}:offline:{config}"
 #: The configs of a role that have a stored verdict.
@@ -29,12 +30,13 @@ class OfflineVerdict(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     config: ConfigId
-    passed: bool
+    # strict: 0 is not a verdict.
+    passed: bool = Field(strict=True)
     reasons: list[str] = Field(default_factory=list, max_length=1000)
     suite: str = Field("", max_length=2000)
     config_hash: str = Field("", max_length=200)
-    planned_runs: int = Field(0, ge=0)
-    completed_runs: int = Field(0, ge=0)
+    planned_runs: JsonInt = Field(0, ge=0)
+    completed_runs: JsonInt = Field(0, ge=0)
     stopped: str | None = Field(None, max_length=2000)
     #: Scenario id -> {"verdict", "pass_rate", ...}: enough to read the verdict later.
     scenarios: dict[str, dict[str, Any]] = Field(default_factory=dict)

@@ -37,7 +37,7 @@ def _identity(value: str) -> str:
 
 
 #: A requirement's identity: what its criterion key is made of.
-Identity = Annotated[str, AfterValidator(_identity)]
+Identity = Annotated[str, Field(pattern=IDENTITY_PATTERN.pattern), AfterValidator(_identity)]
 
 
 class Instruction(Frozen):

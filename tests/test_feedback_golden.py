@@ -88,7 +88,9 @@ def test_bad_feedback_is_a_clear_4xx(refunds: FlaskClient) -> None:
     assert feedback(refunds, "liked", tier="great").status_code == 422
     r = feedback(refunds, "liked", tier="positive", correction={"decision": "deny"})
     assert r.status_code == 422 and "correction" in r.json["error"]["message"]
-    assert feedback(refunds, "liked", tier="positive", role="bad role!").status_code == 400
+    bad_role = feedback(refunds, "liked", tier="positive", role="bad role!")
+    assert bad_role.status_code == 422
+    assert bad_role.json["error"]["details"]["errors"][0]["field"] == "role"
     assert refunds.get("/v1/traces/liked/feedback", headers=auth(CALLER)).json["feedback"] == []
 
 

@@ -234,3 +234,17 @@ def test_one_roles_failing_gate_view_does_not_stall_the_others(live: str, api: A
     assert decisions["broken"].details["error"]["code"] == "corrupt_record"
     assert decisions["good"].action is Action.ADVANCE
     assert api.get("/v1/bindings/good")["binding"]["stage"] == "canary"
+
+
+def test_once_exits_non_zero_when_a_role_could_not_be_judged(live: str, app: Flask) -> None:
+    """`gatekeeper --once` exits 1 naming the role whose gate view failed; 0 once all are judged."""
+    _create(live, "good", "cfg-good")
+    _create(live, "broken", "cfg-broken")
+    connection = app.extensions["rolegate"].redis
+    connection.hset("rolegate:config:{cfg-broken}", mapping={"version": 1, "record": "{}"})
+    args = ["gatekeeper", "--once", "--dry-run", "--url", live, "--token", GATEKEEPER]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    assert "could not judge 1 role(s)" in result.stderr and "broken" in result.stderr
+    connection.delete("rolegate:config:{cfg-broken}")
+    assert CliRunner().invoke(main, args).exit_code == 0

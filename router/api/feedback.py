@@ -13,6 +13,7 @@ reprocessed, reviewed; a `negative` carrying a correction is stored as
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gatekeeper import golden
 from gatekeeper.store.feedback import FeedbackStore
+from rolegate.trace import ROLE_PATTERN
 from router.api.bodies import json_body, parse
 from router.api.configs import config_store
 from router.api.params import role_param, seconds_arg
@@ -44,7 +46,7 @@ class FeedbackRequest(BaseModel):
     reviewer: str | None = Field(None, min_length=1, max_length=200)
     correction: Any = None
     note: str = Field("", max_length=4000)
-    role: str | None = None
+    role: str | None = Field(None, pattern=ROLE_PATTERN)
 
 
 def init_app(app: Flask) -> None:
@@ -97,11 +99,16 @@ def get_feedback(run_id: str) -> ResponseReturnValue:
     return jsonify(_summary(role, run_id, feedback_store().get(role, run_id)))
 
 
+#: One `quota` query value: a sample tier and how many cases of it.
+QUOTA_PATTERN = "^(?:" + "|".join(golden.SAMPLE_TIERS) + "):[0-9]{1,9}$"
+
+
 def _quotas() -> dict[str, int]:
     quotas: dict[str, int] = {}
     for raw in request.args.getlist("quota"):
         tier, _, count = raw.partition(":")
-        if tier not in golden.SAMPLE_TIERS or not count.isdigit():
+        # fullmatch, not str.isdigit(): that takes "²", which int() then refuses.
+        if not re.fullmatch(QUOTA_PATTERN, raw):
             raise BadRequest(f"quota: expected tier:N with tier one of "
                              f"{', '.join(golden.SAMPLE_TIERS)}, got {raw!r}", field="quota")
         quotas[tier] = int(count)

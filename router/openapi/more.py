@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from router.api.feedback import QUOTA_PATTERN
+from router.api.traces import MAX_BATCH
 from router.openapi.paths import AUTH, HTML, json_body, json_response, ref
 
 OBJECT: dict[str, Any] = {"type": "object"}
@@ -25,8 +27,10 @@ INGEST = _obj("accepted", "duplicates", "refused", "results", "tripwire",
               accepted={"type": "integer"}, duplicates={"type": "integer"},
               refused={"type": "integer"}, results={"type": "array", "items": RESULT},
               tripwire={"type": "array", "items": OBJECT}, error=ref("ErrorDetail"))
-TRACE_BODY = {"anyOf": [ref("Trace"), {"type": "array", "items": ref("Trace")},
-                        _obj("traces", traces={"type": "array", "items": ref("Trace")})]}
+#: A batch holds 1 to MAX_BATCH traces (an empty one is refused: 400).
+_BATCH = {"type": "array", "items": ref("Trace"), "minItems": 1, "maxItems": MAX_BATCH}
+TRACE_BODY = {"anyOf": [ref("Trace"), _BATCH,
+                        {**_obj("traces", traces=_BATCH), "additionalProperties": False}]}
 #: OTLP JSON (ExportTraceServiceRequest in OTLP's JSON encoding); router.api.otlp_decode reads it.
 OTLP_JSON = {"type": "object", "required": ["resourceSpans"],
              "properties": {"resourceSpans": {"type": "array", "items": OBJECT}}}
@@ -94,8 +98,9 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                                                                       "format": "binary"}}}},
             "207": json_response("Some traces refused; the rest kept.", INGEST),
             "422": json_response("Every trace refused.", INGEST)},
+        # 403: every trace was of a role outside the token's list (the body is as for 422).
         # 409: the tripwire lost its compare-and-set on every retry (traces are stored).
-        "errors": (400, *AUTH, 409, 413, 503),
+        "errors": (400, *AUTH, 409, 413, 429, 503),
     }},
     "/v1/traces/{run_id}/feedback": {
         "post": {
@@ -165,7 +170,7 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "scopes": ("caller", "gatekeeper"),
         "parameters": [
             {"name": "quota", "in": "query", "required": False,
-             "schema": {"type": "array", "items": {"type": "string"}}},
+             "schema": {"type": "array", "items": {"type": "string", "pattern": QUOTA_PATTERN}}},
             {"name": "min_age", "in": "query", "required": False,
              "schema": {"type": "number", "minimum": 0}},
             {"name": "window", "in": "query", "required": False,
