@@ -64,5 +64,6 @@ def _incoming_config_id(value: str, info: ValidationInfo) -> str:
 
 #: A config id field in a pydantic model: the length as a field constraint (the
 #: usual message), then the characters.
-ConfigId = Annotated[str, Field(min_length=1, max_length=MAX_CONFIG_ID),
+ConfigId = Annotated[str, Field(min_length=1, max_length=MAX_CONFIG_ID,
+                                json_schema_extra={"pattern": CONFIG_ID_PATTERN.pattern}),
                      AfterValidator(_incoming_config_id)]

@@ -21,7 +21,7 @@ from bindings.store import GENERATION_KEY, ROLES_KEY, BindingStore
 from router import create_app
 from router.server.cache import BindingCache
 from tests.cluster import OwnCluster, started_cluster
-from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
+from tests.conftest import CALLER, GATEKEEPER, OPERATOR, REVIEWER, TOKENS, auth
 from tests.population import trace
 from tests.servers import OwnRedis, werkzeug_server
 
@@ -165,7 +165,7 @@ def test_router_on_a_cluster_serves_every_store(cluster_client: FlaskClient) -> 
     r = c.put("/v1/configs/cfg-a", headers=auth(OPERATOR), json={"spec": SPEC})
     assert r.status_code == 201, r.json
     assert c.get("/v1/configs", headers=auth(CALLER)).json["configs"] == ["cfg-a"]
-    r = c.post("/v1/traces/q-t-current-3/feedback", headers=auth(CALLER),
+    r = c.post("/v1/traces/q-t-current-3/feedback", headers=auth(REVIEWER),
                json={"tier": "negative"})
     assert r.status_code == 201, r.json
     r = c.post("/v1/roles/p/offline", headers=auth(GATEKEEPER),
@@ -323,7 +323,7 @@ def test_healthz_fails_when_one_master_is_down() -> None:
         assert c.get("/healthz").status_code == 200
         own.procs[-1].kill()
         own.procs[-1].wait(10)
-        health = c.get("/healthz")
+        health = c.get("/healthz", headers=auth(CALLER))
         assert health.status_code == 503 and health.json["checks"]["redis"]["ok"] is False
     finally:
         app.extensions["rolegate"].cache.stop()

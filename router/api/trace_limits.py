@@ -13,6 +13,7 @@ from typing import Any
 
 import redis
 
+from bindings.connection import Connection
 from bindings.errors import StoreUnavailable
 from rolegate.trace import Trace
 from router.api.bodies import MAX_DEPTH, depth
@@ -45,7 +46,7 @@ def refuse_deep(traces: list[Trace], raw: bytes) -> None:
                 raise BadRequest(f"request body nests deeper than {MAX_DEPTH} levels")
 
 
-def charge_quota(connection: redis.Redis, quota: Quota, name: str, traces: int,
+def charge_quota(connection: Connection, quota: Quota, name: str, traces: int,
                  size: int) -> None:
     """Count this request against token `name`'s quota; QuotaExceeded (429) when over it."""
     try:

@@ -77,9 +77,10 @@ def _streams(role: str) -> list[tuple[str, str]]:
 
 def _since_id() -> str | None:
     raw = request.args.get("since_id")
-    if raw is None or raw == "":
+    if raw is None:
         return None
-    if not STREAM_ID.match(raw):
+    # fullmatch: '$' alone would take a trailing line break; an empty one is not an id.
+    if not STREAM_ID.fullmatch(raw):
         raise BadRequest(f"since_id: a stream id like 1733030000000-0, got {raw!r}",
                          field="since_id")
     return raw

@@ -20,7 +20,7 @@ import math
 import time
 from dataclasses import dataclass
 
-import redis
+from bindings.connection import Connection
 
 DEFAULT_TRACES_PER_S = 2000
 DEFAULT_BYTES_PER_S = 16 * 1024 * 1024
@@ -80,7 +80,7 @@ def quota_key(name: str, what: str, second: int) -> str:
     return QUOTA_KEY_TEMPLATE.format(name=name, what=what, second=second)
 
 
-def charge(connection: redis.Redis, quota: Quota, name: str, traces: int, size: int,
+def charge(connection: Connection, quota: Quota, name: str, traces: int, size: int,
            now: float | None = None) -> Refusal | None:
     """Count a request of `traces` traces and `size` bytes for token `name`; None if within quota."""
     if quota.traces_per_s <= 0 and quota.bytes_per_s <= 0:
