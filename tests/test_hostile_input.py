@@ -168,3 +168,9 @@ def test_open_mode_records_the_gatekeeper_as_gatekeeper(open_app: Flask) -> None
     assert history[0]["actor"] == "gatekeeper" and history[1]["actor"] == "anonymous"
     metrics = client.get("/metrics").get_data(as_text=True)
     assert 'rolegate_rollbacks_total{actor="gatekeeper",role="summarizer"} 1.0' in metrics
+
+
+def test_an_otlp_body_of_the_wrong_shape_is_400(client: FlaskClient) -> None:
+    """OTLP JSON whose resourceSpans holds lists, not objects, is a 400 naming where (was a 500)."""
+    r = client.post("/v1/traces", headers=OP, json={"resourceSpans": [[None, None]]})
+    assert r.status_code == 400 and "resourceSpans[0]" in r.json["error"]["message"]

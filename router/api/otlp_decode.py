@@ -119,6 +119,7 @@ def from_json(body: Any) -> list[Span]:
     spans = []
     for r, resource_spans in enumerate(_list(body, "resourceSpans", "")):
         here = f"resourceSpans[{r}]"
+        resource_spans = _object(resource_spans, here)  # [[null]] is a 400, not a 500
         resource = _json_attributes(_object(resource_spans.get("resource", {}),
                                             f"{here}.resource"), f"{here}.resource")
         for s, scope_spans in enumerate(_list(resource_spans, "scopeSpans", here)):
