@@ -114,6 +114,11 @@ class GatePolicy(Frozen):
     drift: DriftPolicy = Field(default_factory=DriftPolicy)
     #: When true, a candidate may enter shadow only after an offline suite pass.
     require_offline_pass: bool = False
+    #: Token names whose traces alone count toward promotion (None: every reporter's).
+    #: Any in-scope reporter's forbidden call still trips the wire: rolling back is
+    #: the safe direction, and a reporter can only cause one by reporting for a role
+    #: its token is scoped to.
+    trusted_reporters: tuple[str, ...] | None = Field(None, min_length=1, max_length=100)
 
 
 class CanaryStep(Frozen):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,14 @@ import redis
 from flask import Flask
 from flask.testing import FlaskClient
 
+from gatekeeper.decide import Action
+from gatekeeper.loop import tick
 from gatekeeper.store.traces import TraceStore
+from rolegate.http import ApiClient
 from router import create_app
 from router.server.tokens import file_line
-from tests.conftest import OPERATOR, TOKENS, auth
+from tests.conftest import GATEKEEPER, OPERATOR, TOKENS, auth
+from tests.servers import werkzeug_server
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}
@@ -128,5 +133,97 @@ def test_tokens_from_a_hashed_file_work_and_reload(redis_url: str, tmp_path: Pat
     app.extensions["rolegate"].tokens.reload_if_changed(force=True)
     r = client.put("/v1/bindings/role-a", headers=auth("file-token-2"), json={"current": "c"})
     assert r.status_code == 201 and r.json["updated_by"] == "ops"
+    app.extensions["rolegate"].cache.stop()
+    app.extensions["rolegate"].redis.close()
+
+
+TRUSTED_GATE = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.8, "alpha": 0.05,
+                               "min_stage_seconds": 0.0, "bake_seconds": 0.0},
+                "invariants": {"forbidden_tools": ["web_write"]},
+                "trusted_reporters": ["ci-eval"]}
+FORGER = "forger-secret"
+EVAL = "eval-secret"
+
+
+@pytest.fixture
+def trusted_app(redis_url: str) -> Iterator[Flask]:
+    """Role `r` on a 50% canary whose gate trusts only reporter `ci-eval`; `forger` may report too."""
+    app = _build(redis_url, tokens=f"{TOKENS},forger={FORGER}:caller:r,ci-eval={EVAL}:caller:r")
+    client = app.test_client()
+    r = client.put("/v1/bindings/r", headers=auth(OPERATOR),
+                   json={"current": "cfg_a", "candidate": "cfg_b", "stage": "canary",
+                         "share": 0.5, "steps": [0.5, 1.0], "gate": TRUSTED_GATE})
+    assert r.status_code == 201, r.json
+    yield app
+    app.extensions["rolegate"].cache.stop()
+    app.extensions["rolegate"].redis.close()
+
+
+def _both_arms(prefix: str, n: int, **fields: Any) -> dict[str, Any]:
+    traces = []
+    for i in range(n):
+        traces.append(_trace(f"{prefix}-c{i}", "r", **fields))
+        traces.append(_trace(f"{prefix}-a{i}", "r", arm="current", config="cfg_a"))
+    return {"traces": traces}
+
+
+def test_forged_evidence_from_an_untrusted_reporter_does_not_promote(trusted_app: Flask) -> None:
+    """50 passing candidate runs + 50 current ones from an untrusted token: still no promotion."""
+    client = trusted_app.test_client()
+    r = client.post("/v1/traces", headers=auth(FORGER), json=_both_arms("f", 50))
+    assert r.status_code == 200 and r.json["accepted"] == 100
+    view = client.get("/v1/roles/r/gate", headers=auth(OPERATOR)).json
+    candidate = view["arms"]["candidate"]
+    assert candidate["n"] == 0 and candidate["verdict"] == "insufficient_data"
+    assert candidate["by_reporter"] == {"forger": {"n": 50, "pass_rate": 1.0,
+                                                  "forbidden_rate": 0.0, "counted": False}}
+    with werkzeug_server(trusted_app) as url:
+        api = ApiClient(url, GATEKEEPER, attempts=2)
+        try:
+            [decision] = tick(api, time.time())
+            assert decision.action is Action.HOLD, decision
+            assert api.get("/v1/bindings/r")["binding"]["share"] == 0.5
+            # The trusted reporter's own evidence does count, and promotes.
+            r = client.post("/v1/traces", headers=auth(EVAL), json=_both_arms("e", 50))
+            assert r.status_code == 200
+            view = api.get("/v1/roles/r/gate")
+            assert view["arms"]["candidate"]["n"] == 50
+            assert view["arms"]["candidate"]["by_reporter"]["ci-eval"]["counted"] is True
+            [decision] = tick(api, time.time())
+            assert decision.action is Action.ADVANCE, decision
+            assert api.get("/v1/bindings/r")["binding"]["share"] == 1.0
+        finally:
+            api.close()
+
+
+def test_an_untrusted_reporters_forbidden_call_still_trips_the_wire(trusted_app: Flask) -> None:
+    """Trust gates promotion only: one forbidden call from any in-scope reporter rolls back."""
+    client = trusted_app.test_client()
+    r = client.post("/v1/traces", headers=auth(FORGER),
+                    json=_trace("bad", "r", tools=["web_write"]))
+    assert r.status_code == 200 and r.json["tripwire"][0]["stage"] == "rolled_back"
+    binding = client.get("/v1/bindings/r", headers=auth(OPERATOR)).json["binding"]
+    assert binding["stage"] == "rolled_back"
+
+
+def test_untrusted_shadow_pairs_are_not_counted(redis_url: str) -> None:
+    """In shadow, runs of an untrusted reporter are read past: they pair nothing."""
+    app = _build(redis_url, tokens=f"{TOKENS},forger={FORGER}:caller:r,ci-eval={EVAL}:caller:r")
+    client = app.test_client()
+    client.put("/v1/bindings/r", headers=auth(OPERATOR),
+               json={"current": "cfg_a", "candidate": "cfg_b", "stage": "shadow",
+                     "gate": TRUSTED_GATE})
+    pairs = []
+    for i in range(30):
+        pairs.append(_trace(f"fc{i}", "r", arm="current", config="cfg_a", key=f"k{i}"))
+        pairs.append(_trace(f"fs{i}", "r", arm="shadow", key=f"k{i}"))
+    assert client.post("/v1/traces", headers=auth(FORGER),
+                       json={"traces": pairs}).status_code == 200
+    paired = client.get("/v1/roles/r/gate", headers=auth(OPERATOR)).json["paired"]
+    assert paired["pairs"] == 0
+    mine = [{**t, "run_id": "e" + t["run_id"]} for t in pairs[:20]]
+    assert client.post("/v1/traces", headers=auth(EVAL),
+                       json={"traces": mine}).status_code == 200
+    assert client.get("/v1/roles/r/gate", headers=auth(OPERATOR)).json["paired"]["pairs"] == 10
     app.extensions["rolegate"].cache.stop()
     app.extensions["rolegate"].redis.close()

@@ -32,6 +32,7 @@ shown instead, so two readers never count a run twice.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -112,6 +113,14 @@ return sizes
 """
 
 
+def _counted(fields: Mapping[bytes, bytes], trusted: frozenset[str] | None) -> Run:
+    """The run of a stream entry; keyless (read past, never paired) when its reporter is untrusted."""
+    run = run_of_fields(fields)
+    if trusted is not None and json.loads(fields[b"t"]).get("reporter") not in trusted:
+        return dataclasses.replace(run, key="")
+    return run
+
+
 @dataclass(frozen=True)
 class Arms:
     """One shadow stage to pair: the role, its epoch, both configs and when it began."""
@@ -121,6 +130,9 @@ class Arms:
     current: str
     candidate: str
     since: float | None
+    #: Reporters whose runs are paired (None: every reporter's). Another's runs are
+    #: read past without pairing, so a forged run never counts toward promotion.
+    trusted: frozenset[str] | None = None
 
     def tally_key(self) -> str:
         """The hash holding the stage's tally."""
@@ -214,8 +226,8 @@ class PairedStates:
                     low = f"{max(0, int(arms.since * 1000))}-0"
                 pipe.xrange(arms.stream(arm), min=low, max="+", count=self.max_advance)
             answers = pipe.execute()
-        return tuple([(_text(entry_id), run_of_fields(fields)) for entry_id, fields in entries]
-                     for entries in answers)
+        return tuple([(_text(entry_id), _counted(fields, arms.trusted))
+                      for entry_id, fields in entries] for entries in answers)
 
     def _queues(self, arms: Arms, keys: set[str]) -> dict[str, Queue]:
         """The waiting runs of `keys` (one arm at most waits per key), one round trip."""

@@ -33,6 +33,8 @@ from gatekeeper.invariants import TraceVerdict
 from gatekeeper.store.trace_keys import (
     Location,
     configs_key,
+    reporter_window_key,
+    reporters_key,
     run_key,
     stream_key,
     tally_key,
@@ -42,11 +44,13 @@ from gatekeeper.window import increments
 from rolegate.trace import Trace
 
 # KEYS: stream, window hash, tally hash, configs set, binding hash, then one run-id
-#       key per trace
+#       key per trace, then (when the traces name a reporter) the reporter's
+#       window hash and the stage's reporters set
 # ARGV: maxlen, run ttl, window ttl, location prefix, config, n traces,
 #       the summed increments of the traces expected new, as "field\nvalue\n...",
 #       the binding version the traces were checked against ("" for none),
-#       (trace JSON, verdict JSON, "1" if expected known else "0") * n traces
+#       (trace JSON, verdict JSON, "1" if expected known else "0") * n traces,
+#       then the reporter's name (when the keys name its window)
 # Returns {"V", version or ""} without writing when the binding is at another
 # version; {"R", "0"|"1" per trace} without writing when the expectation was
 # wrong; else {"OK", per trace "N<location>" when stored or "D<location>" when known}.
@@ -88,6 +92,15 @@ if added > 0 then
   end
   redis.call('EXPIRE', KEYS[2], ARGV[3])
   redis.call('SADD', KEYS[4], ARGV[5])
+  local by = KEYS[6 + n]
+  if by then
+    for name, value in string.gmatch(ARGV[7], '([^\\n]+)\\n(%-?%d+)') do
+      redis.call('HINCRBY', by, name, value)
+    end
+    redis.call('EXPIRE', by, ARGV[3])
+    redis.call('SADD', KEYS[7 + n], ARGV[9 + 3 * n])
+    redis.call('EXPIRE', KEYS[7 + n], ARGV[3])
+  end
 end
 return out
 """
@@ -140,9 +153,11 @@ class IngestGroup:
     """
 
     def __init__(self, role: str, config: str, arm: str, epoch: str,
-                 version: int | None) -> None:
+                 version: int | None, reporter: str | None = None) -> None:
         self.role, self.config, self.arm, self.epoch = role, config, arm, epoch
         self.version = version
+        #: Every trace of the group was reported by this token (None: not stamped).
+        self.reporter = reporter
         self.items: list[Checked] = []
         self.indices: list[int] = []
         self.repeats: list[tuple[int, int]] = []  # (index in request, position in items)
@@ -213,6 +228,10 @@ class IngestGroup:
             args += (item.trace.model_dump_json(exclude_none=True),
                      item.verdict.json_text,
                      "1" if expect is not None and expect[index] else "0")
+        if self.reporter is not None:
+            keys += [reporter_window_key(role, config, self.arm, self.epoch, self.reporter),
+                     reporters_key(role, config, self.arm, self.epoch)]
+            args.append(self.reporter)
         return keys, args
 
 

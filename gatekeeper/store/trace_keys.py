@@ -17,6 +17,9 @@ WINDOW_KEY_TEMPLATE = "rolegate:{{{role}}}:window:{config}:{arm}:{epoch}"
 RUN_KEY_TEMPLATE = "rolegate:{{{role}}}:run:{run_id}"
 TALLY_KEY_TEMPLATE = "rolegate:{{{role}}}:tools:{config}"
 CONFIGS_KEY_TEMPLATE = "rolegate:{{{role}}}:configs"
+#: One reporter's share of a stage's window, and the set of reporters that have one.
+REPORTER_WINDOW_KEY_TEMPLATE = "rolegate:{{{role}}}:window:{config}:{arm}:{epoch}:by:{reporter}"
+REPORTERS_KEY_TEMPLATE = "rolegate:{{{role}}}:reporters:{config}:{arm}:{epoch}"
 
 
 def stream_key(role: str, config: str, arm: str) -> str:
@@ -27,6 +30,17 @@ def stream_key(role: str, config: str, arm: str) -> str:
 def window_key(role: str, config: str, arm: str, epoch: str) -> str:
     """The running aggregate of one (role, config, arm) over one stage."""
     return WINDOW_KEY_TEMPLATE.format(role=role, config=config, arm=arm, epoch=epoch)
+
+
+def reporter_window_key(role: str, config: str, arm: str, epoch: str, reporter: str) -> str:
+    """The running aggregate of the traces one reporter sent for (role, config, arm) in a stage."""
+    return REPORTER_WINDOW_KEY_TEMPLATE.format(role=role, config=config, arm=arm, epoch=epoch,
+                                               reporter=reporter)
+
+
+def reporters_key(role: str, config: str, arm: str, epoch: str) -> str:
+    """The names of the reporters with a window for (role, config, arm) in a stage."""
+    return REPORTERS_KEY_TEMPLATE.format(role=role, config=config, arm=arm, epoch=epoch)
 
 
 def run_key(role: str, run_id: str) -> str:

@@ -41,6 +41,8 @@ from gatekeeper.store.trace_ingest import INGEST_SCRIPT, Checked, IngestGroup, M
 from gatekeeper.store.trace_keys import (
     Location,
     configs_key,
+    reporter_window_key,
+    reporters_key,
     run_key,
     stream_id_time,
     stream_key,
@@ -108,14 +110,14 @@ class TraceStore:
         checked against a binding version that is no longer current is written
         nowhere and answered `Moved` (only items with a `version` can be).
         """
-        groups: dict[tuple[str, str, str, str, int | None], IngestGroup] = {}
+        groups: dict[tuple[str, str, str, str, int | None, str | None], IngestGroup] = {}
         for index, item in enumerate(items):
             t = item.trace
             if any("\n" in tool for tool in t.tools):
                 # The script reads increments as "field\nvalue" lines.
                 raise InvalidInput(f"tools of run {t.run_id!r}: a tool name must not contain "
                                    "a line break", run_id=t.run_id)
-            key = (t.role, t.config, t.arm, item.epoch, item.version)
+            key = (t.role, t.config, t.arm, item.epoch, item.version, t.reporter)
             group = groups.get(key)
             if group is None:
                 group = groups[key] = IngestGroup(*key)
@@ -198,6 +200,25 @@ class TraceStore:
                 pipe.hgetall(window_key(role, config, arm, epoch))
             raws = pipe.execute()
         return [WindowStats.from_fields(raw) for raw in raws]
+
+    def windows_by_reporter(self, role: str, pairs: Sequence[tuple[str, str]],
+                            epoch: str) -> list[dict[str, WindowStats]]:
+        """Per (config, arm) over one stage: each reporter's own aggregate, by its name.
+
+        Two round trips: the reporter names of every pair, then their windows.
+        """
+        with _redis_errors():
+            pipe = self.connection.pipeline(transaction=False)
+            for config, arm in pairs:
+                pipe.smembers(reporters_key(role, config, arm, epoch))
+            names = [sorted(_text(n) for n in members) for members in pipe.execute()]
+            pipe = self.connection.pipeline(transaction=False)
+            for (config, arm), reporters in zip(pairs, names):
+                for reporter in reporters:
+                    pipe.hgetall(reporter_window_key(role, config, arm, epoch, reporter))
+            raws = iter(pipe.execute())
+        return [{reporter: WindowStats.from_fields(next(raws)) for reporter in reporters}
+                for reporters in names]
 
     def read(self, role: str, config: str, arm: str, since: float | None = None,
              count: int | None = None, *, after: str | None = None,

@@ -4,15 +4,32 @@ from __future__ import annotations
 
 from typing import Any
 
+from bindings.models import GatePolicy
 from gatekeeper.gate import compare, evaluate
 from gatekeeper.view.context import GateContext
+from gatekeeper.window import WindowStats
 
 
 def arms_section(ctx: GateContext) -> dict[str, Any]:
-    """Per arm: its config and the gate's verdict, reasons and figures over the window."""
+    """Per arm: its config, the gate's verdict, reasons and figures, and evidence by reporter.
+
+    `by_reporter` names each token that reported traces for the arm in this stage
+    with its own n, pass rate and forbidden-call rate, and whether it counts
+    (every reporter does unless the policy names `trusted_reporters`).
+    """
     policy = ctx.record.binding.gate
-    return {arm: {"config": config, **evaluate(window, policy).to_json()}
+    trusted = policy.trusted_reporters
+    return {arm: {"config": config, **evaluate(window, policy).to_json(),
+                  "by_reporter": {
+                      name: {**_evidence(own), "counted": trusted is None or name in trusted}
+                      for name, own in ctx.by_reporter.get(arm, {}).items()}}
             for arm, (config, window) in ctx.arms.items()}
+
+
+def _evidence(window: WindowStats) -> dict[str, Any]:
+    """One reporter's share of an arm's window, in the gate's own figures."""
+    figures = evaluate(window, GatePolicy()).to_json()
+    return {key: figures.get(key) for key in ("n", "pass_rate", "forbidden_rate")}
 
 
 def comparison_section(ctx: GateContext) -> dict[str, Any]:

@@ -7,7 +7,7 @@ building a context costs one Redis round trip whatever the window holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bindings.models import VersionedBinding
 from bindings.store import BindingStore
@@ -24,9 +24,12 @@ class GateContext:
     record: VersionedBinding
     epoch: str
     #: arm -> (config, window) for "current", and "candidate"/"shadow" when there is one.
+    #: With `trusted_reporters` in the policy, the window holds only their traces.
     arms: dict[str, tuple[str, WindowStats]]
     traces: TraceStore
     now: float
+    #: arm -> reporter name -> that reporter's own window (every reporter, trusted or not).
+    by_reporter: dict[str, dict[str, WindowStats]] = field(default_factory=dict)
 
 
 def arm_configs(record: VersionedBinding) -> dict[str, str]:
@@ -49,6 +52,22 @@ def context_of(record: VersionedBinding, traces: TraceStore, now: float) -> Gate
     role = record.role
     epoch = epoch_of(record.binding)
     configs = arm_configs(record)
-    windows = traces.windows(role, [(config, arm) for arm, config in configs.items()], epoch)
+    pairs = [(config, arm) for arm, config in configs.items()]
+    windows = traces.windows(role, pairs, epoch)
+    by_reporter = dict(zip(configs, traces.windows_by_reporter(role, pairs, epoch)))
+    trusted = record.binding.gate.trusted_reporters
+    if trusted is not None:
+        # Only the trusted reporters' traces count toward promotion: an arm's window
+        # is the sum of theirs, whatever other in-scope tokens reported.
+        windows = [trusted_window(by_reporter[arm], trusted) for arm in configs]
     arms = {arm: (config, window) for (arm, config), window in zip(configs.items(), windows)}
-    return GateContext(role, record, epoch, arms, traces, now)
+    return GateContext(role, record, epoch, arms, traces, now, by_reporter)
+
+
+def trusted_window(windows: dict[str, WindowStats], trusted: tuple[str, ...]) -> WindowStats:
+    """The sum of the `trusted` reporters' windows (an empty window when none reported)."""
+    total = WindowStats.from_fields({})
+    for name in trusted:
+        if name in windows:
+            total = total.merge(windows[name])
+    return total

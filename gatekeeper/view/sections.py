@@ -69,7 +69,9 @@ def paired_section(ctx: GateContext) -> dict[str, Any] | None:
     binding = ctx.record.binding
     if binding.stage is not Stage.SHADOW or binding.candidate is None:
         return None
-    arms = Arms(ctx.role, ctx.epoch, binding.current, binding.candidate, binding.stage_since)
+    trusted = binding.gate.trusted_reporters
+    arms = Arms(ctx.role, ctx.epoch, binding.current, binding.candidate, binding.stage_since,
+                None if trusted is None else frozenset(trusted))
     paired = PairedStates(ctx.traces.connection).advance(
         arms, binding.gate.invariants.required_tools)
     thresholds = binding.gate.thresholds
