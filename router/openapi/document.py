@@ -30,7 +30,7 @@ from router.api.configs import CheckRequest, PutConfig
 from router.api.feedback import FeedbackRequest
 from router.api.lease import LeaseRequest, ReleaseRequest
 from router.openapi.more import MORE_PATHS
-from router.openapi.operator import OPERATOR_PATHS, answers_archived
+from router.openapi.operator import ARCHIVED, OPERATOR_PATHS, answers_archived
 from router.openapi.paths import ERROR_STATUSES, PATHS, RESOLUTION
 from router.server.hosts import EXEMPT_PATHS
 
@@ -116,6 +116,8 @@ def model_schemas(models: list[tuple[type[BaseModel], Any]] | None = None) -> di
                                       summary=summary)
     schemas["DiffBetween"] = extended(schemas["CriteriaDiff"], "DiffBetween", summary=summary,
                                       **{"from": {"type": "string"}, "to": {"type": "string"}})
+    schemas["ArchivedBinding"] = extended(schemas["VersionedBinding"], "ArchivedBinding",
+                                          archived=ARCHIVED)
     schemas["ConfigWritten"] = extended(schemas["ConfigRecord"], "ConfigWritten",
                                         diff={"$ref": REF.format(model="DiffSummary")})
     return schemas

@@ -30,10 +30,10 @@ OPERATOR_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "scopes": (),
         "parameters": [IF_MATCH, REASON_QUERY],
         "requestBody": json_body(ref("ArchiveRequest")),
+        # VersionedBinding forbids other keys, so an allOf with it could not add
+        # `archived`: ArchivedBinding is its copy with the note (router.openapi.document).
         "responses": {"200": json_response(
-            "The archived role's last record, and the archive note.",
-            {"allOf": [ref("VersionedBinding")],
-             "properties": {"archived": ARCHIVED}, "required": ["archived"]})},
+            "The archived role's last record, and the archive note.", ref("ArchivedBinding"))},
         "errors": (400, *AUTH, 404, 409, 413, 422, 503),
     }},
     "/v1/bindings/{role}/restore": {"post": {
