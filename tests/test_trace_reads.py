@@ -38,6 +38,12 @@ def post(client: FlaskClient, *traces: dict[str, Any]) -> Any:
     return answer.json
 
 
+def stream_order(ident: str) -> tuple[int, int]:
+    """A stream id as (milliseconds, sequence), the order Redis gives it."""
+    ms, _, seq = ident.partition("-")
+    return int(ms), int(seq)
+
+
 def make_role(client: FlaskClient, role: str = "r", **binding: Any) -> None:
     """Create `role` on config a (plus `binding`)."""
     answer = client.put(f"/v1/bindings/{role}", json={"current": "a", **binding},
@@ -103,9 +109,15 @@ def test_role_traces_merge_arms_in_arrival_order_and_page(client: FlaskClient) -
     newest = client.get("/v1/roles/r/traces?limit=4", headers=auth(CALLER)).json
     assert [e["trace"]["run_id"] for e in newest["traces"]] == ["t2", "t3", "t4", "t5"]
     first = client.get("/v1/roles/r/traces?limit=1000", headers=auth(CALLER)).json
+    assert [e["trace"]["run_id"] for e in first["traces"]] == [f"t{n}" for n in range(6)]
     middle = first["traces"][2]["id"]
     paged = client.get(f"/v1/roles/r/traces?since_id={middle}", headers=auth(CALLER)).json
-    assert next(e["trace"]["run_id"] for e in paged["traces"]) == "t2"
+    # Inclusive: every trace from that stream id on, with any stored in the same
+    # millisecond of another stream (stream ids only order one stream).
+    expected = [e["trace"]["run_id"] for e in first["traces"]
+                if stream_order(e["id"]) >= stream_order(middle)]
+    assert "t2" in expected
+    assert [e["trace"]["run_id"] for e in paged["traces"]] == expected
     only = client.get("/v1/roles/r/traces?arm=candidate", headers=auth(CALLER)).json
     assert [e["trace"]["run_id"] for e in only["traces"]] == ["t1", "t3", "t5"]
     for query in ("since_id=yesterday", "limit=0", "limit=5000", "arm=left"):
