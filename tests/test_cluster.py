@@ -17,10 +17,10 @@ from redis.cluster import RedisCluster
 from bindings.connection import RedisTarget, connect
 from bindings.errors import Conflict, NotFound
 from bindings.models import Binding
-from bindings.store import GENERATION_KEY, ROLES_KEY, BindingStore
+from bindings.store import GENERATION_KEY, ROLES_KEY, ArchiveNote, BindingStore
 from router import create_app
 from router.server.cache import BindingCache
-from tests.cluster import OwnCluster, started_cluster
+from tests.cluster import OwnCluster, close_client, started_cluster
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, REVIEWER, TOKENS, auth
 from tests.population import trace
 from tests.servers import OwnRedis, werkzeug_server
@@ -40,7 +40,7 @@ def cluster_conn(cluster_url: str) -> Iterator[RedisCluster]:
     connection = connect(RedisTarget(cluster_url))
     assert isinstance(connection, RedisCluster)
     yield connection
-    connection.close()
+    close_client(connection)
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def cluster_app(cluster_url: str) -> Iterator[Flask]:
                       "refresh_interval_s": 0.05})
     yield app
     app.extensions["rolegate"].cache.stop()
-    app.extensions["rolegate"].redis.close()
+    close_client(app.extensions["rolegate"].redis)
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def test_a_cluster_node_url_gets_the_cluster_client(cluster_url: str, redis_url:
         assert isinstance(on_cluster, RedisCluster)
         assert isinstance(plain, redis.Redis)
     finally:
-        on_cluster.close()
+        close_client(on_cluster)
         plain.close()
 
 
@@ -273,7 +273,7 @@ def test_min_replicas_without_replicas_answers_503_naming_it(cluster_url: str) -
         assert c.get("/v1/bindings/m", headers=auth(CALLER)).json["version"] == 1
     finally:
         app.extensions["rolegate"].cache.stop()
-        app.extensions["rolegate"].redis.close()
+        close_client(app.extensions["rolegate"].redis)
 
 
 def test_run_id_ttl_comes_from_the_setting(cluster_url: str) -> None:
@@ -290,7 +290,7 @@ def test_run_id_ttl_comes_from_the_setting(cluster_url: str) -> None:
         assert 60 < connection.ttl("rolegate:{ttl}:run:ttl-t-current-1") <= 120
     finally:
         app.extensions["rolegate"].cache.stop()
-        app.extensions["rolegate"].redis.close()
+        close_client(app.extensions["rolegate"].redis)
 
 
 def test_a_full_redis_answers_503_not_500() -> None:
@@ -309,7 +309,7 @@ def test_a_full_redis_answers_503_not_500() -> None:
         admin.close()
     finally:
         app.extensions["rolegate"].cache.stop()
-        app.extensions["rolegate"].redis.close()
+        close_client(app.extensions["rolegate"].redis)
         server.close()
 
 
@@ -327,5 +327,26 @@ def test_healthz_fails_when_one_master_is_down() -> None:
         assert health.status_code == 503 and health.json["checks"]["redis"]["ok"] is False
     finally:
         app.extensions["rolegate"].cache.stop()
-        app.extensions["rolegate"].redis.close()
+        close_client(app.extensions["rolegate"].redis)
         own.close()
+
+
+def test_a_lost_archive_hint_is_repaired_too(cluster_conn: RedisCluster) -> None:
+    """A role archived while its hint failed leaves every router's table after a full reload."""
+    store = BindingStore(cluster_conn)
+    store.write("gone", binding(), expected_version=0, actor="a", action="create", reason="r")
+    cache = BindingCache(BindingStore(cluster_conn), interval=0.05, full_reload_interval=0.3)
+    assert cache.refresh() and "gone" in cache.bindings
+
+    def hint_lost(**_: Any) -> None:
+        raise redis.ConnectionError("the hint's master is gone")
+
+    store._hint = hint_lost  # type: ignore[assignment]
+    note = ArchiveNote(reason="retired", actor="a", time=time.time(), version=2)
+    store.write("gone", binding(), expected_version=1, actor="a", action="archive",
+                reason="retired", archive=note)
+    cache.refresh()
+    assert "gone" in cache.bindings  # the hint never moved
+    time.sleep(0.35)
+    cache.refresh()
+    assert "gone" not in cache.bindings and int(cluster_conn.get(GENERATION_KEY) or 0) == 2

@@ -124,6 +124,11 @@ class BindingCache:
                 log.warning("change hint repaired: role %r is at version %d but the hint "
                             "never moved", role, record.version)
                 self.store.announce(role)
+        for role in held.keys() - loaded.keys():
+            # Only archiving takes a role out of the table.
+            log.warning("change hint repaired: role %r left the table but the hint "
+                        "never moved", role)
+            self.store.announce(role)
 
     def stop(self) -> None:
         """Stop the polling thread and wait for it (tests; workers just exit)."""
