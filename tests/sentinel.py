@@ -42,7 +42,7 @@ class _Node:
                                      stdin=subprocess.DEVNULL)
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
         try:
-            wait_for(lambda: _pings(client), 10, f"server on {self.port}")
+            wait_for(lambda: _pings(client), 20, f"server on {self.port}")
         finally:
             client.close()
 
@@ -91,7 +91,7 @@ class OwnSentinels:
                         "--replicaof", "127.0.0.1", str(self.primary.port))
         primary = redis.Redis(port=self.primary.port)
         try:
-            wait_for(lambda: _online_replicas(primary) == len(self.replicas), 30,
+            wait_for(lambda: _online_replicas(primary) == len(self.replicas), 90,
                      "the replicas to finish their first sync")
         finally:
             primary.close()
@@ -105,7 +105,7 @@ class OwnSentinels:
                 f"sentinel parallel-syncs {MASTER_NAME} 1\n")
             sentinel.run(str(conf), "--sentinel")
         wait_for(lambda: all(self._sentinel_knows(s, replicas=len(self.replicas), sentinels=2)
-                             for s in self.sentinels), 30,
+                             for s in self.sentinels), 90,
                  "every Sentinel to see the replica and the other Sentinels", interval=0.1)
 
     def _sentinel_knows(self, sentinel: _Node, *, replicas: int, sentinels: int) -> bool:
