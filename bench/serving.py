@@ -1,0 +1,345 @@
+"""The serving path in one run: resolve and ingest against bare apps, under stress.
+
+    python -m bench.serving [--seconds 4] [--rounds 3] [--watches 200] [--python-load]
+
+One private embedded valkey-server (seeded with bindings.example.json), the
+router under deploy/gunicorn.conf.py (logs and metrics on as shipped) and two
+separate baselines under the same config (bench/bare_apps.py). Prints:
+
+1. resolve against the bare Flask app (alternating rounds; target >= 0.90);
+2. resolve with `--watches` long-polls (GET /v1/bindings/watch) held open,
+   against resolve with none (alternating; target >= 0.90);
+3. resolve while Redis is hung (SIGSTOP) under single-trace load, against
+   resolve under the same trace load with Redis answering (target >= 0.90),
+   and how the traces were answered meanwhile;
+4. single-trace ingest against the bare ingest app, which parses the same JSON
+   body and makes one Redis round trip (alternating; target >= 0.80);
+5. the longest Redis script run while one 10,000-trace batch is stored (read
+   from the server's SLOWLOG; target about 20 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Self
+
+import redis
+
+from bench.load import Sample, drive, gunicorn_app, have_wrk
+from bench.resolve import (
+    HEADERS,
+    PATHS,
+    TOKEN,
+    alternate,
+    print_table,
+    private_redis,
+    ratio_line,
+    router_env,
+)
+
+OPERATOR = "bench-operator-token"
+INGEST_ROLE = "ingestbench"
+OUTPUT = ("Summary of the quarter.\n\n| region | revenue | growth |\n|---|---:|---:|\n"
+          "| north | 1200 | 4% |\n| south | 900 | -1% |\n")
+TRACE_HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+
+def trace(run_id: str, i: int = 0) -> dict[str, Any]:
+    """One realistic current-arm trace of the ingest bench's role."""
+    return {"run_id": run_id, "role": INGEST_ROLE, "config": "cfg_a", "arm": "current",
+            "key": f"job-{run_id}", "tools": ["read_file", "search", "summarize"][: 2 + i % 2],
+            "tool_errors": 0, "answered": True, "cost_usd": 0.0123, "tokens": 1840,
+            "latency_s": 4.2, "artifacts": ["output/result.md"], "output_text": OUTPUT,
+            "stamps": {"agent_version": "2026.07.06", "instruction_hash": "sha256:9f2c",
+                       "model_id": "model-x", "tool_schema_hash": "sha256:11ab"}}
+
+
+SINGLE = json.dumps(trace("RUNID"))
+
+
+def _request(port: int, method: str, path: str, body: Any = None,
+             token: str = OPERATOR, timeout: float = 60) -> tuple[int, Any]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        payload = json.dumps(body) if body is not None else None
+        conn.request(method, path, body=payload,
+                     headers={"Authorization": f"Bearer {token}",
+                              "Content-Type": "application/json"})
+        response = conn.getresponse()
+        raw = response.read()
+        return response.status, json.loads(raw) if raw else None
+    finally:
+        conn.close()
+
+
+# -- 2. watches ---------------------------------------------------------------------
+
+
+class Watchers:
+    """`count` clients each holding a GET /v1/bindings/watch open, re-asking when answered."""
+
+    def __init__(self, port: int, count: int) -> None:
+        self.port = port
+        self.count = count
+        self.stop = threading.Event()
+        self.answered = 0
+        self.failed = 0
+        self.threads = [threading.Thread(target=self._run, daemon=True) for _ in range(count)]
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                status, body = _request(self.port, "GET", "/v1/bindings", token=TOKEN)
+                generation = body["generation"] if status == 200 else 0
+                while not self.stop.is_set():
+                    status, _ = _request(self.port, "GET", f"/v1/bindings/watch?generation="
+                                         f"{generation}&timeout=20", token=TOKEN, timeout=40)
+                    self.answered += 1
+            except (OSError, ValueError, KeyError, TypeError):
+                self.failed += 1
+                self.stop.wait(0.5)
+
+    def __enter__(self) -> Self:
+        for t in self.threads:
+            t.start()
+        time.sleep(2.0)  # let them connect and settle
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+
+
+def open_connections(port: int) -> int:
+    """Established loopback connections to `port` (the watches actually held open)."""
+    target = f"{port:04X}"
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as lines:
+                for row in list(lines)[1:]:
+                    fields = row.split()
+                    if fields[1].endswith(":" + target) and fields[3] == "01":
+                        count += 1
+        except OSError:
+            continue
+    return count
+
+
+# -- 3. Redis hung under trace load -------------------------------------------------
+
+
+class TraceLoad:
+    """`clients` threads each POSTing single traces back to back; counts answers by status."""
+
+    def __init__(self, port: int, clients: int) -> None:
+        self.port = port
+        self.stop = threading.Event()
+        self.statuses: dict[int, int] = {}
+        self.slowest = 0.0
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._run, args=(n,), daemon=True)
+                        for n in range(clients)]
+
+    def _run(self, n: int) -> None:
+        i = 0
+        while not self.stop.is_set():
+            i += 1
+            started = time.perf_counter()
+            try:
+                status, _ = _request(self.port, "POST", "/v1/traces",
+                                     trace(f"load-{n}-{i}-{started}"), token=TOKEN, timeout=30)
+            except OSError:
+                status = 0
+            spent = time.perf_counter() - started
+            with self.lock:
+                self.statuses[status] = self.statuses.get(status, 0) + 1
+                self.slowest = max(self.slowest, spent)
+
+    def snapshot(self) -> tuple[dict[int, int], float]:
+        """Answers by status so far and the slowest, then start counting afresh."""
+        with self.lock:
+            out = (dict(self.statuses), self.slowest)
+            self.statuses.clear()
+            self.slowest = 0.0
+        return out
+
+    def __enter__(self) -> Self:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(35)
+
+
+@contextmanager
+def hung(pid: int) -> Iterator[None]:
+    """Redis stopped with SIGSTOP for the duration (SIGCONT after, whatever happens)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+# -- 5. the longest script of a 10,000-trace batch ----------------------------------
+
+
+def longest_script_ms(port: int, redis_url: str, size: int) -> tuple[float, int, int]:
+    """POST one `size`-trace batch; (longest EVAL/EVALSHA in ms, scripts run, HTTP status)."""
+    connection = redis.Redis.from_url(redis_url)
+    connection.config_set("slowlog-log-slower-than", 0)
+    connection.config_set("slowlog-max-len", 100_000)
+    connection.slowlog_reset()
+    stamp = time.time()
+    status, _ = _request(port, "POST", "/v1/traces",
+                         {"traces": [trace(f"batch-{stamp}-{i}", i) for i in range(size)]},
+                         token=TOKEN, timeout=120)
+    entries = connection.slowlog_get(100_000)
+    connection.config_set("slowlog-log-slower-than", 10_000)
+    connection.close()
+    scripts = [e for e in entries
+               if (e["command"] if isinstance(e["command"], bytes) else
+                   str(e["command"]).encode()).split(b" ", 1)[0].upper()
+               in (b"EVAL", b"EVALSHA", b"FCALL")]
+    longest = max((e["duration"] for e in scripts), default=0) / 1e3
+    return longest, len(scripts), status
+
+
+# -- the run ------------------------------------------------------------------------
+
+
+def setup_ingest_role(port: int) -> None:
+    """The ingest bench's role: current cfg_a, candidate cfg_b, no invariants to trip."""
+    status, body = _request(port, "PUT", f"/v1/bindings/{INGEST_ROLE}",
+                            {"current": "cfg_a", "candidate": "cfg_b"})
+    if status not in (200, 201):
+        raise SystemExit(f"creating {INGEST_ROLE} answered {status}: {body}")
+    time.sleep(0.6)  # every worker's copy has it
+
+
+def redis_pid(redis_url: str) -> int:
+    """The Redis server's process id (INFO server)."""
+    connection = redis.Redis.from_url(redis_url)
+    try:
+        return int(connection.info("server")["process_id"])
+    finally:
+        connection.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every part and print its figures."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--watches", type=int, default=200)
+    parser.add_argument("--trace-clients", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=10_000)
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--python-load", action="store_true")
+    args = parser.parse_args(argv)
+    use_wrk = have_wrk() and not args.python_load
+    print(f"serving bench: cpus={os.cpu_count()} workers={args.workers} "
+          f"(deploy/gunicorn.conf.py), load={'wrk' if use_wrk else 'python'} "
+          f"{args.connections} keep-alive connections, {args.rounds} rounds x "
+          f"{args.seconds:g}s, alternating", flush=True)
+    with private_redis() as (url, data_dir):
+        env = router_env(url, data_dir)
+        env["ROLEGATE_TOKENS"] += f",op={OPERATOR}:operator"
+        bare_env = {**env, "PROMETHEUS_MULTIPROC_DIR": os.path.join(data_dir, "prom-bare")}
+        log = os.path.join(data_dir, "router.log")
+        with gunicorn_app("router:create_app()", env, args.workers, log) as (port, master), \
+                gunicorn_app("bench.bare_apps:resolve_app()", bare_env,
+                             args.workers) as (bport, bmaster), \
+                gunicorn_app("bench.bare_apps:ingest_app()", bare_env,
+                             args.workers) as (iport, imaster):
+            setup_ingest_role(port)
+            resolve = (port, master, PATHS, HEADERS)
+
+            print("\n1. resolve against a separate bare Flask app", flush=True)
+            rows = print_table(alternate({"bare Flask app (constant JSON)":
+                                          (bport, bmaster, PATHS, HEADERS),
+                                          "GET /v1/resolve": resolve},
+                                         args.rounds, args.seconds, args.connections, use_wrk))
+            ratio_line("resolve/bare", rows["GET /v1/resolve"],
+                       rows["bare Flask app (constant JSON)"], 0.90)
+
+            print(f"\n2. resolve with {args.watches} watches open", flush=True)
+            calm: list[Sample] = []
+            loaded: list[Sample] = []
+            held = 0
+            for _ in range(args.rounds):
+                calm.append(drive(port, PATHS, HEADERS, args.seconds, args.connections,
+                                  master=master, use_wrk=use_wrk))
+                with Watchers(port, args.watches) as watchers:
+                    held = max(held, open_connections(port) - args.connections)
+                    loaded.append(drive(port, PATHS, HEADERS, args.seconds, args.connections,
+                                        master=master, use_wrk=use_wrk))
+                time.sleep(0.5)
+            rows = print_table({"resolve, no watches": calm,
+                                f"resolve, {args.watches} watches": loaded})
+            print(f"  connections held open to the router meanwhile: about {held}; "
+                  f"watch answers {watchers.answered}, failures {watchers.failed}")
+            ratio_line("with watches / without", rows[f"resolve, {args.watches} watches"],
+                       rows["resolve, no watches"], 0.90)
+
+            print(f"\n3. resolve with Redis hung (SIGSTOP) under {args.trace_clients} "
+                  "single-trace clients", flush=True)
+            pid = redis_pid(url)
+            answering: list[Sample] = []
+            stopped: list[Sample] = []
+            with TraceLoad(port, args.trace_clients) as load:
+                time.sleep(1.0)
+                load.snapshot()
+                for _ in range(args.rounds):
+                    answering.append(drive(port, PATHS, HEADERS, args.seconds,
+                                           args.connections, master=master, use_wrk=use_wrk))
+                    before, before_slowest = load.snapshot()
+                    with hung(pid):
+                        time.sleep(1.0)  # let the router find out
+                        stopped.append(drive(port, PATHS, HEADERS, args.seconds,
+                                             args.connections, master=master,
+                                             use_wrk=use_wrk))
+                        during, slowest = load.snapshot()
+                    time.sleep(2.0)  # recover
+            rows = print_table({"resolve, trace load, Redis answering": answering,
+                                "resolve, trace load, Redis hung": stopped})
+            print(f"  traces while Redis answered (last round): {before}, slowest "
+                  f"{before_slowest:.2f} s; while hung: {during}, slowest {slowest:.2f} s")
+            ratio_line("hung / answering", rows["resolve, trace load, Redis hung"],
+                       rows["resolve, trace load, Redis answering"], 0.90)
+
+            print("\n4. single-trace ingest against a bare app (parse the JSON body, one "
+                  "Redis round trip)", flush=True)
+            ingest: dict[str, list[Sample]] = {"bare ingest app": [], "POST /v1/traces": []}
+            for _ in range(args.rounds):
+                for name, (p, m) in (("bare ingest app", (iport, imaster)),
+                                     ("POST /v1/traces", (port, master))):
+                    ingest[name].append(drive(p, ["/v1/traces"], TRACE_HEADERS, args.seconds,
+                                              args.connections, method="POST", body=SINGLE,
+                                              master=m, use_wrk=use_wrk))
+            rows = print_table(ingest)
+            ratio_line("single-trace ingest/bare", rows["POST /v1/traces"],
+                       rows["bare ingest app"], 0.80)
+
+            print(f"\n5. one {args.batch:,}-trace batch: the longest Redis script", flush=True)
+            longest, scripts, status = longest_script_ms(port, url, args.batch)
+            print(f"  POST answered {status}; {scripts} script calls; longest "
+                  f"{longest:.1f} ms (target about 20 ms)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
