@@ -3,10 +3,10 @@
     .venv/bin/python bench/ingest.py [--seconds 5] [--clients 4] [--batch 500] [--window 100000]
 
 Starts its own redis-server and gunicorn (deploy/gunicorn.conf.py, 2 gthread
-workers) on free loopback ports; touches no other Redis. The app is the real
-router plus one bare endpoint, `POST /bench/bare`, that returns a constant JSON
-body without reading the request: the floor every request pays (gunicorn,
-Flask, the app's before/after-request hooks). Then, with `--clients` client
+workers) on free loopback ports; touches no other Redis. The baseline is a
+separate minimal Flask app under the same gunicorn config,
+`bench.bare_apps:ingest_app()`: it parses the same JSON body and makes one
+Redis round trip, with no rolegate code. Then, with `--clients` client
 processes on keep-alive connections, each for `--seconds`:
 
 1. bare and single-trace POSTs, alternated twice (the machine is shared: the
@@ -62,22 +62,6 @@ OUTPUT = ("Summary of the quarter.\n\n| region | revenue | growth |\n|---|---:|-
           "| north | 1200 | 4% |\n| south | 900 | -1% |\n")
 
 
-def bench_app() -> Any:
-    """The router app plus the bare constant-JSON endpoint (gunicorn's app factory)."""
-    from flask import jsonify
-
-    from router import create_app
-
-    app = create_app()
-    constant = {"accepted": 1, "duplicates": 0, "refused": 0, "results": [], "tripwire": []}
-
-    @app.post("/bench/bare")
-    def bare() -> Any:
-        return jsonify(constant)
-
-    return app
-
-
 def trace_template(arm: str, tools_n: int) -> dict[str, Any]:
     """One realistic trace body with RUNID where the run id goes."""
     tools = ["read_file", "search", "read_file", "summarize", "write_file"][:tools_n]
@@ -101,8 +85,9 @@ def batch_template(size: int) -> str:
 
 
 @contextmanager
-def gunicorn_router(redis_url: str) -> Iterator[tuple[str, int]]:
-    """The bench app under deploy/gunicorn.conf.py on a free port; yields its URL and pid."""
+def gunicorn_router(redis_url: str,
+                    app_spec: str = "router:create_app()") -> Iterator[tuple[str, int]]:
+    """`app_spec` under deploy/gunicorn.conf.py on a free port; yields its URL and pid."""
     port = free_port()
     env = dict(os.environ, REDIS_URL=redis_url, ROLEGATE_BIND=f"127.0.0.1:{port}",
                ROLEGATE_WORKERS="2", ROLEGATE_LOG_LEVEL="warning",
@@ -110,7 +95,7 @@ def gunicorn_router(redis_url: str) -> Iterator[tuple[str, int]]:
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     process = subprocess.Popen(
         [gunicorn, "-c", str(ROOT / "deploy" / "gunicorn.conf.py"), "--chdir", str(ROOT),
-         "bench.ingest:bench_app()"],
+         app_spec],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -319,7 +304,9 @@ def main() -> None:
 
     single = json.dumps(trace_template("current", 4))
     batch = batch_template(args.batch)
-    with redis_server() as redis_url, gunicorn_router(redis_url) as (url, master):
+    with redis_server() as redis_url, gunicorn_router(redis_url) as (url, master), \
+            gunicorn_router(redis_url, "bench.bare_apps:ingest_app()") as (bare_url, bare_master):
+        bare_port = int(bare_url.rsplit(":", 1)[1])
         port = int(url.rsplit(":", 1)[1])
         op = {"Authorization": f"Bearer {OPERATOR}"}
         requests.put(f"{url}/v1/bindings/{ROLE}", headers=op, timeout=10, json={
@@ -333,8 +320,8 @@ def main() -> None:
                   f"{args.seconds:g} s per phase, {os.cpu_count()} cores (shared)")
             bare_runs, single_runs = [], []
             for _ in range(2):
-                bare_runs.append(phase(pool, port, "/bench/bare", single, args.clients,
-                                       args.seconds, master))
+                bare_runs.append(phase(pool, bare_port, "/v1/traces", single, args.clients,
+                                       args.seconds, bare_master))
                 single_runs.append(phase(pool, port, "/v1/traces", single, args.clients,
                                          args.seconds, master))
             batches, batch_cpu = phase(pool, port, "/v1/traces", batch, args.clients,
@@ -343,7 +330,7 @@ def main() -> None:
             one = statistics.mean(r for r, _ in single_runs)
             bare_cpu = statistics.mean(c for _, c in bare_runs)
             one_cpu = statistics.mean(c for _, c in single_runs)
-            print(f"  bare constant-JSON POST   {bare:9.0f} req/s   "
+            print(f"  bare ingest app POST      {bare:9.0f} req/s   "
                   f"(rounds: {', '.join(f'{r:.0f}' for r, _ in bare_runs)}); "
                   f"worker CPU {bare_cpu:.0f} µs/req")
             print(f"  single-trace POST         {one:9.0f} req/s   "

@@ -73,6 +73,15 @@ def server_url(url: str) -> str:
     return f"{scheme}{sep}{host}"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _resolve_lines_written() -> Iterator[None]:
+    """Write queued resolve log lines before the session ends, not after pytest's summary."""
+    yield
+    from router.server.logs import flush
+
+    flush()
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[str]:
     """The URL (no database) of the Redis this session uses: its own, unless one is named."""

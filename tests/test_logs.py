@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from flask.testing import FlaskClient
 
-from router.server.logs import LOGGER_NAME
+from router.server.logs import LOGGER_NAME, flush
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
 
 
@@ -27,6 +27,7 @@ def lines() -> Iterator[io.StringIO]:
 
 
 def _records(stream: io.StringIO) -> list[dict[str, object]]:
+    flush()  # resolve lines are written in batches by a background thread
     return [json.loads(line) for line in stream.getvalue().splitlines() if line.strip()]
 
 

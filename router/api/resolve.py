@@ -1,6 +1,9 @@
 """GET /v1/resolve/<role>: which config serves role R for job K.
 
 The hot path: served from the worker's in-process binding copy, no Redis read.
+The plain successful resolve is answered by `router.api.resolve_fast` in front
+of Flask, with the same answer; this view answers everything else (drawn-key
+decoding, refusals) and is the reference the fast path is tested against.
 """
 
 from __future__ import annotations
@@ -9,13 +12,14 @@ import json
 import os
 from typing import Any
 
-from flask import Blueprint, current_app, g, request
+from flask import Blueprint, Flask, current_app, g, request
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import NotFound, StoreUnavailable
 from bindings.models import ATTRIBUTE_NAME_PATTERN, VersionedBinding, validate_role_name
 from rolegate.routing import new_key, resolve
 from rolegate.trace import MAX_ATTRIBUTES
+from router.api import resolve_fast
 from router.api.configs import config_store
 from router.server.auth import require
 from router.server.errors import BadRequest
@@ -105,3 +109,8 @@ def _uncached(role: str) -> VersionedBinding:
         # An unusable name, or no Redis to ask: the copy's answer stands.
         raise NotFound(f"no binding for role {role!r}", role=role) from None
     return record
+
+
+def init_app(app: Flask) -> None:
+    """Put the resolve fast path in front of the app (router.api.resolve_fast)."""
+    resolve_fast.init_app(app)

@@ -18,6 +18,8 @@ from typing import Any
 
 from flask import Blueprint, Flask, Response, current_app, g, has_app_context, request
 
+from router.server.log_batch import LineBatcher
+
 #: The logger every JSON line goes to; it has its own handler so lines stay pure JSON.
 LOGGER_NAME = "rolegate.events"
 REQUEST_ID_HEADER = "X-Request-Id"
@@ -36,6 +38,8 @@ _START = "rolegate.started"
 
 log = logging.getLogger(LOGGER_NAME)
 bp = Blueprint("logs", __name__)
+#: Resolve lines go out in batches from a background thread (see router.server.log_batch).
+resolve_lines = LineBatcher(log)
 
 
 def configure(stream: Any = None) -> logging.Logger:
@@ -70,6 +74,25 @@ def emit(kind: str, **fields: Any) -> None:
         log.info(line(kind, request_id, fields))
 
 
+def log_resolve(request_id: str, resolution: Any, method: str, path: str,
+                duration_ms: float, actor: str | None) -> None:
+    """Queue a resolve's decision and request lines (written within FLUSH_INTERVAL_S)."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    resolve_lines.add(line("decision", request_id, {
+        "decision": "resolve", "role": resolution["role"], "arm": resolution["arm"],
+        "config": resolution["config"], "version": resolution["version"],
+        "key": resolution["key"], "stale": resolution["stale"]})
+        + "\n" + line("request", request_id, {
+            "method": method, "path": path, "status": 200,
+            "duration_ms": round(duration_ms, 3), "actor": actor}))
+
+
+def flush() -> None:
+    """Write the queued resolve lines now (tests, and before a worker exits)."""
+    resolve_lines.flush()
+
+
 def request_id_from(header: str | None) -> str:
     """The caller's request id if it is safe to echo, else a fresh one."""
     if header is not None and _SAFE_REQUEST_ID.fullmatch(header):
@@ -97,13 +120,11 @@ def _after(response: Response) -> Response:
         return response
     principal = ctx.get("principal")
     actor = principal.name if principal is not None else None
-    lines = []
     if resolution is not None:
-        lines.append(line("decision", request_id, {
-            "decision": "resolve", "role": resolution["role"], "arm": resolution["arm"],
-            "config": resolution["config"], "version": resolution["version"],
-            "key": resolution["key"], "stale": resolution["stale"]}))
-    elif 200 <= response.status_code < 300:
+        log_resolve(request_id, resolution, req.method, req.path, duration_ms or 0.0, actor)
+        return response
+    lines = []
+    if 200 <= response.status_code < 300:
         endpoint = req.endpoint or ""
         action = DECISION_ENDPOINTS.get(endpoint)
         if action is not None:

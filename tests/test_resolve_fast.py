@@ -1,0 +1,149 @@
+"""The resolve fast path in front of Flask answers exactly as the Flask view does."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from flask import Flask
+from flask.testing import FlaskClient
+
+from router.api.resolve_fast import ResolveFastPath
+from router.server import logs, metrics
+from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
+
+CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.5}
+#: (path, headers): plain resolves the fast path answers, and requests it hands to Flask.
+CASES: list[tuple[str, dict[str, str]]] = [
+    ("/v1/resolve/summarizer?key=job-7", auth(CALLER)),
+    ("/v1/resolve/summarizer?key=job-8", {**auth(GATEKEEPER), "X-Request-Id": "req-1"}),
+    ("/v1/resolve/summarizer?key=a.b~c:d@e-f_9", auth(OPERATOR)),
+    ("/v1/resolve/summarizer?key=x", {**auth(CALLER), "X-Request-Id": 'bad" id'}),
+    ("/v1/resolve/summarizer?key=job%207", auth(CALLER)),
+    ("/v1/resolve/summarizer?key=k&other=1", auth(CALLER)),
+    ("/v1/resolve/summarizer?key=" + "k" * 501, auth(CALLER)),
+    ("/v1/resolve/summarizer?key=job-7", {}),
+    ("/v1/resolve/summarizer?key=job-7", auth("nobody")),
+    ("/v1/resolve/summarizer?key=job-7", {"Authorization": f"Basic {CALLER}"}),
+    ("/v1/resolve/nosuchrole?key=job-7", auth(CALLER)),
+    ("/v1/resolve/summarizer/extra?key=job-7", auth(CALLER)),
+]
+
+
+class CountingInner:
+    """Wraps the Flask WSGI callable and counts the requests handed to it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.calls = 0
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        self.calls += 1
+        return self.inner(environ, start_response)
+
+
+@pytest.fixture
+def lines() -> Iterator[io.StringIO]:
+    """Capture the events logger's output."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    logger = logging.getLogger(logs.LOGGER_NAME)
+    logger.addHandler(handler)
+    yield stream
+    logger.removeHandler(handler)
+
+
+def _fast(app: Flask) -> ResolveFastPath:
+    fast = app.wsgi_app
+    assert isinstance(fast, ResolveFastPath)
+    return fast
+
+
+def _answer(client: FlaskClient, path: str, headers: dict[str, str]) -> dict[str, Any]:
+    r = client.get(path, headers=headers)
+    body = r.get_json(silent=True)
+    names = sorted(h.lower() for h, _ in r.headers if h.lower() != "x-rolegate-worker")
+    return {"status": r.status_code, "body": body, "headers": names,
+            "content_type": r.headers.get("Content-Type"),
+            "request_id": r.headers.get("X-Request-Id"),
+            "worker": r.headers.get("X-Rolegate-Worker")}
+
+
+def _comparable(answer: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    """The answer with what is drawn per request (key, request id) reduced to its shape."""
+    out = dict(answer)
+    if headers.get("X-Request-Id") != answer["request_id"]:
+        assert len(answer["request_id"]) == 32  # drawn here: 16 random bytes in hex
+        out["request_id"] = "drawn"
+    return out
+
+
+def test_fast_path_answers_like_the_flask_view(app: Flask, client: FlaskClient,
+                                               lines: io.StringIO) -> None:
+    """Body, status, headers, log lines and counters match the Flask view for every case."""
+    assert client.put("/v1/bindings/summarizer", json=CANARY,
+                      headers=auth(OPERATOR)).status_code == 201
+    fast = _fast(app)
+    counting = CountingInner(fast.inner)
+    fast.inner = counting
+    for path, headers in CASES:
+        before = metrics.RESOLVES.labels("summarizer", "current")._value.get() + \
+            metrics.RESOLVES.labels("summarizer", "candidate")._value.get()
+        logs.flush()
+        lines.truncate(0)
+        lines.seek(0)
+        calls = counting.calls
+        via_fast = _answer(client, path, headers)
+        handed_on = counting.calls - calls
+        logs.flush()
+        fast_lines = [json.loads(x) for x in lines.getvalue().splitlines() if x.strip()]
+        lines.truncate(0)
+        lines.seek(0)
+        app.wsgi_app = counting  # type: ignore[method-assign]  # the Flask view alone
+        try:
+            via_flask = _answer(client, path, headers)
+        finally:
+            app.wsgi_app = fast  # type: ignore[method-assign]
+        logs.flush()
+        flask_lines = [json.loads(x) for x in lines.getvalue().splitlines() if x.strip()]
+        after = metrics.RESOLVES.labels("summarizer", "current")._value.get() + \
+            metrics.RESOLVES.labels("summarizer", "candidate")._value.get()
+        assert _comparable(via_fast, headers) == _comparable(via_flask, headers), path
+        assert via_fast["worker"] == via_flask["worker"]
+        volatile = {"ts", "duration_ms", "request_id"}
+        assert [{k: v for k, v in x.items() if k not in volatile} for x in fast_lines] == \
+            [{k: v for k, v in x.items() if k not in volatile} for x in flask_lines], path
+        if via_fast["status"] == 200:
+            assert after - before == 2, path  # one resolve counted by each path
+            assert [x["type"] for x in fast_lines] == ["decision", "request"]
+        # The plain cases are the first four: answered in front of Flask; the rest handed on.
+        assert handed_on == (0 if (path, headers) in CASES[:4] else 1), path
+
+
+def test_unknown_request_hook_turns_the_fast_path_off(redis_url: str) -> None:
+    """A request hook the fast path does not reproduce sends every resolve through Flask."""
+    from router import create_app
+    from tests.conftest import TOKENS
+
+    app = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True})
+    seen: list[str] = []
+
+    @app.before_request
+    def note() -> None:
+        seen.append("hook")
+
+    try:
+        client = app.test_client()
+        assert client.put("/v1/bindings/summarizer", json=CANARY,
+                          headers=auth(OPERATOR)).status_code == 201
+        seen.clear()
+        r = client.get("/v1/resolve/summarizer?key=job-7", headers=auth(CALLER))
+        assert r.status_code == 200 and seen == ["hook"]
+        assert _fast(app).enabled() is False
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
