@@ -78,6 +78,13 @@ def on_starting(server: Any) -> None:
     master_starting(server.log)
 
 
+def post_worker_init(worker: Any) -> None:
+    """A worker has its app: load the binding table now (from disk if Redis is down)."""
+    from router.app import worker_started
+
+    worker_started(worker.wsgi)
+
+
 def child_exit(server: Any, worker: Any) -> None:
     """A worker is gone: fold its gauges out of the metrics (its counters stay summed)."""
     from router.server.metrics import mark_worker_dead

@@ -6,6 +6,7 @@ import importlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from flask import Flask
@@ -20,6 +21,8 @@ from router.server.settings import Settings, load_settings
 from router.server.tokens import TokenTable
 
 log = logging.getLogger("rolegate")
+#: The last good binding table, kept in the data directory by every worker.
+SNAPSHOT_FILE = "bindings.snapshot.json"
 
 #: Each module exposes `bp` (a Blueprint) and may expose `init_app(app)`.
 BLUEPRINT_MODULES = (
@@ -89,6 +92,20 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         if hasattr(module, "init_app"):
             module.init_app(app)
     return app
+
+
+def worker_started(app: Any) -> None:
+    """In a gunicorn worker before its first request (post_worker_init): load the table now.
+
+    The worker also keeps each new table in the data directory and, when Redis
+    does not answer as it starts, serves the one kept there, marked stale.
+    Only served workers do this, not every app a test builds.
+    """
+    found = getattr(app, "extensions", {}).get("rolegate")
+    if not isinstance(found, Services):
+        return  # not the router (a bench's bare app under the same config)
+    found.cache.snapshot_path = Path(found.settings.data_dir) / SNAPSHOT_FILE
+    found.cache.start()
 
 
 def services(app: Flask) -> Services:

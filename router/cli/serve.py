@@ -73,6 +73,7 @@ def master_starting(log: logging.Logger | Any) -> None:
         data_dir = os.environ.get("ROLEGATE_DATA_DIR") or ".rolegate"
         _embedded = EmbeddedRedis(data_dir)
         os.environ["REDIS_URL"] = _embedded.start()
+        _embedded.supervise(log)
         log.info("REDIS_URL is unset: embedded valkey-server at %s, data in %s",
                  _embedded.url, _embedded.data_dir)
     seed = os.environ.get("ROLEGATE_SEED_FILE")

@@ -7,17 +7,24 @@ whatever the hint says: a change whose hint was lost (docs/scaling.md) is found
 there, and the hint is bumped again so every other router hears of it. When
 Redis stops answering the copy is kept and marked stale: routing on the last
 known bindings beats failing every job.
+
+Each time it loads a new table it also keeps it on disk (`snapshot_path`, in
+the data directory), so a worker, or a whole router, that starts while Redis
+is unreachable serves the last good table, marked stale, instead of nothing.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import redis
+from pydantic import ValidationError
 
 from bindings.errors import CorruptRecord, StoreUnavailable
 from bindings.models import VersionedBinding
@@ -30,9 +37,11 @@ class BindingCache:
     """A refreshed, read-mostly copy of the binding table."""
 
     def __init__(self, store: BindingStore, interval: float,
-                 full_reload_interval: float = 5.0) -> None:
+                 full_reload_interval: float = 5.0, snapshot_path: Path | None = None) -> None:
         self.store = store
         self.interval = interval
+        #: Where the last good table is kept on disk (None: nowhere).
+        self.snapshot_path = snapshot_path
         self.full_reload_interval = full_reload_interval
         self._last_full = time.monotonic()
         self.bindings: dict[str, VersionedBinding] = {}
@@ -90,9 +99,13 @@ class BindingCache:
                     self.bindings = bindings
                     self.generation = generation
                     self.loaded = True
+                if generation != held_generation or bindings != held:
+                    self._save(generation, bindings)
         except (StoreUnavailable, redis.RedisError) as exc:
             for listener in self.error_listeners:
                 listener(exc)
+            if not self.loaded:
+                self._load_saved()
             if not self.stale:
                 log.warning("binding store unreachable, serving the last copy: %s", exc)
             self.stale = True
@@ -129,6 +142,51 @@ class BindingCache:
             log.warning("change hint repaired: role %r left the table but the hint "
                         "never moved", role)
             self.store.announce(role)
+
+    def start(self) -> None:
+        """Load the table and start polling in this process, now (gunicorn's post_worker_init).
+
+        Otherwise the first request would: a worker that starts during an
+        outage then has its saved table ready before anyone asks.
+        """
+        self._ensure_thread()
+
+    def _save(self, generation: int, bindings: dict[str, VersionedBinding]) -> None:
+        """Keep `bindings` on disk, atomically (a reader never sees half a file)."""
+        if self.snapshot_path is None:
+            return
+        payload = {"generation": generation, "saved_at": time.time(),
+                   "roles": {role: rec.model_dump(mode="json") for role, rec in bindings.items()}}
+        # Each worker writes its own temporary file; the rename is atomic.
+        temporary = self.snapshot_path.with_name(f".{self.snapshot_path.name}.{os.getpid()}")
+        try:
+            self.snapshot_path.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(json.dumps(payload, separators=(",", ":")))
+            os.replace(temporary, self.snapshot_path)
+        except OSError as exc:
+            log.warning("could not keep the binding table in %s: %s", self.snapshot_path, exc)
+
+    def _load_saved(self) -> None:
+        """Serve the table kept on disk (stale) when Redis cannot give us one."""
+        if self.snapshot_path is None:
+            return
+        try:
+            payload = json.loads(self.snapshot_path.read_text())
+            bindings = {role: VersionedBinding.model_validate(rec)
+                        for role, rec in payload["roles"].items()}
+            generation = int(payload["generation"])
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
+            log.error("the binding table kept in %s is unreadable: %s", self.snapshot_path, exc)
+            return
+        with self._lock:
+            self.bindings = bindings
+            self.generation = generation
+            self.loaded = True
+        log.warning("Redis unreachable at start: serving the binding table kept in %s "
+                    "(generation %d, %d roles), marked stale", self.snapshot_path,
+                    generation, len(bindings))
 
     def stop(self) -> None:
         """Stop the polling thread and wait for it (tests; workers just exit)."""

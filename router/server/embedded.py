@@ -18,9 +18,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import redis
 
@@ -83,6 +84,10 @@ class EmbeddedRedis:
         self.process: subprocess.Popen[bytes] | None = None
         self._lock: IO[str] | None = None
         self._owner_pid: int | None = None
+        self._command: list[str] = []
+        #: Held while the server is (re)started or stopped, so the two never interleave.
+        self._guard = threading.Lock()
+        self._stopping = threading.Event()
 
     @property
     def url(self) -> str:
@@ -112,16 +117,13 @@ class EmbeddedRedis:
             "--save", "",
         ]
         self._owner_pid = os.getpid()
+        self._command = command
+        self._stopping.clear()
         # gunicorn exits without calling on_exit when, say, its port is taken;
         # stop() is a no-op in forked workers, so this only acts in the starter.
         atexit.register(self.stop)
         try:
-            # Its own session: a Ctrl-C in the terminal reaches gunicorn, which then
-            # shuts this server down cleanly, instead of killing both at once.
-            self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL,
-                                            stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL, start_new_session=True,
-                                            preexec_fn=_die_with_parent)
+            self._spawn()
             self._wait_ready(timeout)
         except BaseException:
             # Never keep the data dir locked (or a half-started server) on failure.
@@ -129,12 +131,54 @@ class EmbeddedRedis:
             raise
         return self.url
 
+    def _spawn(self) -> None:
+        # Its own session: a Ctrl-C in the terminal reaches gunicorn, which then
+        # shuts this server down cleanly, instead of killing both at once.
+        self.process = subprocess.Popen(self._command, stdin=subprocess.DEVNULL,
+                                        stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True,
+                                        preexec_fn=_die_with_parent)
+
+    def supervise(self, log: Any, interval: float = 0.5) -> None:
+        """Restart the server whenever it dies, same port and data directory (a daemon thread).
+
+        The gunicorn master calls this after start(): a server killed outright
+        (OOM killer, kill -9) comes back on its own with every write its
+        append-only file holds, and the workers reconnect to the same URL. The
+        thread must outlive the server it started: the server gets SIGTERM when
+        the thread that forked it ends (PR_SET_PDEATHSIG follows the thread).
+        """
+        thread = threading.Thread(target=self._watch, args=(log, interval), daemon=True,
+                                  name="rolegate-embedded-supervisor")
+        thread.start()
+
+    def _watch(self, log: Any, interval: float) -> None:
+        while not self._stopping.wait(interval):
+            with self._guard:
+                process = self.process
+                if self._stopping.is_set() or process is None or process.poll() is None:
+                    continue
+                log.error("embedded valkey-server exited (status %s); restarting it at %s "
+                          "on %s", process.returncode, self.url, self.data_dir)
+                try:
+                    self._spawn()
+                    self._wait_ready(15.0)
+                except (EmbeddedError, OSError) as exc:
+                    log.error("embedded valkey-server did not restart (%s); trying again", exc)
+                    continue
+                log.warning("embedded valkey-server restarted at %s", self.url)
+
     def stop(self, timeout: float = 10.0) -> None:
         """Shut the server down (it flushes its append-only file), then release the lock."""
         # Forked gunicorn workers inherit this object; only the process that
         # started the server may stop it.
         if self._owner_pid != os.getpid():
             return
+        self._stopping.set()  # before the server goes: the supervisor must not restart it
+        with self._guard:
+            self._stop_locked(timeout)
+
+    def _stop_locked(self, timeout: float) -> None:
         process = self.process
         if process is not None and process.poll() is None:
             # SIGTERM is valkey's graceful shutdown: it fsyncs the append-only file
