@@ -12,8 +12,11 @@ router renders every one of them with a single handler::
     │   └── IllegalTransition     409  the stage machine refuses this move
     ├── Archived                  410  the role was archived (the details say why)
     ├── PreconditionRequired      428  replacing a binding without If-Match
-    ├── StoreUnavailable          503  Redis did not answer
+    ├── IdempotencyKeyReused      422  an Idempotency-Key sent again with another request
+    ├── StoreUnavailable          503  Redis did not answer; nothing was written
+    │   ├── StoreRefused          503  Redis refused: details.condition OOM, READONLY, BUSY, ...
     │   └── ReplicationTimeout    503  fewer replicas than ROLEGATE_MIN_REPLICAS confirmed
+    ├── OutcomeUnknown            504  a write was sent but no answer came: it may have landed
     └── CorruptRecord             500  a stored record no longer reads as its model
 """
 
@@ -23,8 +26,9 @@ from __future__ import annotations
 # the same classes.
 from rolegate.errors import NotFound, RolegateError
 
-__all__ = ["Conflict", "CorruptRecord", "IllegalTransition", "InvalidInput", "NotFound",
-           "PreconditionRequired", "ReplicationTimeout", "RolegateError", "StoreUnavailable"]
+__all__ = ["Conflict", "CorruptRecord", "IdempotencyKeyReused", "IllegalTransition",
+           "InvalidInput", "NotFound", "OutcomeUnknown", "PreconditionRequired",
+           "ReplicationTimeout", "RolegateError", "StoreRefused", "StoreUnavailable"]
 
 
 class InvalidInput(RolegateError):
@@ -61,11 +65,37 @@ class PreconditionRequired(RolegateError):
     code = "precondition_required"
 
 
+class IdempotencyKeyReused(RolegateError):
+    """An Idempotency-Key already used for a different request on this role."""
+
+    status = 422
+    code = "idempotency_key_reused"
+
+
 class StoreUnavailable(RolegateError):
-    """The Redis server did not answer."""
+    """The Redis server did not answer; a write was not applied."""
 
     status = 503
     code = "store_unavailable"
+
+
+class StoreRefused(StoreUnavailable):
+    """Redis answered with a refusal; `details["condition"]` names it (OOM, READONLY, ...).
+
+    Redis checks these before it runs a command (or a script's first write), so
+    nothing was applied: like any 503, retrying later is safe. The code stays
+    `store_unavailable` (what callers already handle); the condition is added.
+    """
+
+
+class OutcomeUnknown(RolegateError):
+    """A write reached Redis but its answer did not come back: it may or may not have landed.
+
+    Read the record back before retrying (or retry with the same Idempotency-Key).
+    """
+
+    status = 504
+    code = "outcome_unknown"
 
 
 class ReplicationTimeout(StoreUnavailable):

@@ -26,11 +26,13 @@ from bindings.errors import (
     Archived,
     Conflict,
     CorruptRecord,
+    IdempotencyKeyReused,
     NotFound,
     ReplicationTimeout,
     StoreUnavailable,
 )
 from bindings.models import Binding, HistoryEntry, VersionedBinding
+from bindings.redis_errors import redis_errors, write_errors
 from rolegate.config_ids import STORED
 
 log = logging.getLogger("rolegate.store")
@@ -41,17 +43,26 @@ ROLES_KEY = "rolegate:roles"
 #: The change hint: grows by one after every change to any role; what routers poll.
 GENERATION_KEY = "rolegate:generation"
 CHANGES_CHANNEL = "rolegate:changes"
+#: A write's Idempotency-Key: "<request fingerprint> <version it produced>", kept a day.
+IDEMPOTENCY_KEY_TEMPLATE = "rolegate:{{{role}}}:idempotency:{key}"
+IDEMPOTENCY_TTL_S = 24 * 3600
 _MAX_VERSION = 2**63 - 1
 
 M = TypeVar("M", bound=BaseModel)
 
-# KEYS: binding hash, history list (one role: one slot)
+# KEYS: binding hash, history list[, idempotency key] (one role: one slot)
 # ARGV: expected version, record JSON, history entry JSON, archive mode ("" an
 #       ordinary write, "restore" un-archive, else the archive note JSON to set)
-# Returns {1, new_version} on success, {0, current_version} on a stale write, and
+#       [, request fingerprint, idempotency key ttl]
+# Returns {1, new_version} on success, {0, current_version} on a stale write,
 # {2, current_version} when an ordinary write meets an archived role (or a restore
-# one that is not): archiving is itself a versioned change of the role's own hash.
+# one that is not): archiving is itself a versioned change of the role's own hash;
+# {3, "<fingerprint> <version>"} when the idempotency key was used before (nothing written).
 _COMPARE_AND_SET = """
+if KEYS[3] then
+  local seen = redis.call('GET', KEYS[3])
+  if seen then return {3, seen} end
+end
 local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '0')
 if current ~= tonumber(ARGV[1]) then
   return {0, current}
@@ -68,6 +79,9 @@ if ARGV[4] == 'restore' then
 elseif ARGV[4] ~= '' then
   redis.call('HSET', KEYS[1], 'archived', ARGV[4])
 end
+if KEYS[3] then
+  redis.call('SET', KEYS[3], ARGV[5] .. ' ' .. version, 'EX', ARGV[6])
+end
 return {1, version}
 """
 
@@ -83,6 +97,11 @@ return generation
 def binding_key(role: str) -> str:
     """The Redis key of a role's current binding record."""
     return BINDING_KEY_TEMPLATE.format(role=role)
+
+
+def idempotency_key(role: str, key: str) -> str:
+    """The Redis key remembering which write an Idempotency-Key produced."""
+    return IDEMPOTENCY_KEY_TEMPLATE.format(role=role, key=key)
 
 
 def history_key(role: str) -> str:
@@ -206,6 +225,28 @@ class BindingStore:
             raise NotFound(f"history of {role!r} is out of order at {version}", role=role)
         return entry
 
+    def replay(self, role: str, key: str, fingerprint: str) -> VersionedBinding | None:
+        """The record an earlier write with Idempotency-Key `key` produced, or None.
+
+        The same key with a different request (another fingerprint) is refused:
+        the caller reused a key by mistake, and replaying would answer a question
+        it did not ask.
+        """
+        with _redis_errors():
+            raw = self.connection.get(idempotency_key(role, key))
+        return None if raw is None else self._replayed(role, key, fingerprint, raw)
+
+    def _replayed(self, role: str, key: str, fingerprint: str,
+                  raw: bytes | str) -> VersionedBinding:
+        stored, _, version = _text(raw).rpartition(" ")
+        if stored != fingerprint:
+            raise IdempotencyKeyReused(
+                f"Idempotency-Key {key!r} was used for a different request on role {role!r}",
+                role=role)
+        entry = self.history_entry(role, int(version))
+        return VersionedBinding(role=role, version=entry.version, binding=entry.binding,
+                                updated_at=entry.time, updated_by=entry.actor)
+
     # -- writes --------------------------------------------------------------
 
     def write(
@@ -219,6 +260,7 @@ class BindingStore:
         reason: str,
         details: dict[str, Any] | None = None,
         archive: ArchiveNote | Literal["restore"] | None = None,
+        idempotency: tuple[str, str] | None = None,
     ) -> VersionedBinding:
         """Compare-and-set: store `binding` as version expected+1 with its history entry.
 
@@ -226,6 +268,8 @@ class BindingStore:
         A stale writer gets `Conflict` carrying the current version; nothing is written.
         `archive` archives the role in the same step (an ArchiveNote), or restores an
         archived one ("restore"); an ordinary write to an archived role raises Archived.
+        `idempotency` is (Idempotency-Key, request fingerprint): a key already used
+        answers the record it produced then, and nothing is written again.
         """
         now = self.clock()
         version = expected_version + 1
@@ -247,10 +291,16 @@ class BindingStore:
             else archive.model_dump_json()
         args: list[str | int] = [expected_version, record.model_dump_json(),
                                  entry.model_dump_json(), mode]
+        if idempotency is not None:
+            keys.append(idempotency_key(role, idempotency[0]))
+            args += [idempotency[1], IDEMPOTENCY_TTL_S]
         with _redis_errors():
             # First the index (a superset of the roles), then the role's own step.
             self.connection.sadd(ROLES_KEY, role)
+        with write_errors():
             result, replicas = self._compare_and_set(keys, args)
+        if int(result[0]) == 3 and idempotency is not None:
+            return self._replayed(role, idempotency[0], idempotency[1], result[1])
         if int(result[0]) == 2:
             if archive == "restore":
                 raise Conflict(f"role {role!r} is not archived", role=role,
@@ -345,27 +395,8 @@ def archived_error(role: str, note: ArchiveNote | None) -> Archived:
                     version=note.version)
 
 
-#: What a server says while it cannot take a write now but will soon: a demoted
-#: primary after a failover (READONLY), a Cluster without a quorum or moving
-#: slots (CLUSTERDOWN, TRYAGAIN), a Cluster client that found no node, a server
-#: at its maxmemory under noeviction (OOM: docs/scaling.md sizes it).
-_UNAVAILABLE = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError,
-                redis.exceptions.ClusterDownError, redis.exceptions.TryAgainError,
-                redis.exceptions.ClusterError, redis.exceptions.OutOfMemoryError)
-
-
-class _redis_errors:
-    """Turn redis-py connection failures into StoreUnavailable (a 503, not a 500)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: object) -> None:
-        if isinstance(exc, redis.exceptions.OutOfMemoryError):
-            raise StoreUnavailable(f"Redis is full and refuses writes: {exc}") from exc
-        if exc is not None and isinstance(exc, _UNAVAILABLE):
-            raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
+#: The other stores wrap their Redis calls in this (see bindings.redis_errors).
+_redis_errors = redis_errors
 
 
 def _text(value: bytes | str) -> str:

@@ -18,6 +18,8 @@ from bindings.models import Binding, VersionedBinding
 from gatekeeper.stages import Event, apply
 from router.api.bodies import json_body, parse
 from router.api.configs import snapshot_json
+from router.api.idempotency import current as idempotency
+from router.api.idempotency import idempotent
 from router.api.offline import guard_live_candidate
 from router.api.params import if_match, int_arg, role_param
 from router.server.auth import actor, may_act_on, require
@@ -78,7 +80,7 @@ def _current(role: str) -> VersionedBinding:
     return current
 
 
-def _written(record: VersionedBinding, status: int = 200) -> ResponseReturnValue:
+def _written(record: VersionedBinding, status: int = 200) -> tuple[Response, int]:
     _cache().put(record)
     return _record_json(record), status
 
@@ -109,6 +111,7 @@ def get_binding(role: str) -> ResponseReturnValue:
 
 @bp.put("/v1/bindings/<role>")
 @require()
+@idempotent(_written)
 def put_binding(role: str) -> ResponseReturnValue:
     """Create a role, or replace one given `If-Match: <version>`."""
     role = role_param(role)
@@ -131,7 +134,8 @@ def put_binding(role: str) -> ResponseReturnValue:
         guard_live_candidate(role, None, binding)
         binding = binding.with_changes(stage_since=time.time())
         return _written(store.write(role, binding, expected_version=0, actor=actor(),
-                                    action="create", reason=reason), 201)
+                                    action="create", reason=reason,
+                                    idempotency=idempotency()), 201)
     if expected is None:
         raise PreconditionRequired(
             f"role {role!r} exists: send If-Match: {existing.version} to replace it",
@@ -146,7 +150,7 @@ def put_binding(role: str) -> ResponseReturnValue:
                                                       binding.candidate)
     binding = binding.with_changes(stage_since=time.time() if moved else old.stage_since)
     return _written(store.write(role, binding, expected_version=expected, actor=actor(),
-                               action="replace", reason=reason))
+                               action="replace", reason=reason, idempotency=idempotency()))
 
 
 def _transition(role: str, event: Event, body: _Action, *, share: float | None = None,
@@ -159,11 +163,12 @@ def _transition(role: str, event: Event, body: _Action, *, share: float | None =
     details = {"summary": move.summary, **body.details}
     return _written(store.write(role, move.binding, expected_version=current.version,
                                actor=actor(), action=action or event.value, reason=body.reason,
-                               details=details))
+                               details=details, idempotency=idempotency()))
 
 
 @bp.post("/v1/bindings/<role>/rollback")
 @require("gatekeeper")
+@idempotent(_written)
 def rollback(role: str) -> ResponseReturnValue:
     """Zero the canary, or (with to_version) restore an earlier version as a new one."""
     body = parse(RollbackRequest, json_body())
@@ -177,11 +182,13 @@ def rollback(role: str) -> ResponseReturnValue:
     details = {"summary": f"restored version {body.to_version}",
                "restored_version": body.to_version, **body.details}
     return _written(store.write(role, restored, expected_version=current.version, actor=actor(),
-                               action="restore", reason=body.reason, details=details))
+                               action="restore", reason=body.reason, details=details,
+                               idempotency=idempotency()))
 
 
 @bp.post("/v1/bindings/<role>/canary")
 @require()
+@idempotent(_written)
 def set_canary(role: str) -> ResponseReturnValue:
     """Set the candidate's share (1 means full)."""
     body = parse(CanaryRequest, json_body())
@@ -190,6 +197,7 @@ def set_canary(role: str) -> ResponseReturnValue:
 
 @bp.post("/v1/bindings/<role>/promote")
 @require("gatekeeper")
+@idempotent(_written)
 def promote(role: str) -> ResponseReturnValue:
     """Advance the rollout one step."""
     return _transition(role, Event.ADVANCE, parse(_Action, json_body()), action="promote")
@@ -197,6 +205,7 @@ def promote(role: str) -> ResponseReturnValue:
 
 @bp.post("/v1/bindings/<role>/pause")
 @require()
+@idempotent(_written)
 def pause(role: str) -> ResponseReturnValue:
     """Stop the gatekeeper from moving this role."""
     return _transition(role, Event.PAUSE, parse(_Action, json_body()))
@@ -204,6 +213,7 @@ def pause(role: str) -> ResponseReturnValue:
 
 @bp.post("/v1/bindings/<role>/resume")
 @require()
+@idempotent(_written)
 def resume(role: str) -> ResponseReturnValue:
     """Let the gatekeeper move this role again."""
     return _transition(role, Event.RESUME, parse(_Action, json_body()))

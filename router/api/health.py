@@ -1,11 +1,21 @@
-"""/healthz: up or down for anyone; per-dependency details for a token holder.
+"""/healthz: ok, degraded or failing for anyone; per-dependency details for a token holder.
 
-Without a token (on a server with tokens) the answer is only `{"status"}`: ok
-with 200, failing with 503. The details name Redis's host and port in its
-error text, which is nobody else's business. With any valid token, or on an
-open server, the checks are included: Redis (ping and latency) and this
-worker's binding copy. The copy is loaded here if this worker has not served
-anything yet, so a healthy fresh worker reports `bindings.ok: true`.
+- ok (200): Redis answers and accepts writes.
+- degraded (200): Redis answers but refuses writes (out of memory, a read-only
+  replica after a failover, too few replicas, busy with a script, ...).
+  Resolves are still served from the workers' tables, so a load balancer
+  should keep the router; alert on it.
+- failing (503): Redis does not answer at all.
+
+The write check is one SET of a short-lived key: the only way to learn that
+Redis would refuse a write (NOREPLICAS, OOM) is to ask it to make one.
+
+Without a token (on a server with tokens) the answer is only `{"status"}`. The
+details name Redis's host and port in its error text, which is nobody else's
+business. With any valid token, or on an open server, the checks are included:
+Redis (ping, latency, the refusal's `condition`) and this worker's binding
+copy. The copy is loaded here if this worker has not served anything yet, so a
+healthy fresh worker reports `bindings.ok: true`.
 """
 
 from __future__ import annotations
@@ -18,10 +28,15 @@ from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 from redis.cluster import RedisCluster
 
+from bindings.redis_errors import refusal_condition
 from router.server.auth import bearer_token
 from router.server.tokens import TokenTable
 
 bp = Blueprint("health", __name__)
+
+#: The key the write check sets (expires by itself).
+PROBE_KEY = "rolegate:healthcheck"
+PROBE_TTL_MS = 60_000
 
 
 def _may_see_details() -> bool:
@@ -34,9 +49,10 @@ def _may_see_details() -> bool:
 
 @bp.get("/healthz")
 def healthz() -> ResponseReturnValue:
-    """Ping Redis (every master of a Cluster); with a token, each check and the copy's state."""
+    """Ping Redis (every master of a Cluster), make one small write; with a token, details."""
     services = current_app.extensions["rolegate"]
     started = time.perf_counter()
+    status = "ok"
     try:
         if isinstance(services.redis, RedisCluster):
             # Each master holds some roles' keys: one that does not answer is an
@@ -44,13 +60,18 @@ def healthz() -> ResponseReturnValue:
             services.redis.ping(target_nodes=RedisCluster.PRIMARIES)
         else:
             services.redis.ping()
+        services.redis.set(PROBE_KEY, repr(time.time()), px=PROBE_TTL_MS)
         redis_check: dict[str, Any] = {
             "ok": True, "latency_ms": round((time.perf_counter() - started) * 1e3, 2)}
     except redis.RedisError as exc:
+        condition = refusal_condition(exc)
         redis_check = {"ok": False, "error": str(exc)}
-    # Redis is the one dependency; a stale binding copy follows from it being down.
-    healthy = bool(redis_check["ok"])
-    body: dict[str, Any] = {"status": "ok" if healthy else "failing"}
+        if condition is not None:
+            redis_check["condition"] = condition
+            status = "degraded"
+        else:
+            status = "failing"
+    body: dict[str, Any] = {"status": status}
     if _may_see_details():
         cache = services.cache
         cache.all()  # loads this worker's copy (and starts its refresh) if not yet done
@@ -59,4 +80,4 @@ def healthz() -> ResponseReturnValue:
             "bindings": {"ok": cache.loaded, "stale": cache.stale,
                          "generation": cache.generation},
         }
-    return jsonify(body), 200 if healthy else 503
+    return jsonify(body), 503 if status == "failing" else 200

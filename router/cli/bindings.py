@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 import click
+import requests
 from pydantic import ValidationError
 
 from bindings.models import Binding, BindingFile
-from rolegate.http import ApiClient
-from router.cli.common import EXIT_REFUSED, api_command, echo_json
+from rolegate.http import ApiClient, ApiError
+from router.cli.common import EXIT_REFUSED, EXIT_USAGE, api_command, echo_json
 
 #: Fields the server sets itself; an import neither sends nor compares them.
 SERVER_FIELDS = frozenset({"stage_since"})
@@ -46,14 +48,51 @@ def _summary(record: dict[str, Any]) -> str:
 
 
 def _post_move(api: ApiClient, role: str, move: str, body: dict[str, Any]) -> dict[str, Any]:
-    """POST a rollout move against the version just read (If-Match).
+    """POST a rollout move against the version just read (If-Match), with an Idempotency-Key.
 
-    The client retries a request that timed out; with If-Match, a retry of a
-    move the server already applied gets a 409 instead of moving a second step.
+    The client retries a request that timed out with the same key, so a move the
+    server already applied is answered again instead of applied twice. When the
+    router cannot tell whether the move landed (504 outcome_unknown), the role
+    is read back and the user told which it was.
     """
     version = api.get(role_path(role))["version"]
-    answer: dict[str, Any] = api.post(role_path(role, f"/{move}"), body, version=version)
+    try:
+        answer: dict[str, Any] = api.post(role_path(role, f"/{move}"), body, version=version,
+                                          headers={"Idempotency-Key": uuid.uuid4().hex})
+    except ApiError as exc:
+        if exc.status != 504 or exc.code != "outcome_unknown":
+            raise
+        return _read_back(api, role, move, body, version)
     return answer
+
+
+def _read_back(api: ApiClient, role: str, move: str, body: dict[str, Any],
+               version: int) -> dict[str, Any]:
+    """After an unknown outcome: the role read back, or exit 2 saying it was not applied."""
+    click.echo(f"warning: the router could not confirm the {move}: it may or may not have "
+               f"been applied; reading {role} back", err=True)
+    try:
+        record: dict[str, Any] = api.get(role_path(role))
+        newer = record["version"] - version
+        entries = api.get(role_path(role, "/history"),
+                          params={"limit": max(1, newer)})["entries"] if newer > 0 else []
+    except (ApiError, requests.ConnectionError, requests.Timeout) as exc:
+        click.echo(f"error: the outcome is unknown and {role} could not be read back ({exc}); "
+                   f"check with 'rolegate bindings show {role}' before retrying", err=True)
+        sys.exit(EXIT_USAGE)
+    ours = [e for e in entries if e["version"] == version + 1 and e["reason"] == body["reason"]
+            and e["action"] in MOVE_ACTIONS[move]]
+    if ours:
+        click.echo(f"the {move} was applied: {role} went to version {version + 1}", err=True)
+        return record
+    click.echo(f"error: the {move} was not applied: {role} is at version {record['version']} "
+               f"(it was at {version}); it is safe to run the command again", err=True)
+    sys.exit(EXIT_USAGE)
+
+
+#: The history actions each move records.
+MOVE_ACTIONS = {"canary": {"canary"}, "rollback": {"rollback", "restore"},
+                "promote": {"promote"}, "pause": {"pause"}, "resume": {"resume"}}
 
 
 @click.group()

@@ -98,7 +98,10 @@ ERROR_DESCRIPTIONS = {
     428: "Replacing an existing binding or config needs If-Match.",
     429: "The token's ingest quota for this second is spent (ROLEGATE_INGEST_QUOTA); "
          "Retry-After says when to try again.",
-    503: "Redis did not answer.",
+    503: "Not applied: Redis did not answer, or refused (details.condition OOM, READONLY, "
+         "NOREPLICAS, BUSY, ...).",
+    504: "Outcome unknown (code outcome_unknown): the write reached Redis but its answer "
+         "did not come back; read the record back, or retry with the same Idempotency-Key.",
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 #: Every error status some operation answers; each becomes a shared response.
-ERROR_STATUSES = (400, 401, 403, 404, 409, 410, 413, 422, 428, 429, 503)
+ERROR_STATUSES = (400, 401, 403, 404, 409, 410, 413, 422, 428, 429, 503, 504)
 AUTH = (401, 403)
 
 
@@ -40,6 +40,11 @@ ETAG = {"ETag": {"description": "The binding's version, quoted.",
 IF_MATCH = {"name": "If-Match", "in": "header", "required": False,
             "description": "The binding version the writer read (compare-and-set).",
             "schema": {"type": "string", "pattern": "^(W/)?\"?[0-9]{1,15}\"?$"}}
+IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
+                   "description": "Makes a retry safe: the same key and request answer the "
+                                  "record the first write produced (Idempotent-Replayed: true) "
+                                  "instead of writing again; another request with it is a 422.",
+                   "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"}}
 BINDING = json_response("The binding as stored, with its version.", ref("VersionedBinding"),
                         ETAG)
 SNAPSHOT = {
@@ -91,14 +96,14 @@ RESOLUTION = {
     },
 }
 HTML = {"description": "An HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}}
-WRITE_ERRORS = (400, *AUTH, 404, 409, 413, 422, 503)
+WRITE_ERRORS = (400, *AUTH, 404, 409, 413, 422, 503, 504)
 
 
 def _action(summary: str, body: str, scopes: tuple[str, ...]) -> dict[str, Any]:
     return {
         "summary": summary,
         "scopes": scopes,
-        "parameters": [IF_MATCH],
+        "parameters": [IF_MATCH, IDEMPOTENCY_KEY],
         "requestBody": json_body(ref(body), required=True),
         "responses": {"200": BINDING},
         "errors": WRITE_ERRORS,
@@ -160,7 +165,7 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
             "summary": "Create a role, or replace one given If-Match.",
             "description": "The body is a Binding, or {binding, reason}.",
             "scopes": (),
-            "parameters": [IF_MATCH],
+            "parameters": [IF_MATCH, IDEMPOTENCY_KEY],
             "requestBody": json_body({"anyOf": [ref("Binding"), ref("PutRequest")]}, True),
             "responses": {"200": BINDING,
                           "201": json_response("Created.", ref("VersionedBinding"), ETAG)},

@@ -1,19 +1,25 @@
 """Every error the API returns is JSON: {"error": {"code", "message", "details"}}.
 
-One handler for rolegate's own exceptions (each carries its status), one for
+One handler for rolegate's own exceptions (each carries its status), one for Redis
+errors a store did not translate (the same 503 it would give), one for
 pydantic validation failures, one for Werkzeug's HTTP exceptions. There is no
 catch-all: an unexpected exception is a bug and should look like one in the logs.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+import redis
 from flask import Flask, Response, jsonify
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
 from bindings.errors import RolegateError
+from bindings.redis_errors import redis_errors
+
+log = logging.getLogger("rolegate")
 
 
 class BadRequest(RolegateError):
@@ -82,6 +88,19 @@ def init_app(app: Flask) -> None:
         if isinstance(retry_after, int):
             response.headers["Retry-After"] = str(retry_after)
         return response
+
+    @app.errorhandler(redis.RedisError)
+    def _redis_error(exc: redis.RedisError) -> Response:
+        # A Redis failure a store did not translate: the same 503 it would have given.
+        try:
+            with redis_errors():
+                raise exc
+        except RolegateError as translated:
+            return error_response(translated.status, translated.code, translated.message,
+                                  translated.details)
+        except redis.RedisError:
+            log.exception("unexpected Redis error")
+            return error_response(500, "internal", "unexpected Redis error")
 
     @app.errorhandler(ValidationError)
     def _validation_error(exc: ValidationError) -> Response:

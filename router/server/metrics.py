@@ -56,6 +56,10 @@ ROLLBACKS = Counter("rolegate_rollbacks",
 REDIS_ERRORS = Counter("rolegate_redis_errors",
                        "Times Redis did not answer: in a request, or refreshing the bindings.",
                        ["where"], registry=REGISTRY)
+REDIS_REFUSALS = Counter("rolegate_redis_refusals",
+                         "Requests answered 503 because Redis refused (OOM, READONLY, "
+                         "NOREPLICAS, BUSY, ...), by condition.",
+                         ["condition"], registry=REGISTRY)
 REQUESTS = Counter("rolegate_http_requests", "HTTP requests answered, by status class.",
                    ["status"], registry=REGISTRY)
 
@@ -111,10 +115,14 @@ def _observe(response: Response) -> Response:
         return response
     status = response.status_code
     REQUESTS.labels(f"{status // 100}xx").inc()
-    if status == 503:
+    if status in (503, 504):
         error = (response.get_json(silent=True) or {}).get("error") or {}
-        if error.get("code") == "store_unavailable":
+        code = error.get("code")
+        if code in ("store_unavailable", "outcome_unknown"):
             count_redis_error("request")
+        condition = (error.get("details") or {}).get("condition")
+        if code == "store_unavailable" and condition is not None:
+            REDIS_REFUSALS.labels(str(condition)).inc()
     elif 200 <= status < 300:
         observer = _OBSERVERS.get(request.endpoint or "")
         if observer is not None:

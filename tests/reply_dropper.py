@@ -1,0 +1,83 @@
+"""A loopback TCP proxy in front of Redis that can lose one script's answer on the way back.
+
+Armed, the next connection that sends EVALSHA has that command delivered to
+Redis (which applies it) while the answer is thrown away and the connection
+closed: exactly a write whose outcome the router cannot know. Everything else
+passes through untouched.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+from tests.servers import free_port
+
+
+class ReplyDropper:
+    """Forwards 127.0.0.1:`port` to a Redis at `upstream_port`; `arm()` loses one answer."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = free_port()
+        self.armed = threading.Event()
+        self.dropped = threading.Event()
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._closing = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        """The redis:// URL that goes through the proxy."""
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def arm(self) -> None:
+        """Lose the answer to the next script call (EVALSHA) sent through the proxy."""
+        self.dropped.clear()
+        self.armed.set()
+
+    def close(self) -> None:
+        """Stop accepting connections."""
+        self._closing = True
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            losing = threading.Event()
+            threading.Thread(target=self._forward, args=(client, upstream, losing),
+                             daemon=True).start()
+            threading.Thread(target=self._backward, args=(upstream, client, losing),
+                             daemon=True).start()
+
+    def _forward(self, client: socket.socket, upstream: socket.socket,
+                 losing: threading.Event) -> None:
+        try:
+            while data := client.recv(65536):
+                if self.armed.is_set() and b"EVALSHA" in data:
+                    self.armed.clear()
+                    losing.set()
+                upstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            upstream.close()
+
+    def _backward(self, upstream: socket.socket, client: socket.socket,
+                  losing: threading.Event) -> None:
+        try:
+            while data := upstream.recv(65536):
+                if losing.is_set():
+                    # Redis applied the script; its answer never reaches the router.
+                    self.dropped.set()
+                    break
+                client.sendall(data)
+        except OSError:
+            pass
+        finally:
+            client.close()
+            upstream.close()

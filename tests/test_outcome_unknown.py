@@ -1,0 +1,88 @@
+"""Honest answers: an unknown write outcome is a 504, a retry with its Idempotency-Key is safe,
+and the CLI reads the role back and says what happened."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import requests
+from click.testing import CliRunner
+from flask import Flask
+
+from router import create_app
+from router.cli import main
+from tests.conftest import OPERATOR, TOKENS, auth
+from tests.reply_dropper import ReplyDropper
+from tests.servers import OwnRedis, werkzeug_server
+
+CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.1}
+
+
+@pytest.fixture
+def dropper() -> Iterator[ReplyDropper]:
+    """A private redis-server behind a proxy that can lose one script's answer."""
+    own = OwnRedis(persist=False)
+    own.start()
+    proxy = ReplyDropper(own.port)
+    yield proxy
+    proxy.close()
+    own.close()
+
+
+@pytest.fixture
+def served(dropper: ReplyDropper) -> Iterator[str]:
+    """The router talking to Redis through the proxy, with a role on a canary; its URL."""
+    app: Flask = create_app({"redis_url": dropper.url, "tokens": TOKENS, "testing": True})
+    with werkzeug_server(app) as url:
+        r = requests.put(f"{url}/v1/bindings/summarizer", json=CANARY, headers=auth(OPERATOR),
+                         timeout=10)
+        assert r.status_code == 201  # also loads the compare-and-set script
+        yield url
+    app.extensions["rolegate"].cache.stop()
+    app.extensions["rolegate"].redis.close()
+
+
+def _history(url: str) -> list[dict[str, object]]:
+    r = requests.get(f"{url}/v1/bindings/summarizer/history", headers=auth(OPERATOR), timeout=10)
+    entries: list[dict[str, object]] = r.json()["entries"]
+    return entries
+
+
+def test_lost_answer_is_504_and_a_retry_with_the_same_key_is_not_applied_twice(
+        dropper: ReplyDropper, served: str) -> None:
+    """A write whose answer was lost answers 504 outcome_unknown; its retry replays, once."""
+    headers = {**auth(OPERATOR), "If-Match": "1", "Idempotency-Key": "pause-123"}
+    dropper.arm()
+    r = requests.post(f"{served}/v1/bindings/summarizer/pause", json={"reason": "hold"},
+                      headers=headers, timeout=10)
+    assert dropper.dropped.is_set()
+    assert r.status_code == 504 and r.json()["error"]["code"] == "outcome_unknown"
+    again = requests.post(f"{served}/v1/bindings/summarizer/pause", json={"reason": "hold"},
+                          headers=headers, timeout=10)
+    assert again.status_code == 200, again.text
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["version"] == 2 and again.json()["binding"]["paused"] is True
+    assert [e["action"] for e in _history(served)] == ["pause", "create"]
+    other = requests.post(f"{served}/v1/bindings/summarizer/resume", json={"reason": "go"},
+                          headers={**auth(OPERATOR), "Idempotency-Key": "pause-123"},
+                          timeout=10)
+    assert other.status_code == 422
+    assert other.json()["error"]["code"] == "idempotency_key_reused"
+
+
+
+
+def test_cli_reads_the_role_back_after_an_unknown_outcome(
+        dropper: ReplyDropper, served: str) -> None:
+    """The CLI, told the outcome is unknown, reads the role back and reports the move applied."""
+    dropper.arm()
+    result = CliRunner().invoke(main, ["canary", "summarizer", "0.5", "--reason", "widen",
+                                       "--url", served, "--token", OPERATOR],
+                                catch_exceptions=False)
+    assert dropper.dropped.is_set()
+    assert result.exit_code == 0, result.output
+    assert "could not confirm the canary" in result.output
+    assert "the canary was applied: summarizer went to version 2" in result.output
+    assert "share 0.5" in result.output
+    assert [e["action"] for e in _history(served)] == ["canary", "create"]
