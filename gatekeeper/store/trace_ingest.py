@@ -1,6 +1,8 @@
 """Storing traces: the ingest script, the groups it stores, and what it answers.
 
-One Lua call per (role, config, arm, epoch) group stores a whole batch. The
+One Lua call per (role, config, arm, epoch) group stores a batch, a group being
+at most `traces.MAX_TRACES_PER_SCRIPT` traces so no call blocks Redis for long
+(a larger batch is several groups, still one pipelined round trip). The
 caller says which run ids it expects to be known already (none, at first); the
 script checks every run-id key, and if the guess was wrong it writes nothing
 and answers which are known, so the caller sums the increments of the new ones
