@@ -49,9 +49,13 @@ def refusal_condition(exc: BaseException) -> str | None:
 
 
 def never_sent(exc: BaseException) -> bool:
-    """True when a connection error happened before the command could be sent."""
+    """True when a connection error happened before the command could be sent.
+
+    Connect failures say so in their message; a circuit breaker failing fast
+    (router.server.breaker) says "nothing was sent".
+    """
     text = str(exc)
-    return "connecting to" in text or "Timeout connecting" in text
+    return "connecting to" in text or "Timeout connecting" in text or "nothing was sent" in text
 
 
 #: What each condition means, for the message.

@@ -14,7 +14,7 @@ from flask import Flask
 from bindings.connection import Connection, connect
 from bindings.store import BindingStore
 from router.api.bodies import refuse_oversized_chunked
-from router.server import errors, hosts
+from router.server import breaker, errors, hosts
 from router.server.cache import BindingCache
 from router.server.quota import Quota, parse_quota
 from router.server.settings import Settings, load_settings
@@ -65,6 +65,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.config["TESTING"] = settings.testing
     connection = connect(settings.redis_target())
+    # Fail fast while Redis is hung, instead of every request waiting out its timeout.
+    breaker.install(connection, breaker.Breaker())
     store = BindingStore(connection, min_replicas=settings.min_replicas,
                          replica_wait_ms=settings.replica_wait_ms)
     tokens = TokenTable(settings.tokens, settings.tokens_file)
