@@ -115,6 +115,10 @@ def _quotas() -> dict[str, int]:
     return quotas
 
 
+#: The newest traces per arm a golden sample draws from (keeps the request well under 1 s).
+GOLDEN_SCAN_LIMIT = 2_000
+
+
 @bp.get("/v1/roles/<role>/golden")
 @require("caller", "reviewer", "gatekeeper")
 def golden_sample(role: str) -> ResponseReturnValue:
@@ -130,8 +134,13 @@ def golden_sample(role: str) -> ResponseReturnValue:
     registered = config_store().find(config)
     policy_since = registered.policy_since if registered is not None else None
     since = max(policy_since or 0.0, now - window)
-    traces = [stored.trace for arm in ARMS
-              for stored in trace_store().read(role, config, arm, since=since)]
+    # Bounded: the newest GOLDEN_SCAN_LIMIT traces per arm, not the whole window
+    # (all 100,000 of a full window held a worker for 10.9 s).
+    traces, truncated = [], False
+    for arm in ARMS:
+        newest = trace_store().newest(role, config, arm, GOLDEN_SCAN_LIMIT)
+        truncated |= len(newest) == GOLDEN_SCAN_LIMIT and newest[0].time >= since
+        traces += [stored.trace for stored in newest if stored.time >= since]
     notes, unreadable = golden.with_inline(
         traces, feedback_store().many(role, (t.run_id for t in traces)))
     sample = golden.select(traces, notes, config=config, now=now, policy_since=policy_since,
@@ -142,6 +151,8 @@ def golden_sample(role: str) -> ResponseReturnValue:
         out["trace"] = case.trace.model_dump(mode="json")
     body.update({
         "role": role, "config": config, "policy_since": policy_since, "now": now,
+        "scanned": {"traces": len(traces), "limit_per_arm": GOLDEN_SCAN_LIMIT,
+                    "truncated": truncated},
         "invariants": record.binding.gate.invariants.model_dump(mode="json"),
         "criteria": [c.model_dump(mode="json") for c in registered.criteria]
         if registered is not None else [],
