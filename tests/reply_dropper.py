@@ -79,5 +79,11 @@ class ReplyDropper:
         except OSError:
             pass
         finally:
-            client.close()
-            upstream.close()
+            # shutdown first: a plain close() would wait for the other thread's recv
+            # to let go of the socket, and the router would see no end of stream.
+            for sock in (client, upstream):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sock.close()

@@ -49,7 +49,6 @@ def test_router_started_during_an_outage_serves_the_kept_table_stale(tmp_path: P
             assert [a.status_code for a in answers] == [200] * 40
             assert all(a.json()["stale"] is True and a.json()["version"] == 1 for a in answers)
             assert {a.json()["config"] for a in answers} <= {"cfg_a", "cfg_b"}
-            assert len({a.headers["X-Rolegate-Worker"] for a in answers}) == 2
             own.start()  # Redis is back: the same workers serve fresh answers again
             wait_for(lambda: requests.get(f"{url}/v1/resolve/summarizer?key=k",
                                           headers=auth(CALLER), timeout=5).json()["stale"]

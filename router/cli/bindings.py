@@ -71,15 +71,23 @@ def _read_back(api: ApiClient, role: str, move: str, body: dict[str, Any],
     """After an unknown outcome: the role read back, or exit 2 saying it was not applied."""
     click.echo(f"warning: the router could not confirm the {move}: it may or may not have "
                f"been applied; reading {role} back", err=True)
-    try:
-        record: dict[str, Any] = api.get(role_path(role))
-        newer = record["version"] - version
-        entries = api.get(role_path(role, "/history"),
-                          params={"limit": max(1, newer)})["entries"] if newer > 0 else []
-    except (ApiError, requests.ConnectionError, requests.Timeout) as exc:
-        click.echo(f"error: the outcome is unknown and {role} could not be read back ({exc}); "
-                   f"check with 'rolegate bindings show {role}' before retrying", err=True)
-        sys.exit(EXIT_USAGE)
+    for attempt in range(READ_BACK_ATTEMPTS):
+        try:
+            record: dict[str, Any] = api.get(role_path(role))
+            newer = record["version"] - version
+            entries = api.get(role_path(role, "/history"),
+                              params={"limit": max(1, newer)})["entries"] if newer > 0 else []
+            break
+        except (ApiError, requests.ConnectionError, requests.Timeout) as exc:
+            # A router that just saw Redis time out fails fast for a moment: ask again.
+            if attempt + 1 < READ_BACK_ATTEMPTS and not (
+                    isinstance(exc, ApiError) and exc.status < 500):
+                time.sleep(READ_BACK_PAUSE_S)
+                continue
+            click.echo(f"error: the outcome is unknown and {role} could not be read back "
+                       f"({exc}); check with 'rolegate bindings show {role}' before retrying",
+                       err=True)
+            sys.exit(EXIT_USAGE)
     ours = [e for e in entries if e["version"] == version + 1 and e["reason"] == body["reason"]
             and e["action"] in MOVE_ACTIONS[move]]
     if ours:
@@ -90,6 +98,9 @@ def _read_back(api: ApiClient, role: str, move: str, body: dict[str, Any],
     sys.exit(EXIT_USAGE)
 
 
+#: Read-backs after an unknown outcome, a pause apart (the router's breaker cools for 1 s).
+READ_BACK_ATTEMPTS = 4
+READ_BACK_PAUSE_S = 1.0
 #: The history actions each move records.
 MOVE_ACTIONS = {"canary": {"canary"}, "rollback": {"rollback", "restore"},
                 "promote": {"promote"}, "pause": {"pause"}, "resume": {"resume"}}
