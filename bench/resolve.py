@@ -117,10 +117,11 @@ def print_table(results: dict[str, list[Sample]]) -> dict[str, tuple[float, ...]
 def ratio_line(label: str, thing: tuple[float, ...], base: tuple[float, ...],
                target: float) -> float:
     """Print thing/base by req/s and by CPU per request; return the req/s ratio."""
-    ratio = thing[0] / base[0]
+    ratio = thing[0] / base[0] if base[0] else float("nan")
     verdict = "meets" if ratio >= target else "misses"
+    by_cpu = base[4] / thing[4] if thing[4] else float("nan")
     print(f"  {label}: {ratio:.2f} by req/s ({verdict} the {target:.2f} target); "
-          f"{base[4] / thing[4]:.2f} by worker CPU per request")
+          f"{by_cpu:.2f} by worker CPU per request")
     return ratio
 
 

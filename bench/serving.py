@@ -50,6 +50,8 @@ OPERATOR = "bench-operator-token"
 INGEST_ROLE = "ingestbench"
 OUTPUT = ("Summary of the quarter.\n\n| region | revenue | growth |\n|---|---:|---:|\n"
           "| north | 1200 | 4% |\n| south | 900 | -1% |\n")
+#: How long each watch waits for a change before it is answered 304 and asked again.
+WATCH_TIMEOUT_S = 5.0
 TRACE_HEADERS = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 
 
@@ -102,7 +104,8 @@ class Watchers:
                 generation = body["generation"] if status == 200 else 0
                 while not self.stop.is_set():
                     status, _ = _request(self.port, "GET", f"/v1/bindings/watch?generation="
-                                         f"{generation}&timeout=20", token=TOKEN, timeout=40)
+                                         f"{generation}&timeout={WATCH_TIMEOUT_S:g}",
+                                         token=TOKEN, timeout=WATCH_TIMEOUT_S + 20)
                     self.answered += 1
             except (OSError, ValueError, KeyError, TypeError):
                 self.failed += 1
@@ -115,7 +118,11 @@ class Watchers:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        # Let every watch in flight end (it holds a server thread until it does),
+        # so the next measurement starts on an idle router.
         self.stop.set()
+        for t in self.threads:
+            t.join(WATCH_TIMEOUT_S + 25)
 
 
 def open_connections(port: int) -> int:
