@@ -16,7 +16,8 @@ from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
 
 @pytest.fixture
 def lines() -> Iterator[io.StringIO]:
-    """Capture the events logger's output."""
+    """Capture the events logger's output (from here on: earlier tests' queued lines go first)."""
+    flush()
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.setFormatter(logging.Formatter("%(message)s"))

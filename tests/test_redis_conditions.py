@@ -116,7 +116,7 @@ def test_redis_refusal_answers_503_naming_it_counts_it_and_degrades_health(
                             json={"share": 0.5, "reason": "more"}, headers=auth(OPERATOR))
             assert r.status_code == 503, r.json
             error = r.json["error"]
-            assert error["code"] == "store_refused"
+            assert error["code"] == "store_unavailable"
             assert error["details"]["condition"] == condition
             assert condition in error["message"] and "nothing was applied" in error["message"]
             health = client.get("/healthz")

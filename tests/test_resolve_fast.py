@@ -48,7 +48,8 @@ class CountingInner:
 
 @pytest.fixture
 def lines() -> Iterator[io.StringIO]:
-    """Capture the events logger's output."""
+    """Capture the events logger's output (from here on: earlier tests' queued lines go first)."""
+    logs.flush()
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     logger = logging.getLogger(logs.LOGGER_NAME)
