@@ -148,3 +148,26 @@ def test_unknown_request_hook_turns_the_fast_path_off(redis_url: str) -> None:
     finally:
         app.extensions["rolegate"].cache.stop()
         app.extensions["rolegate"].redis.close()
+
+
+def test_a_role_created_on_another_worker_resolves_at_once(redis_url: str) -> None:
+    """A worker whose table loaded before a role existed reads that role from Redis, not 404."""
+    from router import create_app
+    from tests.conftest import TOKENS
+
+    config = {"redis_url": redis_url, "tokens": TOKENS, "testing": True,
+              "refresh_interval_s": 1.0}
+    serving, writing = create_app(config), create_app(config)
+    try:
+        serving.extensions["rolegate"].cache.start()  # loaded at worker start: no roles yet
+        assert serving.extensions["rolegate"].cache.all()[0] == {}
+        assert writing.test_client().put("/v1/bindings/summarizer", json=CANARY,
+                                         headers=auth(OPERATOR)).status_code == 201
+        r = serving.test_client().get("/v1/resolve/summarizer?key=job-1", headers=auth(CALLER))
+        assert r.status_code == 200 and r.json["version"] == 1
+        missing = serving.test_client().get("/v1/resolve/nosuch?key=k", headers=auth(CALLER))
+        assert missing.status_code == 404
+    finally:
+        for app in (serving, writing):
+            app.extensions["rolegate"].cache.stop()
+            app.extensions["rolegate"].redis.close()
