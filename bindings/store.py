@@ -26,11 +26,11 @@ from bindings.errors import (
     Archived,
     Conflict,
     CorruptRecord,
-    IdempotencyKeyReused,
     NotFound,
     ReplicationTimeout,
     StoreUnavailable,
 )
+from bindings.idempotency import IDEMPOTENCY_TTL_S, idempotency_key, replayed_record
 from bindings.models import Binding, HistoryEntry, VersionedBinding
 from bindings.redis_errors import redis_errors, write_errors
 from rolegate.config_ids import STORED
@@ -43,17 +43,14 @@ ROLES_KEY = "rolegate:roles"
 #: The change hint: grows by one after every change to any role; what routers poll.
 GENERATION_KEY = "rolegate:generation"
 CHANGES_CHANNEL = "rolegate:changes"
-#: A write's Idempotency-Key: "<request fingerprint> <version it produced>", kept a day.
-IDEMPOTENCY_KEY_TEMPLATE = "rolegate:{{{role}}}:idempotency:{key}"
-IDEMPOTENCY_TTL_S = 24 * 3600
 _MAX_VERSION = 2**63 - 1
 
 M = TypeVar("M", bound=BaseModel)
 
 # KEYS: binding hash, history list[, idempotency key] (one role: one slot)
 # ARGV: expected version, record JSON, history entry JSON, archive mode ("" an
-#       ordinary write, "restore" un-archive, else the archive note JSON to set)
-#       [, request fingerprint, idempotency key ttl]
+#       ordinary write, "restore" un-archive, else the archive note JSON to set)[,
+#       request fingerprint, idempotency key ttl]
 # Returns {1, new_version} on success, {0, current_version} on a stale write,
 # {2, current_version} when an ordinary write meets an archived role (or a restore
 # one that is not): archiving is itself a versioned change of the role's own hash;
@@ -97,11 +94,6 @@ return generation
 def binding_key(role: str) -> str:
     """The Redis key of a role's current binding record."""
     return BINDING_KEY_TEMPLATE.format(role=role)
-
-
-def idempotency_key(role: str, key: str) -> str:
-    """The Redis key remembering which write an Idempotency-Key produced."""
-    return IDEMPOTENCY_KEY_TEMPLATE.format(role=role, key=key)
 
 
 def history_key(role: str) -> str:
@@ -226,26 +218,10 @@ class BindingStore:
         return entry
 
     def replay(self, role: str, key: str, fingerprint: str) -> VersionedBinding | None:
-        """The record an earlier write with Idempotency-Key `key` produced, or None.
-
-        The same key with a different request (another fingerprint) is refused:
-        the caller reused a key by mistake, and replaying would answer a question
-        it did not ask.
-        """
+        """The record an earlier write with Idempotency-Key `key` produced, or None."""
         with _redis_errors():
             raw = self.connection.get(idempotency_key(role, key))
-        return None if raw is None else self._replayed(role, key, fingerprint, raw)
-
-    def _replayed(self, role: str, key: str, fingerprint: str,
-                  raw: bytes | str) -> VersionedBinding:
-        stored, _, version = _text(raw).rpartition(" ")
-        if stored != fingerprint:
-            raise IdempotencyKeyReused(
-                f"Idempotency-Key {key!r} was used for a different request on role {role!r}",
-                role=role)
-        entry = self.history_entry(role, int(version))
-        return VersionedBinding(role=role, version=entry.version, binding=entry.binding,
-                                updated_at=entry.time, updated_by=entry.actor)
+        return None if raw is None else replayed_record(self, role, key, fingerprint, raw)
 
     # -- writes --------------------------------------------------------------
 
@@ -300,7 +276,7 @@ class BindingStore:
         with write_errors():
             result, replicas = self._compare_and_set(keys, args)
         if int(result[0]) == 3 and idempotency is not None:
-            return self._replayed(role, idempotency[0], idempotency[1], result[1])
+            return replayed_record(self, role, idempotency[0], idempotency[1], result[1])
         if int(result[0]) == 2:
             if archive == "restore":
                 raise Conflict(f"role {role!r} is not archived", role=role,
