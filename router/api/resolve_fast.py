@@ -32,7 +32,8 @@ from typing import Any
 from flask import Flask
 
 from rolegate.routing import new_key, resolve
-from router.server import logs, metrics
+from router.server import hosts, logs, metrics
+from router.server.auth import ACTOR_HEADER, OPEN_GATEKEEPER, OPEN_OPERATOR
 
 PREFIX = "/v1/resolve/"
 #: Scopes the Flask view allows (router.api.resolve: caller, gatekeeper; operator always).
@@ -44,6 +45,8 @@ _ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 KNOWN_HOOKS = frozenset({
     "router.server.logs._before", "router.server.logs._after",
     "router.server.metrics._observe", "router.dashboard.views._refuse_cross_site_writes",
+    "router.server.hosts.init_app.<locals>._check_host",
+    "router.api.bodies.refuse_oversized_chunked",
 })
 
 log = logging.getLogger("rolegate")
@@ -100,16 +103,23 @@ class ResolveFastPath:
         if _ROLE.fullmatch(role) is None:
             return None
         services = self.app.extensions["rolegate"]
+        host = environ.get("HTTP_HOST")
+        if host is not None and not hosts.allowed(hosts.hostname(host),
+                                                  environ.get("SERVER_NAME", ""),
+                                                  self._allowed_hosts(services)):
+            return None  # the Flask app's Host check answers it
         tokens = services.tokens
         if tokens.open:
-            actor = "anonymous"
+            declared = environ.get("HTTP_" + ACTOR_HEADER.upper().replace("-", "_"), "")
+            actor = (OPEN_GATEKEEPER if declared == "gatekeeper" else OPEN_OPERATOR).name
         else:
             scheme, _, presented = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
             presented = presented.strip()
             if scheme.lower() != "bearer" or not presented:
                 return None
             principal = tokens.lookup(presented)
-            if principal is None or principal.scope not in RESOLVE_SCOPES:
+            if (principal is None or principal.scope not in RESOLVE_SCOPES
+                    or not principal.may(role)):
                 return None
             actor = principal.name
         query: str = environ.get("QUERY_STRING", "")
@@ -139,6 +149,12 @@ class ResolveFastPath:
             logs.log_resolve(request_id, resolution, "GET", environ.get("PATH_INFO", ""),
                              (time.perf_counter() - started) * 1e3, actor)
         return [body]
+
+    def _allowed_hosts(self, services: Any) -> tuple[str, ...]:
+        allowed: tuple[str, ...] | None = getattr(self, "_hosts", None)
+        if allowed is None:
+            allowed = self._hosts = hosts.parse_allowed(services.settings.allowed_hosts)
+        return allowed
 
     def _refresh_worker(self) -> str:
         # gunicorn forks after the app is built: name the process that answers.
