@@ -119,7 +119,7 @@ def test_redis_refusal_answers_503_naming_it_counts_it_and_degrades_health(
             assert error["code"] == "store_unavailable"
             assert error["details"]["condition"] == condition
             assert condition in error["message"] and "nothing was applied" in error["message"]
-            health = client.get("/healthz")
+            health = client.get("/healthz", headers=auth(OPERATOR))
             assert health.status_code == 200
             assert health.json["status"] == "degraded"
             assert health.json["checks"]["redis"]["condition"] == condition
