@@ -54,16 +54,22 @@ class Thresholds(Frozen):
     max_forbidden_rate: float = Field(0.0, ge=0.0, le=1.0)
     p95_step_ceiling: int | None = Field(None, ge=1)
     max_mean_cost_usd: float | None = Field(None, ge=0.0)
+    #: Traces a stage needs before it may advance (promotion only: evidence that
+    #: already excludes the threshold rolls back before it).
     min_samples: int = Field(50, ge=1)
-    #: One-sided McNemar alpha for the paired shadow comparison.
-    alpha: float = Field(0.05, gt=0.0, lt=1.0)
+    #: The stage alpha: the chance a stage rolls back a candidate no worse than
+    #: current, all its tests together (split in `gatekeeper.budget`). 0.0025 over
+    #: the default ladder's four stages keeps a rollout's false rollbacks within 1%.
+    alpha: float = Field(0.0025, gt=0.0, lt=1.0)
     #: Paired shadow runs needed before shadow may pass (None: min_samples). Size it
     #: for power against the smallest drop worth catching before users see it.
     min_shadow_pairs: int | None = Field(None, ge=1)
-    #: A stage must last at least this long before the gatekeeper advances it.
-    min_stage_seconds: float = Field(0.0, ge=0.0)
-    #: How long the full stage bakes before the candidate becomes stable.
-    bake_seconds: float = Field(0.0, ge=0.0)
+    #: A stage must last at least this long before the gatekeeper advances it
+    #: (15 minutes: a stage sees more than one burst of traffic).
+    min_stage_seconds: float = Field(900.0, ge=0.0)
+    #: How long the full stage bakes before the candidate becomes stable (2 hours:
+    #: slow regressions and daily traffic shapes show before current is replaced).
+    bake_seconds: float = Field(7200.0, ge=0.0)
 
 
 class Invariants(Frozen):
@@ -101,7 +107,10 @@ class DriftPolicy(Frozen):
 
     enabled: bool = True
     shift: float = Field(0.05, gt=0.0, lt=1.0)
-    h: float = Field(5.0, gt=0.0)
+    #: The alarm level; None (the default) derives it per p0 from the stage alpha
+    #: (an in-control ARL target, `gatekeeper.cusum_arl`), a fixed h alarms falsely
+    #: at very different rates at different base rates.
+    h: float | None = Field(None, gt=0.0)
     #: Fixed baseline rates per metric; otherwise p0 comes from the current arm.
     baseline: dict[str, float] = Field(default_factory=dict)
 

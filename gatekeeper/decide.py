@@ -3,30 +3,30 @@
 The rule, in order (the first that applies wins):
 
 1. no live rollout (no candidate, or stable / rolled back) or a paused role: skip;
-2. the gate fails on the stage's window (a forbidden call or a lost required
-   tool fails it at once, at any n): roll back;
+2. a zero-tolerance gate reason (a forbidden call with `max_forbidden_rate` 0,
+   a lost required tool; in shadow a pair that lost a required tool) fails it at
+   once, at any n: roll back;
 3. a drift detector alarms on the candidate (CUSUM over the stage's runs against
-   the current arm's rates): roll back. This is the fast path for large regressions;
-4. in shadow, the paired comparison fails (a required tool lost, or McNemar
-   one-sided p < alpha once there are min_samples pairs): roll back;
-5. in shadow, the sequential McNemar test (`gatekeeper.sequential`) rejects at
-   alpha: roll back. It is read at every tick and stays valid at every tick, so
-   a clear regression stops after a few dozen flips, not at the stage's end;
-   in any live stage, the sequential failure-rate test of the candidate's stage
-   runs against the current arm's rate (the drift detector's frozen p0, taken
-   at its upper 95% bound) rejects at alpha: roll back. Same guarantee, unpaired;
-6. too few traces (gate `insufficient_data`, or in shadow fewer pairs than
-   `min_shadow_pairs`, default min_samples): hold;
-7. the stage has not lasted its minimum (`gatekeeper.durations`: min_stage_seconds, a
-   step's own min_seconds, full: bake_seconds): hold;
-8. the candidate is worse than the current arm over the same stage, by a one-sided
-   test at alpha: roll back. Taken last, it is read once per stage: on the one tick
-   that either advances or rolls back, never again on each tick of a hold;
-9. otherwise: advance one step.
+   current's p0, h derived for the p0 at hand): roll back;
+4. the stage's sequential evidence reaches its share of alpha: roll back. One
+   e-value, the weighted average of the failure-rate test against current's p0,
+   the sequential McNemar test over the shadow flips and the pass-rate floor test
+   (`budget`): valid however often it is read, so it is read at every tick from
+   the stage's first run, before `min_samples` (a candidate failing half its runs
+   is rolled back within a few dozen);
+5. hold: too few traces (`min_samples`; in shadow `min_shadow_pairs` pairs), the
+   stage has not lasted its minimum (`gatekeeper.durations`: min_stage_seconds, a
+   step's own min_seconds, full: bake_seconds), or the pass
+   rate is under `min_pass_rate` but the floor test has not excluded it yet.
+   `min_samples` guards promotion, never rollback;
+6. the stage's one look (this tick advances or rolls back, so it is taken once
+   per stage, never on each tick of a hold): a rated gate reason (p95 steps,
+   mean cost, a non-zero forbidden-rate limit), the exact McNemar test in shadow
+   or the unpaired comparison with current at their share of alpha: roll back;
+7. otherwise: advance one step.
 
-Shadow is where the paired evidence is free for users (its output is discarded),
-so `min_shadow_pairs` sizes it for power against the smallest drop worth
-catching; CUSUM watches every run for the large ones.
+Only tests valid under repeated looks (rules 3-4) act before the stage's end;
+the fixed-sample ones (rule 6) are read exactly once.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from statistics import NormalDist
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
+from gatekeeper.budget import FLIPS, FLOOR, RATE, Combined, combine, final_alpha, weights
 from gatekeeper.durations import stage_minimum
-from gatekeeper.sequential import flip_test, flips_of, rate_test, upper_p0
-from gatekeeper.statistics import difference_interval
+from gatekeeper.sequential import flips_of, log_ratio, rate_log_ratio, upper_p0
+from gatekeeper.statistics import difference_interval, mcnemar_exact
 
 LIVE_STAGES = frozenset({Stage.SHADOW, Stage.CANARY, Stage.FULL})
 
@@ -60,6 +61,8 @@ class Evidence:
 
     verdict: str
     reasons: tuple[str, ...] = ()
+    #: The gate's reason codes, one per reason (empty: unknown, every reason blocks).
+    reason_codes: tuple[str, ...] = ()
     #: Candidate traces (and passes) in the stage's window.
     n: int = 0
     passes: int = 0
@@ -73,6 +76,9 @@ class Evidence:
     baseline_failure: float | None = None
     #: Current runs baseline_failure was measured over (0: a fixed baseline, exact).
     baseline_runs: int = 0
+    #: True when baseline_failure is already the upper bound the tests run against
+    #: (the gate view's detectors bound it, `drift.bounded_p0`).
+    baseline_bounded: bool = False
     #: Metrics whose CUSUM alarms on the candidate, and on the current arm.
     candidate_alarms: tuple[str, ...] = ()
     current_alarms: tuple[str, ...] = ()
@@ -127,53 +133,144 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
         return make(Action.SKIP, f"no rollout in progress (stage {binding.stage.value})")
     if binding.paused:
         return make(Action.SKIP, "paused by an operator")
-    if evidence.verdict == "fail":
-        return make(Action.ROLLBACK, "gate failed: " + "; ".join(evidence.reasons),
-                    gate_reasons=list(evidence.reasons))
+    blocking, rated = split_reasons(evidence, thresholds)
+    if blocking:
+        return make(Action.ROLLBACK, "gate failed: " + "; ".join(blocking),
+                    gate_reasons=list(blocking))
     if evidence.candidate_alarms:
         return make(Action.ROLLBACK,
                     f"drift alarm on candidate {binding.candidate}: "
                     + ", ".join(evidence.candidate_alarms),
                     drift_alarms=list(evidence.candidate_alarms))
     paired = evidence.paired if binding.stage is Stage.SHADOW else None
-    if paired is not None and paired.get("verdict") == "fail":
+    # A pair that lost a required tool fails at once; so does a failing report that
+    # does not say why (no McNemar figures). A McNemar failure waits for the look.
+    if paired is not None and paired.get("verdict") == "fail" and (
+            paired.get("blocking") or "mcnemar" not in paired):
         return make(Action.ROLLBACK, "shadow comparison failed: "
                     + "; ".join(paired.get("reasons", [])))
+    combined = sequential_evidence(binding.stage, thresholds, evidence)
+    if combined.reject:
+        return make(Action.ROLLBACK, _rejected(combined, evidence, paired),
+                    sequential={**combined.as_dict(), "p0": rate_p0(evidence)})
+    hold = _hold(binding, evidence, paired, rated, now)
+    if hold is not None:
+        reason, extra = hold
+        return make(Action.HOLD, reason, sequential=combined.as_dict(), **extra)
+    # The stage's one look at the fixed-sample tests: this tick advances or rolls back.
+    elapsed = now - (binding.stage_since if binding.stage_since is not None else now)
+    late = [r for code, r in rated if code != "pass_rate"]
+    if late:
+        return make(Action.ROLLBACK, "gate failed at the stage's end: " + "; ".join(late),
+                    gate_reasons=late)
+    level = final_alpha(thresholds.alpha, binding.stage)
     if paired is not None:
-        sequential = flip_test(*flips_of(paired), alpha=thresholds.alpha)
-        if sequential.reject:
-            return make(Action.ROLLBACK,
-                        f"shadow sequential McNemar: {sequential.regressions} pass->fail vs "
-                        f"{sequential.improvements} fail->pass, likelihood ratio "
-                        f"e^{sequential.log_ratio:.2f} >= 1/alpha (alpha {thresholds.alpha:g})",
-                        sequential=sequential.as_dict())
-    if evidence.baseline_failure is not None and 0.0 < evidence.baseline_failure < 1.0:
-        p0 = min(0.999, upper_p0(evidence.baseline_failure, evidence.baseline_runs))
-        rated = rate_test(evidence.n - evidence.passes, evidence.n, p0, alpha=thresholds.alpha)
-        if rated.reject:
-            return make(Action.ROLLBACK,
-                        f"sequential rate test: {rated.failures} of {rated.n} candidate runs "
-                        f"failed against p0 {rated.p0:.4f}, likelihood ratio "
-                        f"e^{rated.log_ratio:.2f} >= 1/alpha (alpha {thresholds.alpha:g})",
-                        sequential=rated.as_dict())
-    if evidence.verdict != "pass":
-        return make(Action.HOLD, "waiting for data: " + "; ".join(evidence.reasons))
-    if paired is not None and paired.get("verdict") != "pass":
-        return make(Action.HOLD, "waiting for pairs: " + "; ".join(paired.get("reasons", [])))
-    if paired is not None and int(paired.get("pairs", 0)) < shadow_pairs_needed(thresholds):
-        return make(Action.HOLD, f"waiting for pairs: {int(paired.get('pairs', 0))} of "
-                    f"min_shadow_pairs {shadow_pairs_needed(thresholds)}")
-    since = binding.stage_since if binding.stage_since is not None else now
-    elapsed, needed = now - since, required_seconds(binding)
-    if elapsed < needed:
-        return make(Action.HOLD, f"stage has lasted {elapsed:.0f}s of {needed:.0f}s",
-                    elapsed_s=round(elapsed, 3), required_s=needed)
-    # The stage's one look at the unpaired comparison: this tick advances or rolls back.
-    worse = _worse_than_current(evidence, thresholds.alpha)
+        worse_paired = _mcnemar_worse(paired, level)
+        if worse_paired is not None:
+            return make(Action.ROLLBACK, worse_paired)
+    worse = _worse_than_current(evidence, level)
     if worse is not None:
         return make(Action.ROLLBACK, worse)
     return make(Action.ADVANCE, f"gate passed on {evidence.n} traces after {elapsed:.0f}s",
-                elapsed_s=round(elapsed, 3))
+                elapsed_s=round(elapsed, 3), sequential=combined.as_dict())
+
+
+#: Reason codes that fail a stage at once, at any n (zero tolerance).
+BLOCKING_CODES = frozenset({"required_tool_lost"})
+
+
+def split_reasons(evidence: Evidence,
+                  thresholds: Thresholds) -> tuple[list[str], list[tuple[str, str]]]:
+    """The gate's reasons as (blocking messages, [(code, message)] of rated ones).
+
+    Blocking: a lost required tool, forbidden calls under a zero limit, and any
+    reason of a failing verdict whose code is unknown (the safe reading).
+    """
+    if evidence.verdict not in ("fail", "insufficient_data"):
+        return [], []
+    codes = evidence.reason_codes
+    if len(codes) != len(evidence.reasons):
+        return (list(evidence.reasons) if evidence.verdict == "fail" else []), []
+    blocking: list[str] = []
+    rated: list[tuple[str, str]] = []
+    for code, message in zip(codes, evidence.reasons):
+        if code in BLOCKING_CODES or (code == "forbidden_rate"
+                                      and thresholds.max_forbidden_rate == 0):
+            blocking.append(message)
+        elif code != "min_samples":
+            rated.append((code, message))
+    return blocking, rated
+
+
+def sequential_evidence(stage: Stage, thresholds: Thresholds, evidence: Evidence) -> Combined:
+    """The stage's e-value: rate test, shadow flips and pass-rate floor, averaged (`budget`)."""
+    failures = evidence.n - evidence.passes
+    logs: dict[str, float] = {}
+    p0 = rate_p0(evidence)
+    if p0 is not None:
+        logs[RATE] = rate_log_ratio(failures, evidence.n, p0)
+    if stage is Stage.SHADOW and evidence.paired is not None:
+        logs[FLIPS] = log_ratio(*flips_of(evidence.paired))
+    floor = 1.0 - thresholds.min_pass_rate
+    has_floor = 0.0 < floor < 1.0
+    if has_floor:
+        logs[FLOOR] = rate_log_ratio(failures, evidence.n, floor)
+    return combine(logs, weights(stage, floor=has_floor), thresholds.alpha)
+
+
+def rate_p0(evidence: Evidence) -> float | None:
+    """The failure rate the candidate is tested against: current's, at its upper bound."""
+    base = evidence.baseline_failure
+    if base is None or not 0.0 < base < 1.0:
+        return None
+    bounded = base if evidence.baseline_bounded else upper_p0(base, evidence.baseline_runs)
+    return min(0.999, bounded)
+
+
+def _rejected(combined: Combined, evidence: Evidence, paired: Mapping[str, Any] | None) -> str:
+    lead = combined.leading()
+    failures = evidence.n - evidence.passes
+    what = {RATE: f"{failures} of {evidence.n} candidate runs failed against current's p0",
+            FLOOR: f"{failures} of {evidence.n} candidate runs failed: the pass rate is "
+                   "under min_pass_rate",
+            FLIPS: "shadow flips {} pass->fail vs {} fail->pass".format(
+                *flips_of(paired or {}))}[lead]
+    return (f"sequential evidence e^{combined.log_e:.2f} >= e^{combined.threshold:.2f} "
+            f"(alpha {combined.alpha:g}), mostly {lead}: {what}")
+
+
+def _hold(binding: Binding, evidence: Evidence, paired: Mapping[str, Any] | None,
+          rated: list[tuple[str, str]], now: float) -> tuple[str, dict[str, Any]] | None:
+    """Why the stage must wait before its one look (and figures for the details), or None."""
+    thresholds = binding.gate.thresholds
+    if evidence.verdict not in ("pass", "fail"):
+        return "waiting for data: " + "; ".join(evidence.reasons), {}
+    if paired is not None:
+        pairs = int(paired.get("pairs", 0))
+        if pairs < shadow_pairs_needed(thresholds):
+            return (f"waiting for pairs: {pairs} of min_shadow_pairs "
+                    f"{shadow_pairs_needed(thresholds)}"), {}
+    since = binding.stage_since if binding.stage_since is not None else now
+    elapsed, needed = now - since, required_seconds(binding)
+    if elapsed < needed:
+        return (f"stage has lasted {elapsed:.0f}s of {needed:.0f}s",
+                {"elapsed_s": round(elapsed, 3), "required_s": needed})
+    under = [r for code, r in rated if code == "pass_rate"]
+    if under:
+        return f"{under[0]}; not yet excluded by the floor test", {}
+    return None
+
+
+def _mcnemar_worse(paired: Mapping[str, Any], level: float) -> str | None:
+    """A reason when the exact McNemar test, read once at the stage's end, rejects."""
+    regressions, improvements = flips_of(paired)
+    one_sided = (paired.get("mcnemar") or {}).get("one_sided")
+    if not isinstance(one_sided, (int, float)):
+        one_sided = mcnemar_exact(regressions, improvements)[0]
+    if one_sided >= level:
+        return None
+    return (f"shadow McNemar at the stage's end: {regressions} pass->fail vs {improvements} "
+            f"fail->pass, one-sided p {one_sided:.3g} < {level:g}")
 
 
 def _worse_than_current(evidence: Evidence, alpha: float) -> str | None:
@@ -209,11 +306,14 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
     current = arms.get("current", {})
     drift = view.get("drift") or {}
     alarms = drift.get("alarms", [])
+    raw = arm.get("reasons", [])
     reasons = tuple(r.get("message", str(r)) if isinstance(r, Mapping) else str(r)
-                    for r in arm.get("reasons", []))
+                    for r in raw)
+    codes = tuple(str(r.get("code", "")) for r in raw if isinstance(r, Mapping))
     return Evidence(
         verdict=str(arm.get("verdict", "insufficient_data")),
         reasons=reasons,
+        reason_codes=codes if len(codes) == len(reasons) else (),
         n=int(arm.get("n", 0)),
         passes=int(arm.get("passes", 0)),
         current_n=int(current.get("n", 0)),
@@ -221,6 +321,7 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
         paired=view.get("paired"),
         baseline_failure=_baseline_failure(drift),
         baseline_runs=_baseline_runs(drift),
+        baseline_bounded="observed" in ((drift.get("candidate") or {}).get("run_failure") or {}),
         candidate_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "candidate"),
         current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),
     )

@@ -16,13 +16,16 @@ alarms per h, so h is chosen from history, not by intuition.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bindings.models import DriftPolicy
+from bindings.models import DriftPolicy, Thresholds
+from gatekeeper.budget import cusum_arl0
+from gatekeeper.cusum_arl import h_for_arl
 from gatekeeper.pairing import Run
-from gatekeeper.statistics import Cusum
+from gatekeeper.statistics import Cusum, wilson_interval
 from gatekeeper.window import WindowStats
 
 RUN_FAILURE = "run_failure"
@@ -39,6 +42,39 @@ METRICS: dict[str, Callable[[Run], bool]] = {
 #: A p0 of exactly 0 would make any single event look infinitely surprising
 #: relative to it; floor it so the detector stays a detector of *rates*.
 MIN_P0 = 0.001
+#: p1 stays under 1 so the CUSUM's run lengths stay finite.
+MAX_P1 = 0.999
+#: One-sided z of the upper bound a measured p0 is taken at (about 84%): the
+#: tests run against a p0 no lower than the current's rate is likely to be, so a
+#: small reference cannot make a healthy candidate look worse (Jensen et al. 2006
+#: on estimated control limits). `bench/rollout_sim.py` measures the trade.
+P0_Z = 1.0
+#: Significant digits a measured p0 is rounded up to: a grid lets the derived h
+#: be cached (up to ~0.1 s to solve), and rounding up is conservative. Two digits
+#: were too coarse: 0.501 became 0.51, and the rate test lost ~40% of its power
+#: against a 0.05 drop from a 0.5 base.
+P0_DIGITS = 3
+
+
+def bounded_p0(observed: float, reference: int, z: float = P0_Z) -> float:
+    """The upper Wilson bound (at `z`) of a rate observed over `reference` runs, rounded up."""
+    failures = min(reference, max(0, round(observed * reference)))
+    upper = max(observed, wilson_interval(failures, reference, z)[1]) if reference else observed
+    upper = max(MIN_P0, upper)
+    scale = 10.0 ** (P0_DIGITS - 1 - math.floor(math.log10(upper)))
+    return min(1.0, math.ceil(upper * scale - 1e-9) / scale)
+
+
+def derived_h(policy: DriftPolicy, p0: float, alpha: float | None = None) -> float:
+    """The policy's h, or when it sets none the h whose in-control ARL at p0 is the
+    CUSUM's share of the stage alpha (`budget.cusum_arl0`), from `cusum_arl`."""
+    if policy.h is not None:
+        return policy.h
+    stage_alpha = Thresholds().alpha if alpha is None else alpha
+    p1 = min(MAX_P1, p0 + policy.shift)
+    if p0 >= p1:
+        return math.inf
+    return h_for_arl(p0, p1, cusum_arl0(stage_alpha))
 
 
 @dataclass(frozen=True)
@@ -113,7 +149,8 @@ def watch(runs: Sequence[Run], reference: Sequence[Run], policy: DriftPolicy,
     for metric in metrics:
         p0 = baseline(metric, policy, reference)
         if p0 is not None:
-            out[metric] = replay(metric, runs, p0=p0, shift=policy.shift, h=policy.h)
+            out[metric] = replay(metric, runs, p0=p0, shift=policy.shift,
+                                 h=derived_h(policy, p0))
     return out
 
 
@@ -197,13 +234,15 @@ class Params:
     """What one detector runs with: p0, the shift to p1, h, and the runs p0 came from.
 
     `reference` is how many current runs p0 was measured over; 0 for a fixed
-    `drift.baseline`.
+    `drift.baseline`. `observed` is the rate measured over them, p0 its upper
+    bound (`bounded_p0`); None for a fixed baseline.
     """
 
     p0: float
     shift: float
     h: float
     reference: int
+    observed: float | None = None
 
     @property
     def p1(self) -> float:
@@ -221,18 +260,22 @@ def window_rate(metric: str, window: WindowStats) -> float | None:
 
 
 def params_for(metric: str, policy: DriftPolicy, reference: WindowStats,
-               min_reference: int) -> Params | None:
+               min_reference: int, alpha: float | None = None) -> Params | None:
     """The detector parameters for `metric`: p0 from the fixed baseline or `reference`.
 
+    A measured p0 is its upper bound over the reference (`bounded_p0`), and h is
+    derived for it from the stage alpha when the policy sets none (`derived_h`).
     None while the reference aggregate holds fewer than `min_reference` runs: p0
     is frozen when a detector starts, so it must not rest on a handful of runs.
     """
     if metric in policy.baseline:
-        return Params(max(MIN_P0, policy.baseline[metric]), policy.shift, policy.h, 0)
+        p0 = max(MIN_P0, policy.baseline[metric])
+        return Params(p0, policy.shift, derived_h(policy, p0, alpha), 0)
     observed = window_rate(metric, reference)
     if observed is None or reference.n < max(1, min_reference):
         return None
-    return Params(max(MIN_P0, observed), policy.shift, policy.h, reference.n)
+    p0 = bounded_p0(observed, reference.n)
+    return Params(p0, policy.shift, derived_h(policy, p0, alpha), reference.n, observed)
 
 
 def stream_order(stream_id: str) -> tuple[int, int]:
@@ -309,4 +352,4 @@ class Detector:
         """JSON-ready for the gate view: the replay's keys plus where it has read to."""
         return {**self.report().as_dict(), "first_alarm_id": self.first_alarm_id,
                 "last_id": self.last_id or None, "reference": self.params.reference,
-                "caught_up": caught_up}
+                "observed": self.params.observed, "caught_up": caught_up}

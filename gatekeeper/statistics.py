@@ -165,7 +165,9 @@ class Cusum:
     def update(self, event: bool) -> bool:
         """Feed one run; True when this run raises the alarm."""
         self.s = max(0.0, self.s + (1.0 if event else 0.0) - self.k)
-        if self.s > self.h:
+        # The tolerance keeps float drift from alarming on a sum that is exactly h
+        # (on the lattice `cusum_arl` computes run lengths on, it is not over h).
+        if self.s > self.h + 1e-9:
             self.s = 0.0
             self.alarms += 1
             return True

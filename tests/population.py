@@ -29,6 +29,11 @@ def regressed(i: int) -> tuple[bool, bool]:
     return i % 20 not in (0, 1, 2), False
 
 
+def broken(i: int) -> tuple[bool, bool]:
+    """Fails every other job: a pass rate of 0.5."""
+    return i % 2 == 1, False
+
+
 def forbidden(i: int) -> tuple[bool, bool]:
     """Passes like the baseline, but one job in 25 calls a forbidden tool."""
     return i % 20 != 0, i % 25 == 3
@@ -36,6 +41,7 @@ def forbidden(i: int) -> tuple[bool, bool]:
 
 BEHAVIOURS: dict[str, Callable[[int], tuple[bool, bool]]] = {
     "cfg-a": baseline, "cfg-good": baseline, "cfg-bad": regressed, "cfg-forbid": forbidden,
+    "cfg-broken": broken,
 }
 
 

@@ -220,7 +220,8 @@ def test_a_vanishingly_small_alpha_does_not_break_the_gatekeeper(client: FlaskCl
     """alpha=1e-300 is a valid policy; deciding on it must not raise (it stopped every tick)."""
     r = client.put("/v1/bindings/summarizer", headers=OP,
                    json={"current": "cfg_a", "candidate": "cfg_b", "stage": "canary",
-                         "share": 0.5, "gate": {"thresholds": {"alpha": 1e-300}}})
+                         "share": 0.5, "gate": {"thresholds": {"alpha": 1e-300,
+                                                                 "min_stage_seconds": 0}}})
     assert r.status_code == 201, r.json
     record = VersionedBinding.model_validate(r.json)
     evidence = Evidence(verdict="pass", n=100, passes=90, current_n=100, current_passes=95)

@@ -181,11 +181,12 @@ def _shadow(min_shadow_pairs: int | None) -> VersionedBinding:
 
 def test_sequential_mcnemar_rolls_back_before_enough_data() -> None:
     """Lopsided flips roll shadow back at once, even while the gate still wants data."""
-    paired = {"verdict": "insufficient", "reasons": ["12 pairs"], "pairs": 12,
-              "flips": {"pass_to_fail": 12, "fail_to_pass": 0}}
-    evidence = Evidence(verdict="insufficient_data", n=12, passes=0, paired=paired)
+    paired = {"verdict": "insufficient", "reasons": ["14 pairs"], "pairs": 14,
+              "flips": {"pass_to_fail": 14, "fail_to_pass": 0}}
+    # The shadow's own pass rate (14 of 14) gives the rate and floor tests nothing.
+    evidence = Evidence(verdict="insufficient_data", n=14, passes=14, paired=paired)
     decision = decide("r", _shadow(None), evidence, NOW)
-    assert decision.action is Action.ROLLBACK and "sequential McNemar" in decision.reason
+    assert decision.action is Action.ROLLBACK and "mostly flips" in decision.reason
     assert decision.details["sequential"]["reject"] is True
 
 
@@ -230,7 +231,7 @@ def test_sequential_rate_test_rolls_back_a_failing_canary() -> None:
     """A canary failing far above the current's p0 rolls back before min_samples."""
     evidence = Evidence(verdict="insufficient_data", n=15, passes=5, baseline_failure=0.05)
     decision = decide("r", _record(Stage.CANARY, 0.1), evidence, NOW)
-    assert decision.action is Action.ROLLBACK and "sequential rate test" in decision.reason
+    assert decision.action is Action.ROLLBACK and "mostly rate" in decision.reason
     assert decision.details["sequential"]["p0"] == 0.05
 
 

@@ -19,6 +19,8 @@ from gatekeeper.drift import (
     TOOL_ERROR,
     Detector,
     Params,
+    bounded_p0,
+    derived_h,
     params_for,
     replay,
 )
@@ -200,16 +202,20 @@ def test_new_epoch_and_new_parameters_restart(feed: Feed, redis_conn: redis.Redi
 
 
 def test_p0_from_the_window_aggregate_and_when_it_restarts() -> None:
-    """p0 is the aggregate's rate once it has min_reference runs; a doubled reference restarts."""
+    """p0 is the aggregate's rate (at its upper bound) once it has min_reference runs;
+    a doubled reference restarts."""
     window = WindowStats({"n": 40, "passes": 36, "error_runs": 2, "forbidden": 0})
     policy = DriftPolicy(shift=0.05, h=4.0)
     assert params_for(RUN_FAILURE, policy, window, 50) is None
     params = params_for(RUN_FAILURE, policy, window, 20)
-    assert params == Params(0.1, 0.05, 4.0, 40)
-    assert params_for(TOOL_ERROR, policy, window, 20) == Params(0.05, 0.05, 4.0, 40)
-    assert params_for(FORBIDDEN_CALL, policy, window, 20) == Params(0.001, 0.05, 4.0, 40)
+    assert params == Params(bounded_p0(0.1, 40), 0.05, 4.0, 40, 0.1)
+    assert params_for(TOOL_ERROR, policy, window, 20) == Params(bounded_p0(0.05, 40), 0.05,
+                                                                4.0, 40, 0.05)
+    assert params_for(FORBIDDEN_CALL, policy, window, 20) == Params(bounded_p0(0.0, 40), 0.05,
+                                                                    4.0, 40, 0.0)
     fixed = DriftPolicy(baseline={RUN_FAILURE: 0.2})
-    assert params_for(RUN_FAILURE, fixed, WindowStats(), 20) == Params(0.2, 0.05, 5.0, 0)
+    assert params_for(RUN_FAILURE, fixed, WindowStats(), 20) == Params(
+        0.2, 0.05, derived_h(fixed, 0.2), 0)
     detector = Detector(RUN_FAILURE, params)
     assert not detector.outdated(Params(0.12, 0.05, 4.0, 79))
     assert detector.outdated(Params(0.12, 0.05, 4.0, 80))
@@ -255,14 +261,17 @@ def test_gate_view_advances_kept_detectors_as_runs_arrive(client: Any) -> None:
 
     assert post(0, 10)["candidate"] == {}  # 10 current runs: too few to freeze p0
     first = post(10, 40)["candidate"][RUN_FAILURE]
-    assert (first["n"], first["reference"], first["p0"]) == (40, 40, 0.05)
+    # p0 is current's rate (2 of 40 failed) at its upper bound over those 40 runs.
+    bound = bounded_p0(0.05, 40)
+    assert (first["n"], first["reference"], first["observed"]) == (40, 40, 0.05)
+    assert first["p0"] == bound > 0.05
     drift = post(40, 70)
     later = drift["candidate"][RUN_FAILURE]
-    assert (later["n"], later["reference"], later["p0"]) == (70, 40, 0.05)
+    assert (later["n"], later["reference"], later["p0"]) == (70, 40, bound)
     assert drift["caught_up"] is True and later["caught_up"] is True
     assert drift["current"][RUN_FAILURE]["n"] == 70
     shadow = [Run(f"job-{i}", passed=i % 20 not in (0, 1, 2)) for i in range(70)]
-    expected = replay(RUN_FAILURE, shadow, p0=0.05, shift=0.1, h=4.0).as_dict()
+    expected = replay(RUN_FAILURE, shadow, p0=bound, shift=0.1, h=4.0).as_dict()
     assert {k: later[k] for k in expected} == expected
     app = client.application
     detail = role_detail(app.extensions["rolegate"].store,

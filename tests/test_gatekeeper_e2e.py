@@ -159,7 +159,7 @@ def test_autonomous_rollouts_and_leader_failover(app: Flask) -> None:
         regressed = _get(url, "/v1/bindings/regressed/history")["entries"]
         assert [e["action"] for e in regressed] == ["rollback", "create"]
         assert regressed[0]["actor"] == "gatekeeper"
-        assert "pass rate" in regressed[0]["reason"]
+        assert "sequential evidence" in regressed[0]["reason"]
         forbidden = _get(url, "/v1/bindings/forbidden/history")["entries"]
         assert [e["action"] for e in forbidden] == ["rollback", "create"]
         assert "delete_all" in json.dumps(forbidden[0])

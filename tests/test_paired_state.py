@@ -283,7 +283,8 @@ def test_gate_view_pairs_incrementally(client: Any) -> None:
     from tests.conftest import CALLER, OPERATOR, auth
     from tests.population import trace
 
-    policy = {"thresholds": {"min_samples": 20},
+    # alpha 1.0 would be refused; 0.99 puts the stage-end McNemar look at 0.0495.
+    policy = {"thresholds": {"min_samples": 20, "alpha": 0.99},
               "invariants": {"artifact_exists": ["out.md"]}}
     answer = client.put("/v1/bindings/p", headers=auth(OPERATOR), json={
         "current": "cfg-a", "candidate": "cfg-bad", "stage": "shadow", "gate": policy})
@@ -307,5 +308,5 @@ def test_gate_view_pairs_incrementally(client: Any) -> None:
     assert last["flips"] == {"pass_to_fail": 6, "fail_to_pass": 0}
     assert last["regressed_keys"] == ["job-1", "job-2", "job-21", "job-22", "job-41", "job-42"]
     assert last["caught_up"] is True and last["trajectory"]["SAME"] == 50
-    # McNemar one-sided p = 2 ** -6 < alpha 0.05 over 50 >= 20 pairs.
+    # McNemar one-sided p = 2 ** -6 < its share of alpha (0.0495) over 50 >= 20 pairs.
     assert last["verdict"] == "fail" and last["mcnemar"]["one_sided"] == 2 ** -6

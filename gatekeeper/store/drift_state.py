@@ -231,7 +231,8 @@ def detector_fields(detector: Detector) -> dict[str, str]:
     """A detector as its hash stores it (floats in repr: they read back exactly)."""
     p = detector.params
     return {"p0": repr(p.p0), "shift": repr(p.shift), "h": repr(p.h),
-            "reference": str(p.reference), "n": str(detector.n),
+            "reference": str(p.reference),
+            "observed": "" if p.observed is None else repr(p.observed), "n": str(detector.n),
             "events": str(detector.events), "s": repr(detector.s),
             "alarms": str(detector.alarms),
             "first_alarm_at": "" if detector.first_alarm_at is None
@@ -242,8 +243,10 @@ def detector_fields(detector: Detector) -> dict[str, str]:
 def detector_from_fields(metric: str, raw: Mapping[Any, Any]) -> Detector:
     """Read a detector back from its hash (HGETALL answer)."""
     f = {_text(k): _text(v) for k, v in raw.items()}
+    observed = f.get("observed", "")
     params = Params(p0=float(f["p0"]), shift=float(f["shift"]), h=float(f["h"]),
-                    reference=int(f["reference"]))
+                    reference=int(f["reference"]),
+                    observed=float(observed) if observed else None)
     first_at = f.get("first_alarm_at", "")
     return Detector(metric, params, n=int(f["n"]), events=int(f["events"]), s=float(f["s"]),
                     alarms=int(f["alarms"]), first_alarm_at=int(first_at) if first_at else None,

@@ -14,14 +14,17 @@ from typing import Any, cast
 
 from bindings.models import Stage
 from bindings.store import _redis_errors
+from gatekeeper.budget import final_alpha
 from gatekeeper.decide import shadow_pairs_needed
 from gatekeeper.drift import METRICS, disabled_view, params_for, section
 from gatekeeper.pairing import Run
 from gatekeeper.store.drift_state import DriftStates, Watch, run_of_fields
+from gatekeeper.store.history import HistoryStore
 from gatekeeper.store.paired_state import Arms, PairedStates
 from gatekeeper.store.trace_keys import stream_key
 from gatekeeper.store.traces import StoredTrace, StreamEntries, TraceStore
 from gatekeeper.view.context import GateContext
+from gatekeeper.window import WindowStats
 
 #: Most traces `since` reads per arm by default: bounds one replaying read.
 MAX_REPLAY = 20_000
@@ -75,9 +78,9 @@ def paired_section(ctx: GateContext) -> dict[str, Any] | None:
     paired = PairedStates(ctx.traces.connection).advance(
         arms, binding.gate.invariants.required_tools)
     thresholds = binding.gate.thresholds
-    # The exact McNemar look is taken once shadow has all its pairs: read at every
-    # tick from min_samples on, its false-alarm rate would grow past alpha.
-    view = paired.tally.report(alpha=thresholds.alpha,
+    # The exact McNemar look is taken once shadow has all its pairs, at its share of
+    # the stage alpha (`budget.final_alpha`); decide() acts on it once, at the stage's end.
+    view = paired.tally.report(alpha=final_alpha(thresholds.alpha, Stage.SHADOW),
                                min_samples=shadow_pairs_needed(thresholds)).as_dict()
     view["caught_up"] = paired.caught_up
     view["waiting"] = paired.waiting
@@ -87,12 +90,28 @@ def paired_section(ctx: GateContext) -> dict[str, Any] | None:
     return view
 
 
+def reference_of(ctx: GateContext) -> WindowStats:
+    """What p0 is measured over: current's stage runs plus its carried history.
+
+    The history (`gatekeeper.store.history`: the current config's newest runs
+    before the stage) gives the tests a p0 from the stage's first tick, and in
+    `full`, where the current arm gets no traffic, the only one there is.
+    """
+    binding = ctx.record.binding
+    _, stage = ctx.arms["current"]
+    carried = HistoryStore(ctx.traces.connection).before(ctx.role, binding.current, ctx.epoch,
+                                                         binding.stage_since)
+    return stage.merge(carried)
+
+
 def drift_section(ctx: GateContext) -> dict[str, Any]:
     """CUSUM per metric: the candidate's stage runs against current's rates, and current alone.
 
-    Both arms' detectors take p0 from the current arm's aggregate over the stage
-    (once it holds `min_samples` runs) or `drift.baseline`, and count the stage's
-    runs from its first; `caught_up` is false while one is still catching up.
+    Both arms' detectors take p0 from the current config's runs, over the stage and
+    carried from before it (`reference_of`, once they hold `min_samples` runs),
+    at its upper bound, or from `drift.baseline`; h is derived for that p0 unless
+    the policy fixes it. They count the stage's runs from its first; `caught_up`
+    is false while one is still catching up.
     """
     binding = ctx.record.binding
     policy = binding.gate.drift
@@ -100,10 +119,10 @@ def drift_section(ctx: GateContext) -> dict[str, Any]:
         view = disabled_view()
         view["alert"] = False
         return view
-    _, reference = ctx.arms["current"]
+    thresholds = binding.gate.thresholds
     wanted = {metric: params for metric in METRICS
-              if (params := params_for(metric, policy, reference,
-                                       binding.gate.thresholds.min_samples)) is not None}
+              if (params := params_for(metric, policy, reference_of(ctx),
+                                       thresholds.min_samples, thresholds.alpha)) is not None}
     watches = {"current": Watch(binding.current, "current", binding.stage_since, wanted)}
     if binding.candidate is not None and binding.stage in (Stage.SHADOW, Stage.CANARY,
                                                             Stage.FULL):

@@ -15,7 +15,7 @@ from typing import Any
 from bindings.errors import NotFound, RolegateError
 from bindings.models import HistoryEntry, Stage, VersionedBinding
 from bindings.store import BindingStore
-from gatekeeper.drift import METRICS, baseline
+from gatekeeper.drift import METRICS, baseline, derived_h
 from gatekeeper.pairing import Run
 from gatekeeper.statistics import Cusum
 from gatekeeper.store.traces import StoredTrace, TraceStore
@@ -172,6 +172,7 @@ def cusum_paths(traces: TraceStore, record: VersionedBinding, now: float,
                                                   since=binding.stage_since,
                                                   count=MAX_CHART_TRACES)] if detectors else []
         p0s = {m: float(d["p0"]) for m, d in detectors.items() if m in METRICS}
+        hs = {m: float(d["h"]) for m, d in detectors.items() if m in METRICS}
     else:
         reference = latest(traces, record.role, binding.current, "current", REFERENCE_RUNS)
         if name == "candidate":
@@ -182,10 +183,11 @@ def cusum_paths(traces: TraceStore, record: VersionedBinding, now: float,
             half = len(reference) // 2
             watched, reference = reference[half:], reference[:half]
         p0s = {m: p0 for m in METRICS if (p0 := baseline(m, policy, reference)) is not None}
+        hs = {m: derived_h(policy, p0, binding.gate.thresholds.alpha) for m, p0 in p0s.items()}
     if not watched:
         return arm, paths
     for metric, p0 in p0s.items():
-        paths[metric] = cusum_path(metric, watched, p0=p0, shift=policy.shift, h=policy.h)
+        paths[metric] = cusum_path(metric, watched, p0=p0, shift=policy.shift, h=hs[metric])
     return arm, paths
 
 

@@ -143,7 +143,9 @@ def _role_fragment(role: str) -> str:
             hlines={"min pass rate": policy.thresholds.min_pass_rate}),
         "cusum": line_chart(
             detail["cusum"], title=f"CUSUM statistic of the {detail['cusum_arm']} arm, per metric",
-            y_min=0.0, x_is_time=False, hlines={"alarm h": policy.drift.h}),
+            y_min=0.0, x_is_time=False,
+            # A derived h differs per metric (its p0): drawn only when the policy fixes one.
+            hlines=None if policy.drift.h is None else {"alarm h": policy.drift.h}),
         "trajectory": None if detail["trajectory"] is None else bar_chart(
             detail["trajectory"], title="Trajectory changes, shadow against current"),
     }

@@ -1,0 +1,110 @@
+"""One stage alpha, spent explicitly across the gate's tests.
+
+`thresholds.alpha` is the chance a stage may roll back a candidate that is no
+worse than current (nor under `min_pass_rate`), all tests together. It is
+split once, in the open, instead of each test taking the whole alpha:
+
+- SEQUENTIAL_SHARE (0.8) for the tests read at every tick, combined as one
+  e-value: the weighted average of the sequential failure-rate test against
+  current's p0, the sequential McNemar test over the shadow flips and the
+  pass-rate floor test. Each is a nonnegative supermartingale under its null,
+  so their fixed-weight average is one too, and by Ville's inequality it ever
+  reaches 1 / (share * alpha) with chance at most share * alpha, however often
+  it is read (Vovk and Wang 2021: averaging e-values needs no Bonferroni split,
+  and a test with evidence need not wait for the others). The weights are set
+  per stage before it starts (`weights`).
+- CUSUM_SHARE (0.1) for the candidate's CUSUM: its h is derived for an
+  in-control ARL of CUSUM_HORIZON_RUNS / (share * alpha) runs at the p0 at hand
+  (`cusum_arl`), so over a stage of up to CUSUM_HORIZON_RUNS candidate runs its
+  false-alarm chance stays within its share.
+- FINAL_SHARE (0.1) for the fixed-sample looks taken once, on the tick that
+  advances or rolls back: the unpaired comparison with current over the stage,
+  and in shadow the exact McNemar test (half each in shadow).
+
+Per rollout the chance of a false rollback is then at most alpha times the
+number of stages (shadow, each canary step, full): the shipped alpha 0.0025 with
+the default ladder (shadow, 0.1, 0.5, full) keeps it within 1%.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from bindings.models import Stage
+
+SEQUENTIAL_SHARE = 0.8
+CUSUM_SHARE = 0.1
+FINAL_SHARE = 0.1
+#: Candidate runs per stage the CUSUM's share is sized for.
+CUSUM_HORIZON_RUNS = 10_000
+
+RATE = "rate"
+FLIPS = "flips"
+FLOOR = "floor"
+
+#: Declared weights of the sequential tests per stage (shadow has the paired flips).
+SHADOW_WEIGHTS = {FLIPS: 0.4, RATE: 0.4, FLOOR: 0.2}
+LIVE_WEIGHTS = {RATE: 0.8, FLOOR: 0.2}
+
+
+def weights(stage: Stage, *, floor: bool) -> dict[str, float]:
+    """The e-value weights in `stage`; without a floor its weight goes to the others."""
+    chosen = dict(SHADOW_WEIGHTS if stage is Stage.SHADOW else LIVE_WEIGHTS)
+    if not floor:
+        chosen.pop(FLOOR)
+    total = sum(chosen.values())
+    return {name: w / total for name, w in chosen.items()}
+
+
+def cusum_arl0(alpha: float) -> float:
+    """The in-control ARL the candidate's CUSUM is calibrated to at stage alpha `alpha`."""
+    return CUSUM_HORIZON_RUNS / (CUSUM_SHARE * alpha)
+
+
+def final_alpha(alpha: float, stage: Stage) -> float:
+    """The level of each one-look test at the stage's end (two share it in shadow)."""
+    return FINAL_SHARE * alpha / (2.0 if stage is Stage.SHADOW else 1.0)
+
+
+@dataclass(frozen=True)
+class Combined:
+    """The sequential tests' e-values (as logs), their weighted average, and the verdict."""
+
+    logs: Mapping[str, float]
+    weights: Mapping[str, float]
+    log_e: float
+    threshold: float
+    alpha: float
+
+    @property
+    def reject(self) -> bool:
+        """True when the averaged evidence reached 1 / (SEQUENTIAL_SHARE * alpha)."""
+        return self.log_e >= self.threshold
+
+    def leading(self) -> str:
+        """The test contributing most to the average."""
+        return max(self.weights, key=lambda name: self.weights[name] * math.exp(
+            min(700.0, self.logs.get(name, 0.0))))
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready, for the decision's details."""
+        return {"log_e": round(self.log_e, 4), "threshold": round(self.threshold, 4),
+                "alpha": self.alpha, "share": SEQUENTIAL_SHARE,
+                "tests": {name: {"weight": round(w, 4),
+                                 "log_e": round(self.logs.get(name, 0.0), 4)}
+                          for name, w in self.weights.items()},
+                "reject": self.reject}
+
+
+def combine(logs: Mapping[str, float], chosen: Mapping[str, float], alpha: float) -> Combined:
+    """Average the e-values exp(logs) with the weights `chosen`; a missing test counts as 1."""
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be within (0, 1), got {alpha}")
+    terms = [(math.log(w) + logs.get(name, 0.0)) for name, w in chosen.items() if w > 0.0]
+    top = max(terms)
+    log_e = top + math.log(sum(math.exp(t - top) for t in terms))
+    return Combined(dict(logs), dict(chosen), log_e,
+                    math.log(1.0 / (SEQUENTIAL_SHARE * alpha)), alpha)

@@ -1,0 +1,78 @@
+"""CUSUM run lengths by the Markov chain, and h derived from an in-control ARL target."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bindings.models import DriftPolicy
+from gatekeeper.budget import cusum_arl0
+from gatekeeper.cusum_arl import arl, chain_arl, h_for_arl, lattice
+from gatekeeper.drift import bounded_p0, derived_h, params_for
+from gatekeeper.statistics import Cusum
+from gatekeeper.window import WindowStats
+
+
+def test_the_audit_figure_for_the_old_default_is_reproduced() -> None:
+    """Shift 0.05, h 5 at a 0.05 failure rate: in-control ARL 3,673 (k = 3/40 exactly)."""
+    assert chain_arl(0.05, 3, 40, 200) == pytest.approx(3673.06, abs=0.05)
+
+
+def test_chain_arl_matches_a_simulated_detector() -> None:
+    """The real detector's mean run length sits at or just above the chain's (seeded)."""
+    p0, p1 = 0.1, 0.2
+    h = h_for_arl(p0, p1, 300.0)
+    rng = random.Random(7)
+    lengths = []
+    for _ in range(3000):
+        detector, n = Cusum(p0=p0, p1=p1, h=h), 0
+        while True:
+            n += 1
+            if detector.update(rng.random() < p0):
+                break
+        lengths.append(n)
+    mean = sum(lengths) / len(lengths)
+    assert arl(p0, p0, p1, h) >= 300.0
+    assert 0.93 * arl(p0, p0, p1, h) <= mean <= 1.15 * arl(p0, p0, p1, h)
+
+
+def test_h_is_the_smallest_that_reaches_the_target() -> None:
+    """One lattice step lower misses the ARL target; the h found reaches it."""
+    for p0 in (0.01, 0.05, 0.2, 0.5):
+        p1 = p0 + 0.05
+        a, m = lattice((p0 + p1) / 2)
+        h = h_for_arl(p0, p1, 1e5)
+        assert chain_arl(p0, a, m, round(h * m)) >= 1e5
+        assert chain_arl(p0, a, m, round(h * m) - 1) < 1e5
+
+
+def test_derived_h_depends_on_the_base_rate_and_keeps_the_false_alarm_budget() -> None:
+    """The same shift gets a different h at each p0, each with the same in-control ARL."""
+    policy = DriftPolicy()
+    target = cusum_arl0(0.0025)
+    hs = {p0: derived_h(policy, p0, 0.0025) for p0 in (0.01, 0.05, 0.2, 0.5)}
+    assert len(set(hs.values())) == 4
+    for p0, h in hs.items():
+        assert arl(p0, p0, p0 + policy.shift, h) >= target
+    assert derived_h(DriftPolicy(h=5.0), 0.2, 0.0025) == 5.0
+
+
+def test_p0_is_taken_at_its_upper_bound_over_the_reference() -> None:
+    """A rate measured over few runs is bounded up far more than one over thousands."""
+    few, many = bounded_p0(0.05, 40), bounded_p0(0.05, 5000)
+    assert few > many > 0.05
+    assert many < 0.06
+    params = params_for("run_failure", DriftPolicy(),
+                        WindowStats({"n": 5000, "passes": 4750}), 50, 0.0025)
+    assert params is not None and params.p0 == many and params.observed == 0.05
+
+
+def test_bad_arguments_are_refused() -> None:
+    """p0 must be under p1 and the target over one run."""
+    with pytest.raises(ValueError):
+        h_for_arl(0.2, 0.1, 100.0)
+    with pytest.raises(ValueError):
+        h_for_arl(0.1, 0.2, 1.0)
+    with pytest.raises(ValueError):
+        lattice(0.0)
