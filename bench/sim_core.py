@@ -1,0 +1,260 @@
+"""One simulated rollout through the code the gate view and the gatekeeper run.
+
+No HTTP, no Redis, but no shortcut through the statistics either: at every
+gatekeeper tick the view is built by the functions `gatekeeper.view` builds it
+with (`gate.evaluate(...).to_json()` per arm, the paired tally's `report` at
+`budget.final_alpha`, p0 from current's stage runs merged with its carried
+history through `drift.params_for` (upper bound, derived h), the candidate's
+`drift.Detector` advanced over the stage's runs and restarted when `outdated`,
+`drift.section`), read back by `decide.evidence_from_view` and judged by
+`decide.decide`; an advance goes through `stages.apply`. What is simulated is
+only the traffic: jobs arrive at `rate` a second, the gatekeeper reads every
+`interval` seconds, current passes at `base`, the candidate at `p`, and in
+shadow the two arms' outcomes on one job share their randomness with
+probability `rho` each.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from bindings.models import Binding, GatePolicy, Stage, VersionedBinding
+from gatekeeper.budget import final_alpha
+from gatekeeper.decide import (
+    Action,
+    decide,
+    evidence_from_view,
+    required_seconds,
+    shadow_pairs_needed,
+)
+from gatekeeper.drift import RUN_FAILURE, Detector, params_for, section
+from gatekeeper.gate import evaluate
+from gatekeeper.pair_tally import Tally
+from gatekeeper.pairing import Run
+from gatekeeper.stages import Event, apply
+from gatekeeper.store.history import HISTORY_RUNS
+from gatekeeper.window import WindowStats
+
+PASS = Run("", True)
+FAIL = Run("", False)
+
+
+@dataclass(frozen=True)
+class World:
+    """The traffic and the policy one rollout runs under."""
+
+    base: float
+    policy: GatePolicy
+    rate: float = 1.0
+    interval: float = 5.0
+    rho: float = 0.5
+    #: Current runs before the rollout (its stable history the view carries).
+    history: int = HISTORY_RUNS
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One rollout: rolled back or not, candidate runs and served jobs before the end."""
+
+    rolled_back: bool
+    runs: int
+    served: int
+    stage: str
+
+
+@dataclass
+class StageCounts:
+    """What the stores would hold for the stage so far."""
+
+    cand_n: int = 0
+    cand_passes: int = 0
+    cur_n: int = 0
+    cur_passes: int = 0
+    pairs: int = 0
+    regressions: int = 0
+    improvements: int = 0
+    entries: list[tuple[str, Run]] = field(default_factory=list)
+    detector: Detector | None = None
+    #: Counts of current's carried history at the stage's start.
+    carried: WindowStats = field(default_factory=WindowStats)
+
+
+def _job(rng: random.Random, base: float, p: float, rho: float) -> tuple[bool, bool]:
+    shared = rng.random()
+    u_current = shared if rng.random() < rho else rng.random()
+    u_candidate = shared if rng.random() < rho else rng.random()
+    return u_current < base, u_candidate < p
+
+
+def _start(policy: GatePolicy) -> VersionedBinding:
+    binding = Binding(current="cfg-a", candidate="cfg-b", stage=Stage.SHADOW, share=0.0,
+                      gate=policy, stage_since=0.0)
+    return VersionedBinding(role="sim", version=1, binding=binding, updated_at=0.0,
+                            updated_by="sim")
+
+
+class History:
+    """Current's newest runs (HISTORY_RUNS at most), as the history store counts them."""
+
+    def __init__(self, rng: random.Random, base: float, runs: int) -> None:
+        self.recent: deque[bool] = deque(rng.random() < base for _ in range(runs))
+        self.passes = sum(self.recent)
+
+    def add(self, passed: bool) -> None:
+        """One more current run; the oldest drops out beyond HISTORY_RUNS."""
+        self.recent.append(passed)
+        self.passes += passed
+        if len(self.recent) > HISTORY_RUNS:
+            self.passes -= self.recent.popleft()
+
+    def window(self) -> WindowStats:
+        """The counts the view merges into p0's reference."""
+        return WindowStats({"n": len(self.recent), "passes": self.passes})
+
+
+_ARMS: dict[tuple[int, int, int], dict[str, Any]] = {}
+#: Policies seen by _arm_json, kept alive so their ids stay theirs.
+_POLICIES: dict[int, GatePolicy] = {}
+
+
+def _arm_json(n: int, passes: int, policy: GatePolicy) -> dict[str, Any]:
+    """`gate.evaluate(...).to_json()` of an arm's counts (memoized: the same counts recur
+    across rollouts, and evaluate is pure)."""
+    key = (n, passes, id(policy))
+    found = _ARMS.get(key)
+    if found is None:
+        _POLICIES[id(policy)] = policy
+        if len(_ARMS) > 500_000:
+            _ARMS.clear()
+        found = _ARMS[key] = evaluate(WindowStats({"n": n, "passes": passes}), policy).to_json()
+    return found
+
+
+_PAIRS: dict[tuple[int, int, int, float, int], dict[str, Any]] = {}
+
+
+def _paired_json(pairs: int, regressions: int, improvements: int, alpha: float,
+                 needed: int) -> dict[str, Any]:
+    """The paired tally's report of those counts (memoized, pure)."""
+    key = (pairs, regressions, improvements, alpha, needed)
+    found = _PAIRS.get(key)
+    if found is None:
+        if len(_PAIRS) > 500_000:
+            _PAIRS.clear()
+        tally = Tally(pairs=pairs, regressions=regressions, improvements=improvements)
+        found = _PAIRS[key] = tally.report(alpha=alpha, min_samples=needed).as_dict()
+    return found
+
+
+def view_of(record: VersionedBinding, counts: StageCounts, now: float) -> dict[str, object]:
+    """The parts of the gate view decide() reads, built by the view's own functions."""
+    binding = record.binding
+    policy = binding.gate
+    thresholds = policy.thresholds
+    arm = "shadow" if binding.stage is Stage.SHADOW else "candidate"
+    current = WindowStats({"n": counts.cur_n, "passes": counts.cur_passes})
+    view: dict[str, object] = {
+        "stage": binding.stage.value,
+        "arms": {"current": _arm_json(counts.cur_n, counts.cur_passes, policy),
+                 arm: _arm_json(counts.cand_n, counts.cand_passes, policy)},
+        "paired": None,
+    }
+    if binding.stage is Stage.SHADOW:
+        view["paired"] = _paired_json(counts.pairs, counts.regressions, counts.improvements,
+                                      final_alpha(thresholds.alpha, Stage.SHADOW),
+                                      shadow_pairs_needed(thresholds))
+    params = params_for(RUN_FAILURE, policy.drift, current.merge(counts.carried),
+                        thresholds.min_samples, thresholds.alpha)
+    shown = {}
+    if params is not None:
+        detector = counts.detector
+        if detector is None or detector.outdated(params):
+            detector = Detector(RUN_FAILURE, params)
+        # The store hands a detector only the entries after its last id.
+        counts.detector = detector = detector.advance(counts.entries[detector.n:])
+        shown = {RUN_FAILURE: detector.as_dict(True)}
+    view["drift"] = section(shown, {}, policy.drift)
+    return view
+
+
+#: A stand-in for decide(): given the binding, the stage counts and the time, an action.
+Rule = Callable[[VersionedBinding, StageCounts, float], Action]
+
+
+def gatekeeper_rule(record: VersionedBinding, counts: StageCounts, now: float) -> Action:
+    """What the gatekeeper does: decide() on the evidence read out of the gate view."""
+    return decide("sim", record, evidence_from_view(view_of(record, counts, now)), now).action
+
+
+def plain_rule(window: int) -> Rule:
+    """Seed 000's check: roll back when the last `window` candidate runs pass under
+    min_pass_rate; advance once the stage has min_samples runs and its time."""
+
+    def rule(record: VersionedBinding, counts: StageCounts, now: float) -> Action:
+        binding = record.binding
+        thresholds = binding.gate.thresholds
+        recent = counts.entries[-window:]
+        if len(recent) == window and (
+                sum(run.passed for _, run in recent) / window < thresholds.min_pass_rate):
+            return Action.ROLLBACK
+        waited = now - (binding.stage_since or 0.0)
+        if counts.cand_n >= thresholds.min_samples and waited >= required_seconds(binding):
+            return Action.ADVANCE
+        return Action.HOLD
+
+    return rule
+
+
+def rollout(world: World, p: float, rng: random.Random,
+            rule: Rule = gatekeeper_rule) -> Outcome:
+    """Walk one rollout tick by tick until it is rolled back or stable."""
+    record = _start(world.policy)
+    history = History(rng, world.base, world.history)
+    counts = StageCounts(carried=history.window())
+    runs = served = 0
+    now = 0.0
+    per_tick = world.rate * world.interval
+    owed = 0.0
+    seq = 0
+    while True:
+        now += world.interval
+        binding = record.binding
+        owed += per_tick
+        jobs = int(owed)
+        owed -= jobs
+        for _ in range(jobs):
+            if binding.stage is Stage.SHADOW:
+                ok_current, ok = _job(rng, world.base, p, world.rho)
+                counts.cur_n += 1
+                counts.cur_passes += ok_current
+                history.add(ok_current)
+                counts.pairs += 1
+                counts.regressions += ok_current and not ok
+                counts.improvements += ok and not ok_current
+            elif binding.stage is Stage.FULL or rng.random() < binding.share:
+                ok = rng.random() < p
+                served += 1
+            else:
+                ok_current = rng.random() < world.base
+                counts.cur_n += 1
+                counts.cur_passes += ok_current
+                history.add(ok_current)
+                continue
+            runs += 1
+            seq += 1
+            counts.cand_n += 1
+            counts.cand_passes += ok
+            counts.entries.append((f"{seq}-0", PASS if ok else FAIL))
+        action = rule(record, counts, now)
+        if action is Action.ROLLBACK:
+            return Outcome(True, runs, served, binding.stage.value)
+        if action is Action.ADVANCE:
+            moved = apply(binding, Event.ADVANCE, now).binding
+            if moved.stage is Stage.STABLE:
+                return Outcome(False, runs, served, "stable")
+            record = record.model_copy(update={"binding": moved, "version": record.version + 1})
+            counts = StageCounts(carried=history.window())
