@@ -13,7 +13,7 @@ from bindings.store import BindingStore
 from gatekeeper.store.configs import ConfigStore
 from gatekeeper.store.traces import TraceStore
 from gatekeeper.view.arms import arms_section, comparison_section
-from gatekeeper.view.context import gate_context
+from gatekeeper.view.context import gate_context, view_header
 from gatekeeper.view.criteria import criteria_section
 from gatekeeper.view.outlook import next_view_section, previous_section
 from gatekeeper.view.sections import drift_section, paired_section
@@ -22,21 +22,7 @@ from gatekeeper.view.sections import drift_section, paired_section
 def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) -> dict[str, Any]:
     """The JSON of GET /v1/roles/<role>/gate."""
     ctx = gate_context(store, traces, role, now)
-    binding = ctx.record.binding
-    since = binding.stage_since
-    view: dict[str, Any] = {
-        "role": role,
-        "version": ctx.record.version,
-        "stage": binding.stage.value,
-        "share": binding.share,
-        "paused": binding.paused,
-        "current": binding.current,
-        "candidate": binding.candidate,
-        "window": {"since": since, "seconds": None if since is None else max(0.0, now - since),
-                   "epoch": ctx.epoch},
-        "policy": binding.gate.model_dump(mode="json"),
-        "time": now,
-    }
+    view = view_header(ctx)
     view["arms"] = arms_section(ctx)
     view["comparison"] = comparison_section(ctx)
     view["by_criterion"] = criteria_section(ctx, ConfigStore(traces.connection))

@@ -16,7 +16,7 @@ from bindings.store import BindingStore
 from gatekeeper.store.trace_keys import epoch_of
 from gatekeeper.store.traces import TraceStore
 from gatekeeper.view.arms import arms_section, comparison_section
-from gatekeeper.view.context import GateContext, arm_configs
+from gatekeeper.view.context import GateContext, arm_configs, view_header
 from gatekeeper.view.sections import MAX_REPLAY
 from gatekeeper.window import WindowStats
 from rolegate.routing import rule_id
@@ -40,19 +40,8 @@ def rule_view(store: BindingStore, traces: TraceStore, role: str, rule: str,
                 window.add(stored.trace, stored.verdict)
         arms[arm] = (config, window)
     ctx = GateContext(role, record, epoch_of(binding), arms, traces, now)
-    since = binding.stage_since
     return {
-        "role": role,
-        "version": record.version,
-        "stage": binding.stage.value,
-        "share": binding.share,
-        "paused": binding.paused,
-        "current": binding.current,
-        "candidate": binding.candidate,
-        "window": {"since": since, "seconds": None if since is None else max(0.0, now - since),
-                   "epoch": ctx.epoch},
-        "policy": binding.gate.model_dump(mode="json"),
-        "time": now,
+        **view_header(ctx),
         "rule": {"id": rule, **rules[rule].model_dump(mode="json")},
         "arms": arms_section(ctx),
         "comparison": comparison_section(ctx),

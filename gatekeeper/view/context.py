@@ -8,6 +8,7 @@ building a context costs one Redis round trip whatever the window holds.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from bindings.models import VersionedBinding
 from bindings.store import BindingStore
@@ -71,3 +72,23 @@ def trusted_window(windows: dict[str, WindowStats], trusted: tuple[str, ...]) ->
         if name in windows:
             total = total.merge(windows[name])
     return total
+
+
+def view_header(ctx: GateContext) -> dict[str, Any]:
+    """What every gate view opens with: the role's stage, arms' configs, window and policy."""
+    binding = ctx.record.binding
+    since = binding.stage_since
+    return {
+        "role": ctx.role,
+        "version": ctx.record.version,
+        "stage": binding.stage.value,
+        "share": binding.share,
+        "paused": binding.paused,
+        "current": binding.current,
+        "candidate": binding.candidate,
+        "window": {"since": since,
+                   "seconds": None if since is None else max(0.0, ctx.now - since),
+                   "epoch": ctx.epoch},
+        "policy": binding.gate.model_dump(mode="json"),
+        "time": ctx.now,
+    }
