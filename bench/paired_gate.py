@@ -107,6 +107,7 @@ class Fill:
 
 def replayed_paired(ctx: Any, count: int = 20_000) -> dict[str, Any] | None:
     """The paired section as it was built before: both arms replayed from the streams."""
+    from gatekeeper.budget import final_alpha
     from gatekeeper.view.sections import since
 
     binding = ctx.record.binding
@@ -115,7 +116,8 @@ def replayed_paired(ctx: Any, count: int = 20_000) -> dict[str, Any] | None:
     current = since(ctx.traces, ctx.role, binding.current, "current", binding.stage_since, count)
     shadow = since(ctx.traces, ctx.role, binding.candidate, "shadow", binding.stage_since, count)
     thresholds = binding.gate.thresholds
-    return compare(pair_runs(current, shadow), alpha=thresholds.alpha,
+    # The view's exact McNemar look runs at its share of the stage alpha.
+    return compare(pair_runs(current, shadow), alpha=final_alpha(thresholds.alpha, Stage.SHADOW),
                    min_samples=thresholds.min_samples,
                    required_tools=binding.gate.invariants.required_tools).as_dict()
 
