@@ -44,8 +44,8 @@ expect.set_options(timeout=WAIT_MS)
 def chromium() -> str:
     """Debian's chromium; the browser tests skip, naming what is missing, without it."""
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"no browser: {CHROMIUM} is not installed (apt-get install chromium; "
-                    ".ci/run does this)")
+        pytest.skip(f"no browser: {CHROMIUM} is not installed (Debian's chromium package; "
+                    ".ci/run installs it)")
     return CHROMIUM
 
 
@@ -245,7 +245,7 @@ def test_every_example_role_page_loads_and_a_broken_one_says_why(
 
 def test_role_page_says_what_next_and_keeps_a_rollbacks_evidence(page: Page, live: str,
                                                                     shots: Path) -> None:
-    """The role page shows the gate view's "what next"; after a rollback, the ended stage's numbers."""
+    """The role page shows "what next"; after a rollback, the ended stage's numbers."""
     _load_roles(page, live, OPERATOR)
     gate = requests.get(f"{live}/v1/roles/classifier/gate", headers=auth(CALLER),
                         timeout=5).json()
