@@ -23,6 +23,8 @@ from pydantic_core import to_jsonable_python
 
 #: The error a call gets when the run ended before the call returned.
 NO_RESULT = "no result: the run ended before the call returned"
+#: What the model is told instead of a refused tool's result, in every framework.
+REFUSED = "refused by rolegate: this tool is not allowed for the role"
 #: Set on a recorder once an integration filled it, so a second record() is a no-op.
 RECORDED = "_rolegate_recorded"
 

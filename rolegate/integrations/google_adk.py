@@ -28,6 +28,7 @@ from google.adk.tools.tool_context import ToolContext
 from rolegate.integrations._common import (
     ACTIVE,
     ACTIVE_ATTRIBUTE,
+    REFUSED,
     Active,
     CallLog,
     Guarding,
@@ -36,8 +37,6 @@ from rolegate.integrations._common import (
 )
 from rolegate.integrations._common import stamps as _stamps
 
-#: What the model is told instead of a refused tool's result.
-REFUSED = "refused by rolegate: this tool is not allowed for the role"
 _PROTECTED = "_rolegate_protected"
 
 

@@ -43,6 +43,7 @@ from agents.tool_guardrails import (
 from rolegate.integrations._common import (
     ACTIVE,
     ACTIVE_ATTRIBUTE,
+    REFUSED,
     Active,
     CallLog,
     Guarding,
@@ -51,8 +52,6 @@ from rolegate.integrations._common import (
 )
 from rolegate.integrations._common import stamps as _stamps
 
-#: What the model is told instead of a refused tool's result.
-REFUSED = "refused by rolegate: this tool is not allowed for the role"
 #: What the SDK answers for a failed tool by default (no error flag goes with it).
 _GENERIC_FAILURE = default_tool_error_function(None, Exception())  # type: ignore[arg-type]
 _PROTECTED = "_rolegate_protected"
