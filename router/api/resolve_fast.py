@@ -31,6 +31,7 @@ from typing import Any
 
 from flask import Flask
 
+from bindings.models import ROLE_NAME_PATTERN
 from rolegate.routing import new_key, resolve
 from router.server import hosts, logs, metrics
 from router.server.auth import ACTOR_HEADER, OPEN_GATEKEEPER, OPEN_OPERATOR
@@ -40,7 +41,6 @@ PREFIX = "/v1/resolve/"
 RESOLVE_SCOPES = frozenset({"caller", "gatekeeper", "operator"})
 #: The query strings answered here: one plain `key` (the Flask view decodes the rest).
 _PLAIN_KEY = re.compile(r"key=([A-Za-z0-9._~:@-]{1,500})")
-_ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 #: The hooks this layer reproduces; any other registered hook turns it off.
 KNOWN_HOOKS = frozenset({
     "router.server.logs._before", "router.server.logs._after",
@@ -100,7 +100,7 @@ class ResolveFastPath:
     def _resolve(self, environ: dict[str, Any], role: str,
                  start_response: Callable[..., Any]) -> list[bytes] | None:
         started = time.perf_counter()
-        if _ROLE.fullmatch(role) is None:
+        if ROLE_NAME_PATTERN.fullmatch(role) is None:
             return None
         services = self.app.extensions["rolegate"]
         host = environ.get("HTTP_HOST")
