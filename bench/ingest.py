@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/ingest.py [--seconds 5] [--clients 4] [--batch 500] [--window 100000]
 
-Starts its own redis-server and gunicorn (deploy/gunicorn.conf.py, 2 gthread
+Starts its own redis-server and gunicorn (deploy/gunicorn.conf.py, 2
 workers) on free loopback ports; touches no other Redis. The baseline is a
 separate minimal Flask app under the same gunicorn config,
 `bench.bare_apps:ingest_app()`: it parses the same JSON body and makes one
@@ -316,7 +316,7 @@ def main() -> None:
         time.sleep(0.5)  # every worker's binding copy sees the canary
         ctx = multiprocessing.get_context("fork")
         with ctx.Pool(args.clients) as pool:
-            print(f"ingest bench: 2 gunicorn gthread workers, {args.clients} client processes, "
+            print(f"ingest bench: 2 gunicorn workers, {args.clients} client processes, "
                   f"{args.seconds:g} s per phase, {os.cpu_count()} cores (shared)")
             bare_runs, single_runs = [], []
             for _ in range(2):

@@ -5,7 +5,7 @@
 
 Starts its own redis-server and a three-master Redis Cluster on loopback (the
 same one the tests use, tests/cluster.py), seeds `--roles` roles on each, and
-runs gunicorn routers (deploy/gunicorn.conf.py, one gthread worker each, so
+runs gunicorn routers (deploy/gunicorn.conf.py, one worker each, so
 "two routers" means twice the serving processes) in three setups:
 
 1. one Redis, one router;
@@ -74,7 +74,7 @@ def batch_template(names: list[str], size: int) -> str:
 
 @contextmanager
 def router(redis_url: str) -> Iterator[tuple[int, int]]:
-    """One gunicorn router (one gthread worker) on a free port; yields (port, master pid)."""
+    """One gunicorn router (one worker) on a free port; yields (port, master pid)."""
     port = free_port()
     env = dict(os.environ, REDIS_URL=redis_url, ROLEGATE_BIND=f"127.0.0.1:{port}",
                ROLEGATE_WORKERS="1", ROLEGATE_LOG_LEVEL="warning", ROLEGATE_LOG_RESOLVES="0",

@@ -256,7 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--python-load", action="store_true")
+    parser.add_argument("--parts", default="1,2,3,4,5",
+                        help="which figures to print, comma-separated (default: all five)")
     args = parser.parse_args(argv)
+    parts = {int(p) for p in args.parts.split(",") if p.strip()}
     use_wrk = have_wrk() and not args.python_load
     print(f"serving bench: cpus={os.cpu_count()} workers={args.workers} "
           f"(deploy/gunicorn.conf.py), load={'wrk' if use_wrk else 'python'} "
@@ -275,77 +278,103 @@ def main(argv: list[str] | None = None) -> int:
             setup_ingest_role(port)
             resolve = (port, master, PATHS, HEADERS)
 
-            print("\n1. resolve against a separate bare Flask app", flush=True)
-            rows = print_table(alternate({"bare Flask app (constant JSON)":
-                                          (bport, bmaster, PATHS, HEADERS),
-                                          "GET /v1/resolve": resolve},
-                                         args.rounds, args.seconds, args.connections, use_wrk))
-            ratio_line("resolve/bare", rows["GET /v1/resolve"],
-                       rows["bare Flask app (constant JSON)"], 0.90)
-
-            print(f"\n2. resolve with {args.watches} watches open", flush=True)
-            calm: list[Sample] = []
-            loaded: list[Sample] = []
-            held = 0
-            for _ in range(args.rounds):
-                calm.append(drive(port, PATHS, HEADERS, args.seconds, args.connections,
-                                  master=master, use_wrk=use_wrk))
-                with Watchers(port, args.watches) as watchers:
-                    held = max(held, open_connections(port) - args.connections)
-                    loaded.append(drive(port, PATHS, HEADERS, args.seconds, args.connections,
-                                        master=master, use_wrk=use_wrk))
-                time.sleep(0.5)
-            rows = print_table({"resolve, no watches": calm,
-                                f"resolve, {args.watches} watches": loaded})
-            print(f"  connections held open to the router meanwhile: about {held}; "
-                  f"watch answers {watchers.answered}, failures {watchers.failed}")
-            ratio_line("with watches / without", rows[f"resolve, {args.watches} watches"],
-                       rows["resolve, no watches"], 0.90)
-
-            print(f"\n3. resolve with Redis hung (SIGSTOP) under {args.trace_clients} "
-                  "single-trace clients", flush=True)
-            pid = redis_pid(url)
-            answering: list[Sample] = []
-            stopped: list[Sample] = []
-            with TraceLoad(port, args.trace_clients) as load:
-                time.sleep(1.0)
-                load.snapshot()
-                for _ in range(args.rounds):
-                    answering.append(drive(port, PATHS, HEADERS, args.seconds,
-                                           args.connections, master=master, use_wrk=use_wrk))
-                    before, before_slowest = load.snapshot()
-                    with hung(pid):
-                        time.sleep(1.0)  # let the router find out
-                        stopped.append(drive(port, PATHS, HEADERS, args.seconds,
-                                             args.connections, master=master,
-                                             use_wrk=use_wrk))
-                        during, slowest = load.snapshot()
-                    time.sleep(2.0)  # recover
-            rows = print_table({"resolve, trace load, Redis answering": answering,
-                                "resolve, trace load, Redis hung": stopped})
-            print(f"  traces while Redis answered (last round): {before}, slowest "
-                  f"{before_slowest:.2f} s; while hung: {during}, slowest {slowest:.2f} s")
-            ratio_line("hung / answering", rows["resolve, trace load, Redis hung"],
-                       rows["resolve, trace load, Redis answering"], 0.90)
-
-            print("\n4. single-trace ingest against a bare app (parse the JSON body, one "
-                  "Redis round trip)", flush=True)
-            ingest: dict[str, list[Sample]] = {"bare ingest app": [], "POST /v1/traces": []}
-            for _ in range(args.rounds):
-                for name, (p, m) in (("bare ingest app", (iport, imaster)),
-                                     ("POST /v1/traces", (port, master))):
-                    ingest[name].append(drive(p, ["/v1/traces"], TRACE_HEADERS, args.seconds,
-                                              args.connections, method="POST", body=SINGLE,
-                                              master=m, use_wrk=use_wrk))
-            rows = print_table(ingest)
-            ratio_line("single-trace ingest/bare", rows["POST /v1/traces"],
-                       rows["bare ingest app"], 0.80)
-
-            print(f"\n5. one {args.batch:,}-trace batch: the longest Redis script", flush=True)
-            longest, scripts, status = longest_script_ms(port, url, args.batch)
-            print(f"  POST answered {status}; {scripts} script calls; longest "
-                  f"{longest:.1f} ms (target about 20 ms)")
+            if 1 in parts:
+                resolve_against_bare(resolve, bport, bmaster, args, use_wrk)
+            if 2 in parts:
+                resolve_with_watches(resolve, args, use_wrk)
+            if 3 in parts:
+                resolve_with_redis_hung(resolve, url, args, use_wrk)
+            if 4 in parts:
+                ingest_against_bare(port, master, iport, imaster, args, use_wrk)
+            if 5 in parts:
+                print(f"\n5. one {args.batch:,}-trace batch: the longest Redis script",
+                      flush=True)
+                longest, scripts, status = longest_script_ms(port, url, args.batch)
+                print(f"  POST answered {status}; {scripts} script calls; longest "
+                      f"{longest:.1f} ms (target about 20 ms)")
     return 0
+
+
+def resolve_against_bare(resolve: tuple[Any, ...], bport: int, bmaster: int,
+                         args: argparse.Namespace, use_wrk: bool) -> None:
+    """Figure 1: resolve against the separate bare Flask app."""
+    print("\n1. resolve against a separate bare Flask app", flush=True)
+    rows = print_table(alternate({"bare Flask app (constant JSON)": (bport, bmaster, PATHS, HEADERS),
+                                  "GET /v1/resolve": resolve},
+                                 args.rounds, args.seconds, args.connections, use_wrk))
+    ratio_line("resolve/bare", rows["GET /v1/resolve"],
+               rows["bare Flask app (constant JSON)"], 0.90)
+
+
+def resolve_with_watches(resolve: tuple[Any, ...], args: argparse.Namespace,
+                         use_wrk: bool) -> None:
+    """Figure 2: resolve with `--watches` long-polls held open, against none."""
+    port, master = resolve[0], resolve[1]
+    print(f"\n2. resolve with {args.watches} watches open", flush=True)
+    calm: list[Sample] = []
+    loaded: list[Sample] = []
+    held = 0
+    for _ in range(args.rounds):
+        calm.append(drive(port, PATHS, HEADERS, args.seconds, args.connections,
+                          master=master, use_wrk=use_wrk))
+        with Watchers(port, args.watches) as watchers:
+            held = max(held, open_connections(port) - args.connections)
+            loaded.append(drive(port, PATHS, HEADERS, args.seconds, args.connections,
+                                master=master, use_wrk=use_wrk))
+        time.sleep(0.5)
+    rows = print_table({"resolve, no watches": calm,
+                        f"resolve, {args.watches} watches": loaded})
+    print(f"  connections held open to the router meanwhile: about {held}; "
+          f"watch answers {watchers.answered}, failures {watchers.failed}")
+    ratio_line("with watches / without", rows[f"resolve, {args.watches} watches"],
+               rows["resolve, no watches"], 0.90)
+
+
+def resolve_with_redis_hung(resolve: tuple[Any, ...], url: str, args: argparse.Namespace,
+                            use_wrk: bool) -> None:
+    """Figure 3: resolve while Redis is hung under single-trace load, against Redis answering."""
+    port, master = resolve[0], resolve[1]
+    print(f"\n3. resolve with Redis hung (SIGSTOP) under {args.trace_clients} "
+          "single-trace clients", flush=True)
+    pid = redis_pid(url)
+    answering: list[Sample] = []
+    stopped: list[Sample] = []
+    with TraceLoad(port, args.trace_clients) as load:
+        time.sleep(1.0)
+        load.snapshot()
+        for _ in range(args.rounds):
+            answering.append(drive(port, PATHS, HEADERS, args.seconds,
+                                   args.connections, master=master, use_wrk=use_wrk))
+            before, before_slowest = load.snapshot()
+            with hung(pid):
+                time.sleep(1.0)  # let the router find out
+                stopped.append(drive(port, PATHS, HEADERS, args.seconds,
+                                     args.connections, master=master, use_wrk=use_wrk))
+                during, slowest = load.snapshot()
+            time.sleep(2.0)  # recover
+    rows = print_table({"resolve, trace load, Redis answering": answering,
+                        "resolve, trace load, Redis hung": stopped})
+    print(f"  traces while Redis answered (last round): {before}, slowest "
+          f"{before_slowest:.2f} s; while hung: {during}, slowest {slowest:.2f} s")
+    ratio_line("hung / answering", rows["resolve, trace load, Redis hung"],
+               rows["resolve, trace load, Redis answering"], 0.90)
+
+
+def ingest_against_bare(port: int, master: int, iport: int, imaster: int,
+                        args: argparse.Namespace, use_wrk: bool) -> None:
+    """Figure 4: single-trace ingest against the bare ingest app."""
+    print("\n4. single-trace ingest against a bare app (parse the JSON body, one "
+          "Redis round trip)", flush=True)
+    ingest: dict[str, list[Sample]] = {"bare ingest app": [], "POST /v1/traces": []}
+    for _ in range(args.rounds):
+        for name, (p, m) in (("bare ingest app", (iport, imaster)),
+                             ("POST /v1/traces", (port, master))):
+            ingest[name].append(drive(p, ["/v1/traces"], TRACE_HEADERS, args.seconds,
+                                      args.connections, method="POST", body=SINGLE,
+                                      master=m, use_wrk=use_wrk))
+    rows = print_table(ingest)
+    ratio_line("single-trace ingest/bare", rows["POST /v1/traces"],
+               rows["bare ingest app"], 0.80)
 
 
 if __name__ == "__main__":

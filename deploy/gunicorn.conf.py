@@ -24,13 +24,22 @@ bind = [_env("ROLEGATE_BIND", "127.0.0.1:8080")]
 backlog = int(_env("ROLEGATE_BACKLOG", "2048"))
 
 # --- Worker processes --------------------------------------------------------
-# One worker per core. gthread rather than sync: it keeps connections alive, so
-# callers resolving in a loop skip a TCP handshake each, and a slow client ties
-# up one thread instead of a whole worker. An early probe measured ~1.4x sync's
-# req/s; bench/resolve.py measures both on each run, and on the shared 2-core
-# machine of 2026-11-30 found them level (0.7-1.2x req/s, equal CPU/request).
+# One worker per core, each a gevent worker: one process serving many requests
+# on green threads. Why not gthread (the default before 2026-12): every request
+# holds one of a gthread worker's few threads for as long as it lasts, so 16 open
+# `GET /v1/bindings/watch` long-polls (one per subscribed client) took resolves
+# from 667 to 0.1 per second, and a hung Redis left every thread waiting on it.
+# A green thread waiting on a socket costs a few KB and no CPU: with 200 watches
+# open, or with Redis hung under trace load, resolves keep their rate
+# (`python -m bench.serving --parts 2,3`). The catch: CPU-bound work blocks its
+# whole worker, so no request may compute for long (heavy reads are bounded;
+# see docs/operations.md). gthread stays available: ROLEGATE_WORKER_CLASS=gthread
+# (then long-polls hold threads again: don't subscribe many clients to it).
 workers = int(_env("ROLEGATE_WORKERS", str(multiprocessing.cpu_count())))
-worker_class = _env("ROLEGATE_WORKER_CLASS", "gthread")
+worker_class = _env("ROLEGATE_WORKER_CLASS", "gevent")
+# gevent: most connections one worker holds at once (watches included).
+worker_connections = int(_env("ROLEGATE_WORKER_CONNECTIONS", "1000"))
+# gthread only: threads per worker.
 threads = int(_env("ROLEGATE_THREADS", "4"))
 keepalive = int(_env("ROLEGATE_KEEPALIVE", "5"))
 timeout = int(_env("ROLEGATE_TIMEOUT", "30"))
@@ -71,6 +80,17 @@ os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR",
 
 def on_starting(server: Any) -> None:
     """Before the workers fork: embedded Redis if needed, then the seed file."""
+    if server.cfg.worker_class_str == "gevent":
+        # Each gevent worker patches the standard library when it starts, but it
+        # inherits redis-py and urllib3 from this master, already holding names
+        # taken from the unpatched ssl (gevent warns: their TLS sockets would
+        # block the worker). Patch ssl alone here, before this hook imports
+        # anything of ours, so those names are gevent's from the start. Only
+        # ssl: the master's threads, signals and child processes stay as
+        # gunicorn and the embedded server's supervisor expect.
+        from gevent import monkey
+
+        monkey.patch_ssl()
     from router.cli.serve import master_starting
     from router.server.metrics import clear_multiproc_dir
 

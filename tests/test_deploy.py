@@ -30,12 +30,13 @@ def _unit(name: str) -> configparser.RawConfigParser:
     return parser
 
 
-def test_gunicorn_defaults_are_loopback_gthread_without_access_log(
+def test_gunicorn_defaults_are_loopback_gevent_without_access_log(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """By default: loopback bind, gthread workers with keep-alive, no access log, no app preload."""
+    """By default: loopback bind, gevent workers with keep-alive, no access log, no app preload."""
     conf = _gunicorn_settings(monkeypatch)
     assert conf["bind"] == ["127.0.0.1:8080"]
-    assert conf["worker_class"] == "gthread" and conf["keepalive"] > 0
+    assert conf["worker_class"] == "gevent" and conf["keepalive"] > 0
+    assert conf["worker_connections"] >= 1000
     assert conf["accesslog"] is None and conf["preload_app"] is False
     assert conf["control_socket_disable"] is True
     assert callable(conf["on_starting"]) and callable(conf["on_exit"])
@@ -45,9 +46,10 @@ def test_gunicorn_settings_follow_the_environment(monkeypatch: pytest.MonkeyPatc
     """ROLEGATE_* variables override bind, workers, worker class, threads and the access log."""
     conf = _gunicorn_settings(monkeypatch, ROLEGATE_BIND="0.0.0.0:9000", ROLEGATE_WORKERS="3",
                               ROLEGATE_WORKER_CLASS="sync", ROLEGATE_THREADS="8",
-                              ROLEGATE_ACCESS_LOG="-")
+                              ROLEGATE_WORKER_CONNECTIONS="50", ROLEGATE_ACCESS_LOG="-")
     assert conf["bind"] == ["0.0.0.0:9000"] and conf["workers"] == 3
     assert conf["worker_class"] == "sync" and conf["threads"] == 8 and conf["accesslog"] == "-"
+    assert conf["worker_connections"] == 50
 
 
 def test_router_unit_is_notify_mixed_kill_and_unprivileged() -> None:

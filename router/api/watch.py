@@ -6,8 +6,10 @@ interval. The answer is the same body as `GET /v1/bindings` (200, ETag
 `"g<generation>"`) once the generation differs from `?generation=`, or a 304
 with the unchanged ETag when `?timeout=` seconds pass first.
 
-Each request holds a gunicorn gthread thread while it waits, so the timeout is
-bounded (MAX_TIMEOUT_S). Waiters do not poll Redis in a tight loop: one daemon
+Under the shipped gevent workers a waiting request holds one green thread (a few
+KB, no CPU), so many watches cost resolves nothing; under gthread it would hold
+one of a few OS threads. Either way the timeout is bounded (MAX_TIMEOUT_S), so a
+watch answers before gunicorn's `timeout`. Waiters do not poll Redis in a tight loop: one daemon
 thread per worker process listens on the store's `rolegate:changes` channel and
 wakes them all; each waiter re-reads the generation counter at least once a
 second anyway, so a message lost while the listener reconnects only costs that.
@@ -33,7 +35,7 @@ from router.server.errors import BadRequest
 bp = Blueprint("watch", __name__)
 log = logging.getLogger("rolegate.watch")
 
-#: Longest a watch may hold a worker thread; keep it under gunicorn's `timeout`.
+#: Longest a watch may wait before answering 304; keep it under gunicorn's `timeout`.
 MAX_TIMEOUT_S = 25.0
 DEFAULT_TIMEOUT_S = 20.0
 #: A waiter re-reads the generation this often even without a message.
