@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -254,6 +255,9 @@ def test_waiting_keys_are_capped_oldest_first(feed: Feed, redis_conn: redis.Redi
     states = PairedStates(redis_conn, max_waiting=5)
     feed.add("current", [(f"old-{i}", ("verify",)) for i in range(4)])
     states.advance(ARMS, REQUIRED)
+    # Arrival is kept to the millisecond (the stream id's time part); on a quick
+    # machine both adds can fall in one, and then "oldest" is a tie.
+    time.sleep(0.005)
     feed.add("current", [(f"new-{i}", ("verify",)) for i in range(4)])
     capped = states.advance(ARMS, REQUIRED)
     assert capped.waiting == {"current": 5, "shadow": 0}
