@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from flask import Flask
 from flask.testing import FlaskClient
+from google.rpc.status_pb2 import Status
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -156,12 +157,26 @@ def test_a_body_that_is_not_otlp_is_a_400_naming_where(client: FlaskClient) -> N
     assert "resourceSpans[0].scopeSpans[0].spans[0].traceId" in r.json["error"]["message"]
     r = post(client, {"resourceSpans": {"not": "a list"}})
     assert r.status_code == 400 and "resourceSpans" in r.json["error"]["message"]
+
+
+def test_a_refused_protobuf_export_is_answered_with_a_protobuf_status(
+        client: FlaskClient) -> None:
+    """OTLP/HTTP: a 4xx to a protobuf export carries a google.rpc.Status, not JSON."""
     r = client.post("/v1/traces", data=b"\xff\xff\xff", headers=auth(CALLER),
                     content_type="application/x-protobuf")
-    assert r.status_code == 400 and "protobuf" in r.json["error"]["message"]
+    assert r.status_code == 400 and r.mimetype == "application/x-protobuf"
+    status = Status.FromString(r.data)
+    assert status.code == 3 and "protobuf" in status.message  # INVALID_ARGUMENT
     r = client.post("/v1/traces", data=b"not gzip", content_type="application/x-protobuf",
                     headers={**auth(CALLER), "Content-Encoding": "gzip"})
-    assert r.status_code == 400 and "gzip" in r.json["error"]["message"]
+    assert r.status_code == 400 and "gzip" in Status.FromString(r.data).message
+    r = client.post("/v1/traces", data=b"", content_type="application/x-protobuf")
+    assert r.status_code == 401  # no token
+    assert Status.FromString(r.data).code == 16  # UNAUTHENTICATED
+    # Other paths and JSON exports keep rolegate's JSON error shape.
+    r = client.post("/v1/traces", data=b"{", headers=auth(CALLER),
+                    content_type="application/json")
+    assert r.status_code == 400 and "error" in r.json
 
 
 def test_pending_spans_are_bounded_and_expire(redis_conn: Any) -> None:

@@ -16,8 +16,10 @@ candidate or shadow arm, the role is rolled back now, not when the run ends.
 
 The answer is OTLP's `ExportTraceServiceResponse` in the request's encoding,
 with `partialSuccess` counting the spans refused (a run that cannot be placed or
-is invalid, spans over the pending bounds) and saying why. A body that is not
-OTLP at all is a 400 in rolegate's JSON error shape.
+is invalid, spans over the pending bounds) and saying why. A refused export
+(not OTLP at all, no token, over quota, Redis unavailable) is a 4xx/5xx whose
+body is a protobuf `google.rpc.Status` when the request was protobuf, as
+OTLP/HTTP prescribes (`router.server.otlp_status`), else rolegate's JSON error shape.
 """
 
 from __future__ import annotations

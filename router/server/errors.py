@@ -12,12 +12,13 @@ import logging
 from typing import Any
 
 import redis
-from flask import Flask, Response, jsonify
+from flask import Flask, Response, g, has_request_context, jsonify, request
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
 from bindings.errors import RolegateError
 from bindings.redis_errors import redis_errors
+from router.server.otlp_status import PROTOBUF, encode_status, wants_status
 
 log = logging.getLogger("rolegate")
 
@@ -58,7 +59,16 @@ class QuotaExceeded(RolegateError):
 
 
 def error_response(status: int, code: str, message: str, details: Any = None) -> Response:
-    """Render the one error shape every client can rely on."""
+    """Render the one error shape every client can rely on.
+
+    The exception: a protobuf OTLP export is answered with the protobuf
+    `google.rpc.Status` OTLP/HTTP prescribes (`router.server.otlp_status`).
+    """
+    if has_request_context():
+        # What the metrics count, whatever the body's encoding.
+        g.error = {"code": code, "details": details or {}}
+        if wants_status(request.path, request.mimetype):
+            return Response(encode_status(status, message), status=status, mimetype=PROTOBUF)
     response = jsonify({"error": {"code": code, "message": message, "details": details or {}}})
     response.status_code = status
     return response

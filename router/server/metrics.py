@@ -116,7 +116,7 @@ def _observe(response: Response) -> Response:
     status = response.status_code
     REQUESTS.labels(f"{status // 100}xx").inc()
     if status in (503, 504):
-        error = (response.get_json(silent=True) or {}).get("error") or {}
+        error = g.get("error") or (response.get_json(silent=True) or {}).get("error") or {}
         code = error.get("code")
         if code in ("store_unavailable", "outcome_unknown"):
             count_redis_error("request")
