@@ -277,3 +277,20 @@ def test_gate_view_advances_kept_detectors_as_runs_arrive(client: Any) -> None:
     detail = role_detail(app.extensions["rolegate"].store,
                          TraceStore(app.extensions["rolegate"].redis), "d", time.time())
     assert set(detail["cusum"]) == set(drift["candidate"]) == set(METRICS)
+
+
+def test_latest_reads_the_newest_runs_in_pages(redis_conn: redis.Redis,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`latest` pages through the stream: the newest `count` runs, oldest first, none twice."""
+    from gatekeeper.view import sections
+
+    monkeypatch.setattr(sections, "LATEST_PAGE", 4)
+    feed = Feed(redis_conn)
+    feed.add(".F.E.X.F..E.F")  # 13 runs: three pages and a bit
+    traces = feed.store
+    for count in (13, 50, 9, 4, 3, 1):
+        got = sections.latest(traces, ROLE, "cfg_b", "candidate", count)
+        want = feed.runs[-count:]
+        # The stream keeps a run's verdict and flags, not its tool sequence.
+        assert [(r.key, r.passed, r.tool_error, r.forbidden_call) for r in got] == \
+            [(r.key, r.passed, r.tool_error, r.forbidden_call) for r in want], count

@@ -39,12 +39,27 @@ def run_of(stored: StoredTrace) -> Run:
                tool_error=trace.tool_errors > 0, forbidden_call=bool(verdict.forbidden))
 
 
+#: Stream entries one read of `latest` takes: a 100,000-run read in one command
+#: held the Redis server (and the reply the worker parses at once) for too long.
+LATEST_PAGE = 5_000
+
+
 def latest(traces: TraceStore, role: str, config: str, arm: str, count: int) -> list[Run]:
-    """The newest `count` runs of (role, config, arm), oldest first."""
-    with _redis_errors():
-        entries = cast(StreamEntries, traces.connection.xrevrange(stream_key(role, config, arm),
-                                                                  count=count))
-    return [run_of_fields(fields) for _, fields in reversed(entries)]
+    """The newest `count` runs of (role, config, arm), oldest first (read in pages)."""
+    key = stream_key(role, config, arm)
+    newest_first: list[Run] = []
+    high = "+"
+    while len(newest_first) < count:
+        with _redis_errors():
+            entries = cast(StreamEntries, traces.connection.xrevrange(
+                key, max=high, count=min(LATEST_PAGE, count - len(newest_first))))
+        newest_first += [run_of_fields(fields) for _, fields in entries]
+        if len(entries) < LATEST_PAGE:
+            break
+        last = entries[-1][0]
+        high = "(" + (last.decode() if isinstance(last, bytes) else str(last))
+    newest_first.reverse()
+    return newest_first
 
 
 def since(traces: TraceStore, role: str, config: str, arm: str, start: float | None,
