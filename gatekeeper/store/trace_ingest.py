@@ -46,26 +46,49 @@ from gatekeeper.window import increments
 from rolegate.trace import Trace
 
 # KEYS: stream, window hash, tally hash, configs set, binding hash, then one run-id
-#       key per trace, then (when the traces name a reporter) the reporter's
-#       window hash and the stage's reporters set
+#       key per trace, then (when ARGV[9] names a reporter) the reporter's window
+#       hash and the stage's reporters set, then (when ARGV[10] is set) the
+#       token's quota counters of traces and of bytes for this second
 # ARGV: maxlen, run ttl, window ttl, location prefix, config, n traces,
 #       the summed increments of the traces expected new, as "field\nvalue\n...",
 #       the binding version the traces were checked against ("" for none),
-#       (trace JSON, verdict JSON, "1" if expected known else "0") * n traces,
-#       then the reporter's name (when the keys name its window)
-# Returns {"V", version or ""} without writing when the binding is at another
-# version; {"R", "0"|"1" per trace} without writing when the expectation was
-# wrong; else {"OK", per trace "N<location>" when stored or "D<location>" when known}.
+#       the reporter's name ("" for none),
+#       the quota charge "traces bytes traces_limit bytes_limit ttl" ("" for none),
+#       then (trace JSON, verdict JSON, "1" if expected known else "0") * n traces
+# Returns {"Q", "traces"|"bytes", used} without storing when the charge went over
+# a limit (the charge still counts); {"V", version or ""} without writing when
+# the binding is at another version; {"R", "0"|"1" per trace} without writing
+# when the expectation was wrong; else {"OK", per trace "N<location>" when
+# stored or "D<location>" when known}. The quota is charged before anything
+# else is looked at, so a caller re-sending a group after "V" or "R" leaves the
+# charge out: it counted once.
 INGEST_SCRIPT = """
+local n = tonumber(ARGV[6])
+local extra = 6 + n
+local by, byset
+if ARGV[9] ~= '' then by, byset, extra = KEYS[extra], KEYS[extra + 1], extra + 2 end
+if ARGV[10] ~= '' then
+  local traces, size, traces_limit, bytes_limit, ttl =
+    string.match(ARGV[10], '(%d+) (%d+) (%d+) (%d+) (%d+)')
+  local used_traces = redis.call('INCRBY', KEYS[extra], traces)
+  redis.call('EXPIRE', KEYS[extra], ttl)
+  local used_bytes = redis.call('INCRBY', KEYS[extra + 1], size)
+  redis.call('EXPIRE', KEYS[extra + 1], ttl)
+  if tonumber(traces_limit) > 0 and used_traces > tonumber(traces_limit) then
+    return {'Q', 'traces', tostring(used_traces)}
+  end
+  if tonumber(bytes_limit) > 0 and used_bytes > tonumber(bytes_limit) then
+    return {'Q', 'bytes', tostring(used_bytes)}
+  end
+end
 if ARGV[8] ~= '' then
   local version = redis.call('HGET', KEYS[5], 'version')
   if version ~= ARGV[8] then return {'V', version or ''} end
 end
-local n = tonumber(ARGV[6])
 local known, wrong = {}, false
 for i = 1, n do
   known[i] = redis.call('GET', KEYS[5 + i])
-  if (known[i] ~= false) ~= (ARGV[8 + 3 * i] == '1') then wrong = true end
+  if (known[i] ~= false) ~= (ARGV[10 + 3 * i] == '1') then wrong = true end
 end
 if wrong then
   local flags = {'R'}
@@ -78,7 +101,7 @@ for i = 1, n do
     out[i + 1] = 'D' .. known[i]
   else
     local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-                          't', ARGV[6 + 3 * i], 'v', ARGV[7 + 3 * i])
+                          't', ARGV[8 + 3 * i], 'v', ARGV[9 + 3 * i])
     local location = ARGV[4] .. id .. '"}'
     redis.call('SET', KEYS[5 + i], location, 'EX', ARGV[2])
     out[i + 1] = 'N' .. location
@@ -94,14 +117,13 @@ if added > 0 then
   end
   redis.call('EXPIRE', KEYS[2], ARGV[3])
   redis.call('SADD', KEYS[4], ARGV[5])
-  local by = KEYS[6 + n]
   if by then
     for name, value in string.gmatch(ARGV[7], '([^\\n]+)\\n(%-?%d+)') do
       redis.call('HINCRBY', by, name, value)
     end
     redis.call('EXPIRE', by, ARGV[3])
-    redis.call('SADD', KEYS[7 + n], ARGV[9 + 3 * n])
-    redis.call('EXPIRE', KEYS[7 + n], ARGV[3])
+    redis.call('SADD', byset, ARGV[9])
+    redis.call('EXPIRE', byset, ARGV[3])
   end
 end
 return out
@@ -144,6 +166,37 @@ class Checked:
     verdict: TraceVerdict
     epoch: str
     version: int | None = None
+
+
+@dataclass(frozen=True)
+class Charge:
+    """A request's charge against its token's ingest quota, run inside the ingest script.
+
+    A single-trace POST then costs one round trip instead of two (the quota's
+    INCRBYs were a pipeline of their own). The key names and limits are the
+    router's (`router.server.quota`); a limit of 0 is off. Only a standalone
+    Redis can take it: the quota keys hash to the token's slot, not the role's.
+    """
+
+    traces_key: str
+    bytes_key: str
+    traces: int
+    size: int
+    traces_limit: int
+    bytes_limit: int
+    ttl_s: int
+
+    def spec(self) -> str:
+        """ARGV[10] of the ingest script."""
+        return f"{self.traces} {self.size} {self.traces_limit} {self.bytes_limit} {self.ttl_s}"
+
+
+class OverQuota(Exception):
+    """The charge went over the token's limit of `what` ("traces" or "bytes"): nothing stored."""
+
+    def __init__(self, what: str, used: int, limit: int) -> None:
+        super().__init__(f"over the {what} quota: {used} of {limit}")
+        self.what, self.used, self.limit = what, used, limit
 
 
 
@@ -205,9 +258,9 @@ class IngestGroup:
                                     location=earlier.location)
 
 
-    def call(self, retention: int, run_ttl_s: int,
-             window_ttl_s: int) -> tuple[list[str], list[Any]]:
-        """The script's KEYS and ARGV for this group (see INGEST_SCRIPT)."""
+    def call(self, retention: int, run_ttl_s: int, window_ttl_s: int,
+             charge: Charge | None = None) -> tuple[list[str], list[Any]]:
+        """The script's KEYS and ARGV for this group (see INGEST_SCRIPT), with `charge` if any."""
         role, config = self.role, self.config
         items = self.items
         expect = self.expect_known
@@ -223,17 +276,19 @@ class IngestGroup:
                         totals[name] = totals.get(name, 0) + value
         keys = [*_group_keys(role, config, self.arm, self.epoch)]
         keys += [run_key(role, item.trace.run_id) for item in items]
+        if self.reporter:
+            keys += [reporter_window_key(role, config, self.arm, self.epoch, self.reporter),
+                     reporters_key(role, config, self.arm, self.epoch)]
+        if charge is not None:
+            keys += [charge.traces_key, charge.bytes_key]
         args: list[Any] = [retention, run_ttl_s, window_ttl_s, self.prefix,
                            config, len(items), _encode(totals),
-                           "" if self.version is None else self.version]
+                           "" if self.version is None else self.version,
+                           self.reporter or "", "" if charge is None else charge.spec()]
         for index, item in enumerate(items):
             args += (item.trace.model_dump_json(exclude_none=True),
                      item.verdict.json_text,
                      "1" if expect is not None and expect[index] else "0")
-        if self.reporter is not None:
-            keys += [reporter_window_key(role, config, self.arm, self.epoch, self.reporter),
-                     reporters_key(role, config, self.arm, self.epoch)]
-            args.append(self.reporter)
         return keys, args
 
 

@@ -37,7 +37,15 @@ from bindings.connection import Connection
 from bindings.errors import Conflict, InvalidInput, NotFound
 from bindings.store import _redis_errors, load_stored
 from gatekeeper.invariants import TraceVerdict
-from gatekeeper.store.trace_ingest import INGEST_SCRIPT, Checked, IngestGroup, Moved, Stored
+from gatekeeper.store.trace_ingest import (
+    INGEST_SCRIPT,
+    Charge,
+    Checked,
+    IngestGroup,
+    Moved,
+    OverQuota,
+    Stored,
+)
 from gatekeeper.store.trace_keys import (
     Location,
     configs_key,
@@ -52,13 +60,15 @@ from gatekeeper.store.trace_keys import (
 from gatekeeper.window import TOOL, WindowStats
 from rolegate.trace import Trace
 
-#: Checked, Stored and Moved are what callers of `TraceStore.add` pass and get back.
+#: Checked, Charge, Stored, Moved and OverQuota are what callers of `TraceStore.add` pass and get back.
 __all__ = [
     "DEFAULT_RETENTION",
     "RUN_TTL_S",
     "WINDOW_TTL_S",
+    "Charge",
     "Checked",
     "Moved",
+    "OverQuota",
     "Stored",
     "StoredTrace",
     "StreamEntries",
@@ -107,13 +117,24 @@ class TraceStore:
 
     # -- writes --------------------------------------------------------------
 
-    def add(self, items: Sequence[Checked]) -> list[Stored | Moved]:
+    @property
+    def takes_charge(self) -> bool:
+        """Whether `add` can count a quota charge in its script (not on a Redis Cluster)."""
+        return not isinstance(self.connection, RedisCluster)
+
+    def add(self, items: Sequence[Checked],
+            charge: Charge | None = None) -> list[Stored | Moved]:
         """Store checked traces; the result lines up with `items`.
 
         All groups go in one pipelined round trip; each group (of at most
-        MAX_TRACES_PER_SCRIPT traces) is one atomic script. Known run ids cost a second round trip for their group. A group
-        checked against a binding version that is no longer current is written
-        nowhere and answered `Moved` (only items with a `version` can be).
+        MAX_TRACES_PER_SCRIPT traces) is one atomic script. Known run ids cost a
+        second round trip for their group. A group checked against a binding
+        version that is no longer current is written nowhere and answered
+        `Moved` (only items with a `version` can be).
+
+        `charge` (items of one group only, on a standalone Redis) is counted
+        against the token's quota in the same script, before anything else:
+        OverQuota, with nothing stored, when it goes over a limit.
         """
         groups: dict[tuple[str, str, str, str, int | None, str | None, int], IngestGroup] = {}
         sizes: dict[tuple[str, str, str, str, int | None, str | None], int] = {}
@@ -132,12 +153,19 @@ class TraceStore:
             group.take(index, item)
         results: list[Stored | Moved | None] = [None] * len(items)
         pending = list(groups.values())
+        if charge is not None and (len(pending) != 1 or not self.takes_charge):
+            raise ValueError("a quota charge rides on one group's script on a standalone Redis")
+        charged = charge
         for _ in range(_ATTEMPTS):
-            answers = self._run([g.call(self.retention, self.run_ttl_s, self.window_ttl_s)
-                                 for g in pending])
+            answers = self._run([g.call(self.retention, self.run_ttl_s, self.window_ttl_s,
+                                        charge) for g in pending])
+            charge = None  # counted once: a group sent again leaves it out
             retry = []
             for group, answer in zip(pending, answers):
                 flags = [_text(a) for a in answer]
+                if flags[0] == "Q" and charged is not None:
+                    raise OverQuota(flags[1], int(flags[2]), charged.traces_limit
+                                    if flags[1] == "traces" else charged.bytes_limit)
                 if flags[0] == "V":
                     group.moved(items, int(flags[1]) if flags[1] else None, results)
                     continue

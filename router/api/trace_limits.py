@@ -18,7 +18,7 @@ from bindings.errors import StoreUnavailable
 from rolegate.trace import Trace
 from router.api.bodies import MAX_DEPTH, depth
 from router.server.errors import BadRequest, QuotaExceeded
-from router.server.quota import Quota, charge
+from router.server.quota import Quota, Refusal, charge
 from router.server.tokens import Principal
 
 
@@ -54,8 +54,13 @@ def charge_quota(connection: Connection, quota: Quota, name: str, traces: int,
     except redis.RedisError as exc:
         raise StoreUnavailable(f"Redis did not answer: {exc}") from None
     if refusal is not None:
-        raise QuotaExceeded(refusal.message, limit=refusal.limit, used=refusal.used,
-                            what=refusal.what, retry_after_s=refusal.retry_after_s)
+        raise quota_exceeded(refusal)
+
+
+def quota_exceeded(refusal: Refusal) -> QuotaExceeded:
+    """The 429 of a request over its token's quota (the error handler adds Retry-After)."""
+    return QuotaExceeded(refusal.message, limit=refusal.limit, used=refusal.used,
+                         what=refusal.what, retry_after_s=refusal.retry_after_s)
 
 
 def in_scope(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],

@@ -47,16 +47,17 @@ from bindings.models import Binding, VersionedBinding, validate_role_name
 from gatekeeper import tripwire
 from gatekeeper.invariants import check
 from gatekeeper.store.pending_spans import PendingSpans
-from gatekeeper.store.trace_ingest import Checked, Moved, Stored
+from gatekeeper.store.trace_ingest import Charge, Checked, Moved, OverQuota, Stored
 from gatekeeper.store.trace_keys import epoch_of
 from gatekeeper.store.traces import TraceStore
 from rolegate.trace import Trace
 from router.api import otlp
 from router.api.bodies import SURROGATE_ESCAPE, json_body, unstorable
-from router.api.trace_limits import charge_quota, in_scope, refuse_deep
+from router.api.trace_limits import charge_quota, in_scope, quota_exceeded, refuse_deep
 from router.app import Services
 from router.server.auth import principal, require
 from router.server.errors import BadRequest, validation_details
+from router.server.quota import refusal, script_charge
 
 bp = Blueprint("traces", __name__)
 
@@ -265,13 +266,21 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
     """
     extensions = current_app.extensions
     services: Services = extensions["rolegate"]
+    store: TraceStore = extensions[EXTENSION]
     reporter = principal()
     # Counted on the body as received (trace JSON or OTLP spans), before anything is stored.
-    charge_quota(services.redis, services.quota, reporter.name, len(results),
-                 len(request.get_data(cache=True)))
+    size = len(request.get_data(cache=True))
+    # One trace: counted by the store's script (one round trip for the whole POST).
+    charge = (script_charge(services.quota, reporter.name, 1, size, now)
+              if len(results) == 1 and store.takes_charge else None)
+    if charge is None:
+        charge_quota(services.redis, services.quota, reporter.name, len(results), size)
     valid = in_scope(valid, results, reporter)
-    checked, stored, positions = _check_and_store(valid, results, _Bindings(services),
-                                                  extensions[EXTENSION], now)
+    checked, stored, positions, charge = _check_and_store(valid, results, _Bindings(services),
+                                                          store, now, charge)
+    if charge is not None:
+        # The trace never reached the store (refused): it still counts.
+        charge_quota(services.redis, services.quota, reporter.name, 1, size)
     # For the metrics hook: what was newly stored, by role and arm.
     ctx = g._get_current_object()  # one proxy lookup for both attributes
     ctx.ingested = [(c.trace.role, c.trace.arm) for c, o in zip(checked, stored)
@@ -327,12 +336,14 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
 
 def _check_and_store(valid: list[tuple[int, Trace]],
                      results: list[dict[str, Any] | str | None], bindings: _Bindings,
-                     store: TraceStore, now: float,
-                     ) -> tuple[list[Checked], list[Stored], list[int]]:
-    """Check and store every trace: (stored traces, their outcomes, their request indices).
+                     store: TraceStore, now: float, charge: Charge | None,
+                     ) -> tuple[list[Checked], list[Stored], list[int], Charge | None]:
+    """Check and store every trace: (stored traces, their outcomes, their request indices,
+    `charge` if it was never counted).
 
     Traces the store answered `Moved` (their role's binding changed after this
     worker's copy was taken) are checked again against the binding in Redis.
+    The quota `charge` rides on the first store call; QuotaExceeded when over.
     """
     done: list[Checked] = []
     outcomes: list[Stored] = []
@@ -342,7 +353,12 @@ def _check_and_store(valid: list[tuple[int, Trace]],
         checked, where = _check(pending, results, bindings, now)
         pending = []
         moved: set[str] = set()
-        for index, item, outcome in zip(where, checked, store.add(checked) if checked else []):
+        try:
+            answers = store.add(checked, charge) if checked else []
+        except OverQuota as over:
+            raise quota_exceeded(refusal(over.what, over.used, over.limit, now)) from None
+        charge = None if checked else charge
+        for index, item, outcome in zip(where, checked, answers):
             if isinstance(outcome, Moved):
                 pending.append((index, item.trace))
                 moved.add(item.trace.role)
@@ -358,7 +374,7 @@ def _check_and_store(valid: list[tuple[int, Trace]],
         results[index] = _refused(index, trace, "conflict",
                                   f"the binding of role {trace.role!r} kept changing while "
                                   "this trace was stored; send it again", {"role": trace.role})
-    return done, outcomes, positions
+    return done, outcomes, positions, charge
 
 
 def _refused(index: int, trace: Trace, code: str, message: str,

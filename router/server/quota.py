@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from bindings.connection import Connection
+from gatekeeper.store.trace_ingest import Charge
 
 DEFAULT_TRACES_PER_S = 50_000
 DEFAULT_BYTES_PER_S = 16 * 1024 * 1024
@@ -94,9 +95,26 @@ def charge(connection: Connection, quota: Quota, name: str, traces: int, size: i
         pipe.incrby(key, amount)
         pipe.expire(key, WINDOW_TTL_S)
     used_traces, _, used_bytes, _ = pipe.execute()
-    retry_after = max(1, math.ceil(second + 1 - now))
     if quota.traces_per_s > 0 and int(used_traces) > quota.traces_per_s:
-        return Refusal("traces", int(used_traces), quota.traces_per_s, retry_after)
+        return refusal("traces", int(used_traces), quota.traces_per_s, now)
     if quota.bytes_per_s > 0 and int(used_bytes) > quota.bytes_per_s:
-        return Refusal("bytes", int(used_bytes), quota.bytes_per_s, retry_after)
+        return refusal("bytes", int(used_bytes), quota.bytes_per_s, now)
     return None
+
+
+def script_charge(quota: Quota, name: str, traces: int, size: int, now: float) -> Charge | None:
+    """The same count as `charge`, for the ingest script to make (None: quotas are off).
+
+    Same keys, same window, same limits: only the round trip is shared with the
+    store (gatekeeper.store.trace_ingest.Charge).
+    """
+    if quota.traces_per_s <= 0 and quota.bytes_per_s <= 0:
+        return None
+    second = int(now)
+    return Charge(quota_key(name, "traces", second), quota_key(name, "bytes", second),
+                  traces, size, quota.traces_per_s, quota.bytes_per_s, WINDOW_TTL_S)
+
+
+def refusal(what: str, used: int, limit: int, now: float) -> Refusal:
+    """The refusal of a count of `what` that reached `used` over `limit` in the second of `now`."""
+    return Refusal(what, used, limit, max(1, math.ceil(int(now) + 1 - now)))
