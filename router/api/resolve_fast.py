@@ -53,12 +53,13 @@ log = logging.getLogger("rolegate")
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def _hook_names(app: Flask) -> set[str]:
+def hook_names(app: Flask, blueprint: str = "resolve") -> set[str]:
+    """The request hooks that run for the views of `blueprint`: the app's and its own."""
     names: set[str] = set()
     for registry in (app.before_request_funcs, app.after_request_funcs,
                      app.teardown_request_funcs, app.url_value_preprocessors):
         for scope, funcs in registry.items():
-            if scope in (None, "resolve"):
+            if scope in (None, blueprint):
                 names.update(f"{f.__module__}.{f.__qualname__}" for f in funcs)
     return names
 
@@ -76,7 +77,7 @@ class ResolveFastPath:
     def enabled(self) -> bool:
         """True while every request hook of the app is one this layer reproduces."""
         if self._enabled is None:
-            hooks = _hook_names(self.app)
+            hooks = hook_names(self.app)
             unknown = hooks - KNOWN_HOOKS
             if unknown:
                 log.warning("resolve fast path off: unknown request hooks %s", sorted(unknown))

@@ -1,7 +1,10 @@
 """POST /v1/traces: report agent runs; each is checked, stored once, and may trip the wire.
 
 An OTLP body (protobuf, or JSON with `resourceSpans`) is OpenTelemetry spans
-instead, handled by router.api.otlp; what follows is about trace JSON.
+instead, handled by router.api.otlp; what follows is about trace JSON. The
+plain single trace (the POST every agent run ends with) is stored in front of
+Flask by router.api.ingest_fast, with the same checks and answer; whatever it
+does not store itself it hands to this view.
 
 The body is one trace, or `{"traces": [...]}` (a bare JSON list is taken too).
 Each trace is validated on its own: a bad one is refused with its index and the
@@ -13,7 +16,7 @@ reason while the good ones in the same batch are kept. Answers:
 - 422: all refused; the body is the usual `{"error": ...}` plus the same `results`
   (a trace holding NaN, Infinity or an unpaired surrogate escape is refused on its own);
 - 400: the body is not JSON (or nests too deep), or is neither a trace nor a
-  batch (empty, over MAX_BATCH);
+  batch (empty, over router.api.trace_parse.MAX_BATCH);
 - 409: the tripwire lost its compare-and-set every time (the traces are stored;
   retrying the same request trips it again, since a retried run_id stored in this
   stage still counts); 503: Redis did not answer.
@@ -40,10 +43,9 @@ from typing import Any
 
 from flask import Blueprint, Flask, current_app, g, jsonify, request
 from flask.typing import ResponseReturnValue
-from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from bindings.errors import NotFound
-from bindings.models import Binding, VersionedBinding, validate_role_name
+from bindings.models import VersionedBinding, validate_role_name
 from gatekeeper import tripwire
 from gatekeeper.invariants import check
 from gatekeeper.store.pending_spans import PendingSpans
@@ -51,20 +53,28 @@ from gatekeeper.store.trace_ingest import Charge, Checked, Moved, OverQuota, Sto
 from gatekeeper.store.trace_keys import epoch_of
 from gatekeeper.store.traces import TraceStore
 from rolegate.trace import Trace
-from router.api import otlp
-from router.api.bodies import SURROGATE_ESCAPE, json_body, unstorable
+from router.api import ingest_fast, otlp
+from router.api.bodies import SURROGATE_ESCAPE, json_body
+from router.api.trace_answers import (
+    EXTENSION,
+    QUOTA_COUNTED,
+    bound,
+    single_answer,
+    stored_result,
+)
 from router.api.trace_limits import charge_quota, in_scope, quota_exceeded, refuse_deep
+from router.api.trace_parse import (
+    batch_items,
+    item_refusal,
+    parse_all_valid,
+    parse_each,
+)
 from router.app import Services
 from router.server.auth import principal, require
-from router.server.errors import BadRequest, validation_details
-from router.server.quota import refusal, script_charge
+from router.server.quota import Refusal, refusal, script_charge
 
 bp = Blueprint("traces", __name__)
 
-#: Where init_app keeps the app's TraceStore (beside the core Services).
-EXTENSION = "rolegate.traces"
-#: A batch larger than this is refused whole (split it; 500 per POST is plenty).
-MAX_BATCH = 10_000
 #: The refusal code of a trace whose config the role does not run.
 NOT_BOUND = "config_not_bound"
 #: Reads of a role's binding per request when it keeps moving while traces are stored.
@@ -78,40 +88,14 @@ def init_app(app: Flask) -> None:
                                            retention=services.settings.trace_retention,
                                            run_ttl_s=services.settings.run_id_ttl_s)
     app.extensions[otlp.EXTENSION] = PendingSpans(services.redis)
+    # In front of Flask (behind the resolve fast path): a plain single trace is stored there.
+    ingest_fast.init_app(app)
 
 
 def trace_store(app: Flask | None = None) -> TraceStore:
     """The app's TraceStore (the current app's when `app` is None)."""
     found: TraceStore = (app or current_app).extensions[EXTENSION]
     return found
-
-
-def _items(body: Any) -> list[Any]:
-    if isinstance(body, list):
-        items = body
-    elif isinstance(body, dict) and "traces" in body:
-        if set(body) != {"traces"} or not isinstance(body["traces"], list):
-            raise BadRequest("a batch body is {\"traces\": [...]} with nothing beside it")
-        items = body["traces"]
-    elif isinstance(body, dict):
-        items = [body]
-    else:
-        raise BadRequest(f"expected a trace object or {{\"traces\": [...]}}, "
-                         f"got {type(body).__name__}")
-    if not items:
-        raise BadRequest("no traces in the batch")
-    if len(items) > MAX_BATCH:
-        raise BadRequest(f"at most {MAX_BATCH} traces per request, got {len(items)}",
-                         limit=MAX_BATCH)
-    return items
-
-
-def _refusal(index: int, item: Any, code: str, message: str,
-             details: dict[str, Any] | None = None) -> dict[str, Any]:
-    run_id = item.get("run_id") if isinstance(item, dict) else None
-    return {"index": index, "run_id": run_id if isinstance(run_id, str) else None,
-            "status": "refused",
-            "error": {"code": code, "message": message, "details": details or {}}}
 
 
 class _Bindings:
@@ -155,11 +139,6 @@ class _Bindings:
         return record
 
 
-def _bound(config: str, binding: Binding) -> bool:
-    """Whether `config` is one the binding runs: its current or its candidate."""
-    return config == binding.current or config == binding.candidate
-
-
 def _not_bound(trace: Trace, record: VersionedBinding) -> str:
     binding = record.binding
     candidate = ("it has no candidate" if binding.candidate is None
@@ -167,65 +146,6 @@ def _not_bound(trace: Trace, record: VersionedBinding) -> str:
     return (f"config {trace.config!r} is neither role {trace.role!r}'s current config "
             f"{binding.current!r} nor {candidate} (binding version {record.version}); "
             "its trace would count in no arm")
-
-
-class _Batch(BaseModel):
-    """A batch body, for the all-valid fast path."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    traces: list[Trace]
-
-
-_TRACE_LIST: TypeAdapter[list[Trace]] = TypeAdapter(list[Trace])
-
-
-def _parse_fast(raw: bytes) -> list[Trace] | None:
-    """Every trace of a body in which all are valid, parsed in one pass; else None.
-
-    Validating the raw bytes in pydantic-core skips building Python dicts first.
-    NaN and Infinity, which its parser reads, are refused by the Trace model.
-    Any failure (bad JSON, a bad trace, an unexpected shape) returns None and the
-    request takes the per-trace path, which explains each refusal.
-    """
-    body = raw.lstrip()
-    try:
-        if body[:1] == b"[":
-            traces = _TRACE_LIST.validate_json(raw)
-        elif body[1:].lstrip().startswith(b'"traces"'):
-            traces = _Batch.model_validate_json(raw).traces
-        else:
-            traces = [Trace.model_validate_json(raw)]
-    except ValidationError:
-        return None
-    return traces if 0 < len(traces) <= MAX_BATCH else None
-
-
-def _parse_each(items: list[Any], results: list[dict[str, Any] | str | None], *,
-                check_values: bool) -> list[tuple[int, Trace]]:
-    """Validate each item on its own, recording a refusal in `results` for each bad one.
-
-    `check_values`: the body may hold an unpaired surrogate (the parse let it
-    through), so look for one (or a NaN) in each item first.
-    """
-    valid: list[tuple[int, Trace]] = []
-    for index, item in enumerate(items):
-        if not isinstance(item, dict):
-            results[index] = _refusal(index, item, "bad_request",
-                                      f"a trace must be a JSON object, got {type(item).__name__}")
-            continue
-        problem = unstorable(item) if check_values else None
-        if problem is not None:
-            results[index] = _refusal(index, item, "invalid", problem)
-            continue
-        try:
-            valid.append((index, Trace.model_validate(item)))
-        except ValidationError as exc:
-            errors = validation_details(exc)
-            message = "; ".join(f"{e['field']}: {e['message']}" if e["field"] else e["message"]
-                                for e in errors)
-            results[index] = _refusal(index, item, "invalid", message, {"errors": errors})
-    return valid
 
 
 @bp.post("/v1/traces")
@@ -236,23 +156,22 @@ def ingest() -> ResponseReturnValue:
     if spans is not None:
         return otlp.ingest(spans, store_traces)
     raw = request.get_data(cache=True)
-    fast = _parse_fast(raw)
+    fast = parse_all_valid(raw)
     if fast is not None:
         refuse_deep(fast, raw)
         results: list[dict[str, Any] | str | None] = [None] * len(fast)
         valid = list(enumerate(fast))
     else:
         # Not strict: a NaN or an unpaired surrogate refuses its own trace, not the batch.
-        items = _items(json_body(allow_empty=False, strict=False))
+        items = batch_items(json_body(allow_empty=False, strict=False))
         results = [None] * len(items)
-        valid = _parse_each(items, results,
+        valid = parse_each(items, results,
                             check_values=SURROGATE_ESCAPE.search(raw) is not None)
     duplicates, trips = store_traces(valid, results, time.time())
     if len(results) == 1 and isinstance(results[0], str) and not trips:
         # One trace stored (every single-trace POST): its answer without the batch walk.
-        return current_app.response_class(
-            f'{{"accepted":{1 - duplicates},"duplicates":{duplicates},"refused":0,'
-            f'"results":[{results[0]}],"tripwire":[]}}\n', mimetype="application/json")
+        return current_app.response_class(single_answer(results[0], duplicates),
+                                          mimetype="application/json")
     return _answer([r for r in results if r is not None], duplicates, trips)
 
 
@@ -270,10 +189,13 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
     reporter = principal()
     # Counted on the body as received (trace JSON or OTLP spans), before anything is stored.
     size = len(request.get_data(cache=True))
+    counted = request.environ.get(QUOTA_COUNTED)
+    if isinstance(counted, Refusal):
+        raise quota_exceeded(counted)  # the fast path's script call went over the quota
     # One trace: counted by the store's script (one round trip for the whole POST).
     charge = (script_charge(services.quota, reporter.name, 1, size, now)
-              if len(results) == 1 and store.takes_charge else None)
-    if charge is None:
+              if len(results) == 1 and store.takes_charge and counted is None else None)
+    if charge is None and counted is None:
         charge_quota(services.redis, services.quota, reporter.name, len(results), size)
     valid = in_scope(valid, results, reporter)
     checked, stored, positions, charge = _check_and_store(valid, results, _Bindings(services),
@@ -290,12 +212,12 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
     duplicates = 0
     for index, item, outcome in zip(positions, checked, stored):
         duplicates += outcome.duplicate
-        status = "duplicate" if outcome.duplicate else "accepted"
         # Serialized here, with the verdict text the store already built: a batch
         # answer holds one of these per trace, and jsonify would encode them again.
-        results[index] = (f'{{"index":{index},"run_id":{json.dumps(item.trace.run_id)},'
-                          f'"status":"{status}","verdict":{item.verdict.json_text}}}')
+        results[index] = stored_result(index, item, outcome.duplicate)
     return duplicates, trips
+
+
 
 
 def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],
@@ -316,12 +238,12 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
             continue
         try:
             record = bindings.get(trace.role)
-            if not _bound(trace.config, record.binding) and trace.role not in bindings.fresh:
+            if not bound(trace.config, record.binding) and trace.role not in bindings.fresh:
                 record = bindings.reread(trace.role)
         except NotFound as exc:
             results[index] = _refused(index, trace, exc.code, exc.message, exc.details)
             continue
-        if not _bound(trace.config, record.binding):
+        if not bound(trace.config, record.binding):
             results[index] = _refused(index, trace, NOT_BOUND, _not_bound(trace, record), {
                 "field": "config", "config": trace.config, "current": record.binding.current,
                 "candidate": record.binding.candidate, "version": record.version})
@@ -379,7 +301,7 @@ def _check_and_store(valid: list[tuple[int, Trace]],
 
 def _refused(index: int, trace: Trace, code: str, message: str,
              details: dict[str, Any] | None = None) -> dict[str, Any]:
-    return _refusal(index, {"run_id": trace.run_id}, code, message, details)
+    return item_refusal(index, {"run_id": trace.run_id}, code, message, details)
 
 
 def _tripwire(checked: list[Checked], stored: list[Any], now: float,

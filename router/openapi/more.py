@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from router.api.feedback import QUOTA_PATTERN
-from router.api.traces import MAX_BATCH
+from router.api.trace_parse import MAX_BATCH
 from router.openapi.paths import AUTH, HTML, json_body, json_response, ref
 
 OBJECT: dict[str, Any] = {"type": "object"}

@@ -1,4 +1,4 @@
-"""Resolve log lines written in batches, off the request path.
+"""Resolve (and single-trace ingest) log lines written in batches, off the request path.
 
 A resolve is the one call every agent makes on every job, and writing its two
 JSON lines through `logging` on the request thread cost most of the resolve
@@ -6,7 +6,9 @@ JSON lines through `logging` on the request thread cost most of the resolve
 appends its already encoded lines to a list; a daemon thread per worker process
 hands whatever has gathered to the events logger as one record every
 FLUSH_INTERVAL_S, so the lines, their order and their format are unchanged and
-a thousand resolves cost one write. Lines of other requests (decisions,
+a thousand resolves cost one write. The request line of a single trace
+stored by the ingest fast path (router.api.ingest_fast), the other call every
+agent makes per job, goes the same way. Lines of other requests (decisions,
 writes) are still written at once: they are rare and each matters.
 
 The price: resolve lines show up to FLUSH_INTERVAL_S late, and a worker killed

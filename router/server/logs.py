@@ -88,6 +88,15 @@ def log_resolve(request_id: str, resolution: Any, method: str, path: str,
             "duration_ms": round(duration_ms, 3), "actor": actor}))
 
 
+def log_request(request_id: str, method: str, path: str, status: int, duration_ms: float,
+                actor: str | None) -> None:
+    """Queue a request line like the one `_after` writes (for the single-trace ingest path)."""
+    if log.isEnabledFor(logging.INFO):
+        resolve_lines.add(line("request", request_id, {
+            "method": method, "path": path, "status": status,
+            "duration_ms": round(duration_ms, 3), "actor": actor}))
+
+
 def flush() -> None:
     """Write the queued resolve lines now (tests, and before a worker exits)."""
     resolve_lines.flush()

@@ -67,6 +67,7 @@ ROLLBACK_ACTORS = ("human", "gatekeeper", "tripwire")
 
 # The resolve hot path pays a dict lookup, not a labels() call, per request.
 _resolve_children: dict[tuple[str, str], Any] = {}
+_ingest_children: dict[tuple[str, str], Any] = {}
 
 
 def count_resolve(role: str, arm: str, stale: bool) -> None:
@@ -77,6 +78,23 @@ def count_resolve(role: str, arm: str, stale: bool) -> None:
     child.inc()
     if stale:
         STALE_RESOLVES.labels(role).inc()
+
+
+def count_ingest(role: str, arm: str, new: int) -> None:
+    """Count one answered single-trace POST (2xx) and its trace when it was `new` (not a retry).
+
+    For the ingest fast path (router.api.ingest_fast), as `_observe` counts the
+    Flask view's; like the resolve path it pays a dict lookup, not labels().
+    """
+    child = _ingest_children.get((role, arm))
+    if child is None:
+        child = _ingest_children.setdefault((role, arm), TRACES.labels(role, arm))
+    ok = _ingest_children.get(("", "2xx"))
+    if ok is None:
+        ok = _ingest_children.setdefault(("", "2xx"), REQUESTS.labels("2xx"))
+    ok.inc()
+    if new:
+        child.inc(new)
 
 
 def count_traces(role: str, arm: str, n: int = 1) -> None:

@@ -1,0 +1,207 @@
+"""The single-trace ingest hot path as a thin WSGI layer in front of Flask.
+
+Every agent run ends in one `POST /v1/traces` of one trace. Through Flask it
+paid a request context, URL matching, five request hooks, the auth decorator,
+the OTLP sniffing and a Response object around the work itself; measured
+against a bare Flask app that parses the same body and makes one Redis round
+trip (bench/serving.py, figure 4) it reached under half the baseline's rate.
+
+This layer stores the plain case itself, with the same checks, the same one
+script call (quota counted inside it), the same answer, headers, log line and
+counters as the Flask view (tests/test_ingest_fast.py holds the two side by
+side), and hands everything else to Flask: a batch, OTLP, a compressed or
+chunked body, a browser's request (Origin, Sec-Fetch-Site), a missing or
+unknown token, a trace that fails validation, a role the token may not report
+for, a role or config this worker's copy does not know, a breach that would
+trip the wire. Each of those is decided before anything is written, and the
+body read here is handed on intact.
+
+After the script has run, two outcomes still go to Flask, told what happened
+through the environ (`router.api.answers.QUOTA_COUNTED`): over the quota (the
+view answers the 429 at once) and a binding that moved under the trace or a
+Redis error (the view checks and stores again, without counting the quota
+twice; storing is idempotent on the run id).
+
+Like the resolve fast path it runs only while the app's request hooks are the
+ones it knows to reproduce (`router.api.resolve_fast.KNOWN_HOOKS`).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import redis
+from flask import Flask
+from pydantic import ValidationError
+
+from bindings.errors import RolegateError
+from bindings.models import ROLE_NAME_PATTERN
+from gatekeeper import tripwire
+from gatekeeper.invariants import check
+from gatekeeper.store.trace_ingest import Checked, OverQuota, Stored
+from gatekeeper.store.trace_keys import epoch_of
+from rolegate.trace import Trace
+from router.api import trace_answers as answers
+from router.api.resolve_fast import KNOWN_HOOKS, ResolveFastPath, hook_names
+from router.api.trace_limits import body_prefix, refuse_deep
+from router.server import hosts, logs, metrics
+from router.server.auth import ACTOR_HEADER, OPEN_GATEKEEPER, OPEN_OPERATOR, Principal
+from router.server.errors import BadRequest
+from router.server.quota import refusal, script_charge
+
+PATH = "/v1/traces"
+#: Scopes the Flask view allows (router.api.traces: caller, gatekeeper; operator always).
+INGEST_SCOPES = frozenset({"caller", "gatekeeper", "operator"})
+#: Headers that send a request to Flask: browsers' (the cross-site check) and encodings.
+_FLASK_HEADERS = ("HTTP_ORIGIN", "HTTP_SEC_FETCH_SITE", "HTTP_CONTENT_ENCODING",
+                  "HTTP_TRANSFER_ENCODING")
+
+log = logging.getLogger("rolegate")
+WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+class IngestFastPath:
+    """WSGI middleware: stores plain single-trace POSTs, passes the rest to `inner`."""
+
+    def __init__(self, app: Flask, inner: WSGIApp) -> None:
+        self.app = app
+        self.inner = inner
+        self._enabled: bool | None = None
+        self._logs = self._metrics = False
+        self._hosts: tuple[str, ...] | None = None
+
+    def enabled(self) -> bool:
+        """True while every request hook of the app is one this layer reproduces."""
+        if self._enabled is None:
+            hooks = hook_names(self.app, "traces")
+            unknown = hooks - KNOWN_HOOKS
+            if unknown:
+                log.warning("ingest fast path off: unknown request hooks %s", sorted(unknown))
+            self._logs = "router.server.logs._after" in hooks
+            self._metrics = "router.server.metrics._observe" in hooks
+            self._enabled = not unknown
+        return self._enabled
+
+    def __call__(self, environ: dict[str, Any],
+                 start_response: Callable[..., Any]) -> Iterable[bytes]:
+        """Store a plain single trace here; hand anything else to Flask."""
+        if (environ.get("PATH_INFO") == PATH and environ.get("REQUEST_METHOD") == "POST"
+                and self.enabled()):
+            answered = self._ingest(environ, start_response)
+            if answered is not None:
+                return answered
+        return self.inner(environ, start_response)
+
+    def _caller(self, environ: dict[str, Any], services: Any) -> Principal | None:
+        """Who sends this request, if the Flask view would let them; else None."""
+        host = environ.get("HTTP_HOST")
+        if self._hosts is None:
+            self._hosts = hosts.parse_allowed(services.settings.allowed_hosts)
+        if host is not None and not hosts.allowed(hosts.hostname(host),
+                                                  environ.get("SERVER_NAME", ""), self._hosts):
+            return None
+        tokens = services.tokens
+        if tokens.open:
+            declared = environ.get("HTTP_" + ACTOR_HEADER.upper().replace("-", "_"), "")
+            return OPEN_GATEKEEPER if declared == "gatekeeper" else OPEN_OPERATOR
+        scheme, _, presented = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
+        presented = presented.strip()
+        if scheme.lower() != "bearer" or not presented:
+            return None
+        found = tokens.lookup(presented)
+        return found if found is not None and found.scope in INGEST_SCOPES else None
+
+    def _body(self, environ: dict[str, Any], limit: int | None) -> bytes | None:
+        """The request body, read once and put back for Flask; None if Flask should read it."""
+        if environ.get("CONTENT_TYPE") != "application/json" or any(
+                name in environ for name in _FLASK_HEADERS):
+            return None
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or "")
+        except ValueError:
+            return None
+        if length <= 0 or (limit is not None and length > limit):
+            return None
+        raw: bytes = environ["wsgi.input"].read(length)
+        environ["wsgi.input"] = io.BytesIO(raw)  # Flask reads it again if handed on
+        return raw if len(raw) == length else None
+
+    def _ingest(self, environ: dict[str, Any],
+                start_response: Callable[..., Any]) -> list[bytes] | None:
+        started = time.perf_counter()
+        services = self.app.extensions["rolegate"]
+        caller = self._caller(environ, services)
+        if caller is None:
+            return None
+        raw = self._body(environ, self.app.config.get("MAX_CONTENT_LENGTH"))
+        # One trace object only: a batch or OTLP JSON goes to Flask.
+        if raw is None or body_prefix(raw) != 0 or b'"resourceSpans"' in raw:
+            return None
+        trace = _valid(raw, caller)
+        if trace is None:
+            return None
+        record, _ = services.cache.get(trace.role)
+        if record is None or not answers.bound(trace.config, record.binding):
+            return None  # the view reads the binding from Redis, or explains the refusal
+        now = time.time()
+        trace = trace.model_copy(update={"reporter": caller.name} if trace.time is not None
+                                 else {"reporter": caller.name, "time": now})
+        verdict = check(trace, record.binding.gate.invariants)
+        store = self.app.extensions[answers.EXTENSION]
+        charge = script_charge(services.quota, caller.name, 1, len(raw), now)
+        if tripwire.applies(trace, verdict) or not store.takes_charge:
+            return None
+        item = Checked(trace, verdict, epoch_of(record.binding), record.version)
+        try:
+            (outcome,) = store.add([item], charge)
+        except OverQuota as over:
+            environ[answers.QUOTA_COUNTED] = refusal(over.what, over.used, over.limit, now)
+            return None
+        except (RolegateError, redis.RedisError):
+            # Perhaps counted, perhaps stored: the view tries again (idempotent) and answers.
+            environ[answers.QUOTA_COUNTED] = True
+            return None
+        if not isinstance(outcome, Stored):
+            environ[answers.QUOTA_COUNTED] = True  # the binding moved: the view re-reads it
+            return None
+        body = answers.single_answer(answers.stored_result(0, item, outcome.duplicate),
+                                    int(outcome.duplicate)).encode()
+        request_id = logs.request_id_from(environ.get("HTTP_X_REQUEST_ID"))
+        start_response("200 OK", [("Content-Type", "application/json"),
+                                  ("Content-Length", str(len(body))),
+                                  (logs.REQUEST_ID_HEADER, request_id)])
+        if self._metrics:
+            metrics.count_ingest(trace.role, trace.arm, 0 if outcome.duplicate else 1)
+        if self._logs:
+            logs.log_request(request_id, "POST", PATH, 200,
+                             (time.perf_counter() - started) * 1e3, caller.name)
+        return [body]
+
+
+def _valid(raw: bytes, caller: Principal) -> Trace | None:
+    """The body's one trace if the view would store it as it is; None to hand it on."""
+    try:
+        trace = Trace.model_validate_json(raw)
+        refuse_deep([trace], raw)
+    except (ValidationError, BadRequest):
+        return None
+    if (not caller.may(trace.role) or ROLE_NAME_PATTERN.fullmatch(trace.role) is None
+            or any("\n" in tool for tool in trace.tools)):
+        return None
+    return trace
+
+
+def init_app(app: Flask) -> None:
+    """Put the fast path in front of Flask, behind the resolve fast path if there is one.
+
+    Resolves are the hotter call: they keep being looked at first.
+    """
+    outer = app.wsgi_app
+    if isinstance(outer, ResolveFastPath):
+        outer.inner = IngestFastPath(app, outer.inner)
+    else:
+        app.wsgi_app = IngestFastPath(app, outer)  # type: ignore[method-assign]

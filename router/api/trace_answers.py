@@ -1,0 +1,38 @@
+"""What the trace ingest view and the single-trace fast path share, so they answer alike.
+
+`router.api.traces` (the Flask view) and `router.api.ingest_fast` (the layer in
+front of Flask) both store single traces; the answer text, the bound-config
+rule and the environ key by which the fast path hands a request on live here,
+once.
+"""
+
+from __future__ import annotations
+
+import json
+
+from bindings.models import Binding
+from gatekeeper.store.trace_ingest import Checked
+
+#: Where router.api.traces.init_app keeps the app's TraceStore (beside the core Services).
+EXTENSION = "rolegate.traces"
+#: WSGI environ key: this request's quota was counted already (True) or refused (a
+#: router.server.quota.Refusal) by the fast path, which then handed the request on.
+QUOTA_COUNTED = "rolegate.quota_counted"
+
+
+def bound(config: str, binding: Binding) -> bool:
+    """Whether `config` is one the binding runs: its current or its candidate."""
+    return config == binding.current or config == binding.candidate
+
+
+def stored_result(index: int, item: Checked, duplicate: bool) -> str:
+    """The JSON text of one stored trace's result (its verdict as the store encoded it)."""
+    status = "duplicate" if duplicate else "accepted"
+    return (f'{{"index":{index},"run_id":{json.dumps(item.trace.run_id)},'
+            f'"status":"{status}","verdict":{item.verdict.json_text}}}')
+
+
+def single_answer(result: str, duplicates: int) -> str:
+    """The 200 answer of a request whose one trace was stored and tripped nothing."""
+    return (f'{{"accepted":{1 - duplicates},"duplicates":{duplicates},"refused":0,'
+            f'"results":[{result}],"tripwire":[]}}\n')
