@@ -14,13 +14,16 @@ router renders every one of them with a single handler::
     ├── PreconditionRequired      428  replacing a binding without If-Match
     ├── IdempotencyKeyReused      422  an Idempotency-Key sent again with another request
     ├── StoreUnavailable          503  Redis did not answer; nothing was written
-    │   ├── StoreRefused          503  Redis refused: details.condition OOM, READONLY, BUSY, ...
-    │   └── ReplicationTimeout    503  fewer replicas than ROLEGATE_MIN_REPLICAS confirmed
+    │   └── StoreRefused          503  Redis refused: details.condition OOM, READONLY, BUSY, ...
     ├── OutcomeUnknown            504  a write was sent but no answer came: it may have landed
+    │   └── ReplicationTimeout    504  on the primary, fewer replicas than ROLEGATE_MIN_REPLICAS
+    │                                  confirmed it: it may not survive a failover
     └── CorruptRecord             500  a stored record no longer reads as its model
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 # The base and NotFound are the caller SDK's, so a client and the service raise
 # the same classes.
@@ -98,10 +101,18 @@ class OutcomeUnknown(RolegateError):
     code = "outcome_unknown"
 
 
-class ReplicationTimeout(StoreUnavailable):
-    """A change reached the primary but not enough replicas in time: it may not survive a failover."""
+class ReplicationTimeout(OutcomeUnknown):
+    """A change reached the primary but not enough replicas in time: it may not survive a failover.
 
-    code = "replication_timeout"
+    Not a 503: a 503 means "not applied", and this change is applied on the
+    primary; whether it outlives the primary is what nobody knows yet. So it is
+    a 504 `outcome_unknown` like any other write whose fate is open (read the
+    role back before retrying), with `details.condition` "replication_timeout"
+    saying why. (Issue 16 first shipped it as 503 `replication_timeout`.)
+    """
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message, condition="replication_timeout", **details)
 
 
 class CorruptRecord(RolegateError):

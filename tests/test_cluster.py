@@ -261,15 +261,22 @@ def test_scripts_come_back_after_every_master_lost_its_script_cache(
     assert view.status_code == 200 and view.json["paired"]["pairs"] == 25
 
 
-def test_min_replicas_without_replicas_answers_503_naming_it(cluster_url: str) -> None:
-    """ROLEGATE_MIN_REPLICAS=1 on masters with no replica: 503 replication_timeout, change kept."""
+def test_min_replicas_without_replicas_answers_outcome_unknown(cluster_url: str) -> None:
+    """ROLEGATE_MIN_REPLICAS=1 on masters with no replica: 504, change kept on the primary.
+
+    Not a 503: a 503 means "not applied", and this change is applied; whether it
+    survives a failover is unknown, so it is `outcome_unknown`, the condition
+    named in the details.
+    """
     app = create_app({"redis_url": cluster_url, "tokens": TOKENS, "testing": True,
                       "min_replicas": 1, "replica_wait_ms": 50})
     try:
         c = app.test_client()
         r = c.put("/v1/bindings/m", headers=auth(OPERATOR), json={"current": "cfg-a"})
-        assert r.status_code == 503 and r.json["error"]["code"] == "replication_timeout"
-        assert r.json["error"]["details"]["replicas"] == 0
+        assert r.status_code == 504 and r.json["error"]["code"] == "outcome_unknown"
+        details = r.json["error"]["details"]
+        assert details["condition"] == "replication_timeout"
+        assert (details["replicas"], details["required"], details["version"]) == (0, 1, 1)
         assert c.get("/v1/bindings/m", headers=auth(CALLER)).json["version"] == 1
     finally:
         app.extensions["rolegate"].cache.stop()

@@ -86,3 +86,27 @@ def test_cli_reads_the_role_back_after_an_unknown_outcome(
     assert "the canary was applied: summarizer went to version 2" in result.output
     assert "share 0.5" in result.output
     assert [e["action"] for e in _history(served)] == ["canary", "create"]
+
+
+def test_a_change_short_of_its_replicas_is_504_and_the_cli_says_it_landed(
+        redis_url: str) -> None:
+    """ROLEGATE_MIN_REPLICAS unmet: 504 outcome_unknown (it IS applied, so never 503); the CLI
+    names the replicas, reads the role back and reports the move applied."""
+    app: Flask = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True,
+                             "min_replicas": 1, "replica_wait_ms": 20})
+    try:
+        with werkzeug_server(app) as url:
+            r = requests.put(f"{url}/v1/bindings/summarizer", json=CANARY,
+                             headers=auth(OPERATOR), timeout=10)
+            assert r.status_code == 504 and r.json()["error"]["code"] == "outcome_unknown"
+            assert r.json()["error"]["details"]["condition"] == "replication_timeout"
+            result = CliRunner().invoke(main, ["canary", "summarizer", "0.5", "--reason",
+                                               "widen", "--url", url, "--token", OPERATOR],
+                                        catch_exceptions=False)
+            assert result.exit_code == 0, result.output
+            assert "only 0 of 1 replicas confirmed it" in result.output
+            assert "the canary was applied: summarizer went to version 2" in result.output
+            assert [e["action"] for e in _history(url)] == ["canary", "create"]
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()

@@ -142,7 +142,9 @@ def test_primary_killed_mid_run(sentinels: OwnSentinels) -> None:
         assert sentinels.primary_port() != old_primary
         assert resumed <= RESUME_WITHIN_S, resumed
         during = [s for t, s in writer.outcomes if t > killed and t < killed + resumed]
-        assert during and set(during) <= {503, 409}, sorted(set(during))
+        # 504: a write whose answer was lost, or that the new primary's replica had
+        # not confirmed yet (outcome_unknown, condition replication_timeout).
+        assert during and set(during) <= {503, 504, 409}, sorted(set(during))
         assert all(status == 200 for status, _ in resolver.answers), \
             sorted({status for status, _ in resolver.answers})
         # Served stale while there was no primary, fresh again once there is one.

@@ -62,15 +62,22 @@ def _post_move(api: ApiClient, role: str, move: str, body: dict[str, Any]) -> di
     except ApiError as exc:
         if exc.status != 504 or exc.code != "outcome_unknown":
             raise
-        return _read_back(api, role, move, body, version)
+        return _read_back(api, role, move, body, version, exc.details)
     return answer
 
 
 def _read_back(api: ApiClient, role: str, move: str, body: dict[str, Any],
-               version: int) -> dict[str, Any]:
+               version: int, details: dict[str, Any]) -> dict[str, Any]:
     """After an unknown outcome: the role read back, or exit 2 saying it was not applied."""
-    click.echo(f"warning: the router could not confirm the {move}: it may or may not have "
-               f"been applied; reading {role} back", err=True)
+    if details.get("condition") == "replication_timeout":
+        # Applied on the primary; what is unknown is whether it outlives a failover.
+        click.echo(f"warning: the {move} is on the Redis primary but only "
+                   f"{details.get('replicas')} of {details.get('required')} replicas "
+                   "confirmed it: it may be lost if the primary fails now; reading "
+                   f"{role} back", err=True)
+    else:
+        click.echo(f"warning: the router could not confirm the {move}: it may or may not "
+                   f"have been applied; reading {role} back", err=True)
     for attempt in range(READ_BACK_ATTEMPTS):
         try:
             record: dict[str, Any] = api.get(role_path(role))

@@ -101,7 +101,9 @@ ERROR_DESCRIPTIONS = {
     503: "Not applied: Redis did not answer, or refused (details.condition OOM, READONLY, "
          "NOREPLICAS, BUSY, ...).",
     504: "Outcome unknown (code outcome_unknown): the write reached Redis but its answer "
-         "did not come back; read the record back, or retry with the same Idempotency-Key.",
+         "did not come back, or (details.condition replication_timeout) it is on the primary "
+         "but fewer replicas than ROLEGATE_MIN_REPLICAS confirmed it; read the record back, "
+         "or retry with the same Idempotency-Key.",
 }
 
 
