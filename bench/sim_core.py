@@ -7,7 +7,9 @@ with (`gate.evaluate(...).to_json()` per arm, the paired tally's `report` at
 history through `drift.params_for` (upper bound, derived h), the candidate's
 `drift.Detector` advanced over the stage's runs and restarted when `outdated`,
 `drift.section`), read back by `decide.evidence_from_view` and judged by
-`decide.decide`; an advance goes through `stages.apply`. What is simulated is
+`decide.decide`; an advance goes through `stages.apply` and is written to the
+rollout's history, from which `rollout.walk` finds the earlier stages whose
+counts the view's `rollout` section carries (`rollout.carried_of`, `as_dict`). What is simulated is
 only the traffic: jobs arrive at `rate` a second, the gatekeeper reads every
 `interval` seconds, current passes at `base`, the candidate at `p`, and in
 shadow the two arms' outcomes on one job share their randomness with
@@ -22,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bindings.models import Binding, GatePolicy, Stage, VersionedBinding
+from bindings.models import Binding, GatePolicy, HistoryEntry, Stage, VersionedBinding
 from gatekeeper.budget import final_alpha
 from gatekeeper.decide import (
     Action,
@@ -35,6 +37,7 @@ from gatekeeper.drift import RUN_FAILURE, Detector, params_for, section
 from gatekeeper.gate import evaluate
 from gatekeeper.pair_tally import Tally
 from gatekeeper.pairing import Run
+from gatekeeper.rollout import Carried, EarlierStage, carried_of, epoch_key, walk
 from gatekeeper.stages import Event, apply
 from gatekeeper.store.history import HISTORY_RUNS
 from gatekeeper.window import WindowStats
@@ -54,6 +57,9 @@ class World:
     rho: float = 0.5
     #: Current runs before the rollout (its stable history the view carries).
     history: int = HISTORY_RUNS
+    #: False: the view has no `rollout` section, so each stage's tests start afresh
+    #: at the stage alpha (the gate before evidence was carried across stages).
+    carry: bool = True
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,8 @@ class StageCounts:
     detector: Detector | None = None
     #: Counts of current's carried history at the stage's start.
     carried: WindowStats = field(default_factory=WindowStats)
+    #: The rollout's earlier stages, as the view's `rollout` section shows them.
+    rollout: Carried | None = None
 
 
 def _job(rng: random.Random, base: float, p: float, rho: float) -> tuple[bool, bool]:
@@ -178,6 +186,8 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float) -> dict[s
         counts.detector = detector = detector.advance(counts.entries[detector.n:])
         shown = {RUN_FAILURE: detector.as_dict(True)}
     view["drift"] = section(shown, {}, policy.drift)
+    if counts.rollout is not None:
+        view["rollout"] = counts.rollout.as_dict(binding)
     return view
 
 
@@ -209,12 +219,46 @@ def plain_rule(window: int) -> Rule:
     return rule
 
 
+class Ledger:
+    """The binding history and each finished stage's counts, as the stores keep them."""
+
+    def __init__(self, record: VersionedBinding, carry: bool) -> None:
+        self.carry = carry
+        self.entries = [_entry(record)]
+        self.finished: dict[str, EarlierStage] = {}
+
+    def advance(self, ended: VersionedBinding, counts: StageCounts,
+                record: VersionedBinding) -> None:
+        """`ended`'s stage is over with `counts`; `record` is the binding it advanced to."""
+        binding = ended.binding
+        self.finished[epoch_key(binding.stage_since)] = EarlierStage(
+            binding.stage, binding.share, binding.stage_since, counts.cand_n,
+            counts.cand_passes, counts.regressions, counts.improvements)
+        self.entries.append(_entry(record))
+
+    def rollout(self, record: VersionedBinding) -> Carried | None:
+        """The view's `rollout` section for `record`: `rollout.walk` over the history."""
+        if not self.carry:
+            return None
+        found = walk(record, reversed(self.entries))
+        if found is None:
+            return None
+        return carried_of(found, [self.finished[epoch_key(b.stage_since)]
+                                  for b in found.earlier])
+
+
+def _entry(record: VersionedBinding) -> HistoryEntry:
+    return HistoryEntry(role=record.role, version=record.version, time=record.updated_at,
+                        actor="sim", action="promote", reason="", binding=record.binding)
+
+
 def rollout(world: World, p: float, rng: random.Random,
             rule: Rule = gatekeeper_rule) -> Outcome:
     """Walk one rollout tick by tick until it is rolled back or stable."""
     record = _start(world.policy)
+    ledger = Ledger(record, world.carry)
     history = History(rng, world.base, world.history)
-    counts = StageCounts(carried=history.window())
+    counts = StageCounts(carried=history.window(), rollout=ledger.rollout(record))
     runs = served = 0
     now = 0.0
     per_tick = world.rate * world.interval
@@ -256,5 +300,7 @@ def rollout(world: World, p: float, rng: random.Random,
             moved = apply(binding, Event.ADVANCE, now).binding
             if moved.stage is Stage.STABLE:
                 return Outcome(False, runs, served, "stable")
-            record = record.model_copy(update={"binding": moved, "version": record.version + 1})
-            counts = StageCounts(carried=history.window())
+            ended, record = record, record.model_copy(
+                update={"binding": moved, "version": record.version + 1, "updated_at": now})
+            ledger.advance(ended, counts, record)
+            counts = StageCounts(carried=history.window(), rollout=ledger.rollout(record))

@@ -38,12 +38,11 @@ from statistics import NormalDist
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
-from gatekeeper.budget import FLIPS, FLOOR, RATE, Combined, combine, final_alpha, weights
+from gatekeeper.budget import FLIPS, FLOOR, RATE, Combined, final_alpha
 from gatekeeper.durations import stage_minimum
-from gatekeeper.sequential import flips_of, log_ratio, rate_log_ratio, upper_p0
+from gatekeeper.rollout import LIVE_STAGES, Carried, StageCounts, rollout_evidence
+from gatekeeper.sequential import flips_of, upper_p0
 from gatekeeper.statistics import difference_interval, mcnemar_exact
-
-LIVE_STAGES = frozenset({Stage.SHADOW, Stage.CANARY, Stage.FULL})
 
 
 class Action(str, enum.Enum):
@@ -79,6 +78,9 @@ class Evidence:
     #: True when baseline_failure is already the upper bound the tests run against
     #: (the gate view's detectors bound it, `drift.bounded_p0`).
     baseline_bounded: bool = False
+    #: The rollout's earlier stages (the gate view's `rollout` section); None: the view
+    #: has none, and the sequential tests run over this stage alone at the stage alpha.
+    carried: Carried | None = None
     #: Metrics whose CUSUM alarms on the candidate, and on the current arm.
     candidate_alarms: tuple[str, ...] = ()
     current_alarms: tuple[str, ...] = ()
@@ -149,7 +151,7 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
             paired.get("blocking") or "mcnemar" not in paired):
         return make(Action.ROLLBACK, "shadow comparison failed: "
                     + "; ".join(paired.get("reasons", [])))
-    combined = sequential_evidence(binding.stage, thresholds, evidence)
+    combined = sequential_evidence(binding, evidence)
     if combined.reject:
         return make(Action.ROLLBACK, _rejected(combined, evidence, paired),
                     sequential={**combined.as_dict(), "p0": rate_p0(evidence)})
@@ -202,20 +204,15 @@ def split_reasons(evidence: Evidence,
     return blocking, rated
 
 
-def sequential_evidence(stage: Stage, thresholds: Thresholds, evidence: Evidence) -> Combined:
-    """The stage's e-value: rate test, shadow flips and pass-rate floor, averaged (`budget`)."""
-    failures = evidence.n - evidence.passes
-    logs: dict[str, float] = {}
-    p0 = rate_p0(evidence)
-    if p0 is not None:
-        logs[RATE] = rate_log_ratio(failures, evidence.n, p0)
+def sequential_evidence(binding: Binding, evidence: Evidence) -> Combined:
+    """The rollout's e-value: rate test, shadow flips and pass-rate floor, averaged over
+    every candidate run of the rollout so far (`gatekeeper.rollout`, `budget`)."""
+    stage = binding.stage
+    flips = None
     if stage is Stage.SHADOW and evidence.paired is not None:
-        logs[FLIPS] = log_ratio(*flips_of(evidence.paired))
-    floor = 1.0 - thresholds.min_pass_rate
-    has_floor = 0.0 < floor < 1.0
-    if has_floor:
-        logs[FLOOR] = rate_log_ratio(failures, evidence.n, floor)
-    return combine(logs, weights(stage, floor=has_floor), thresholds.alpha)
+        flips = flips_of(evidence.paired)
+    counts = StageCounts(stage, evidence.n, evidence.passes, flips)
+    return rollout_evidence(binding, counts, evidence.carried, rate_p0(evidence))
 
 
 def rate_p0(evidence: Evidence) -> float | None:
@@ -229,12 +226,19 @@ def rate_p0(evidence: Evidence) -> float | None:
 
 def _rejected(combined: Combined, evidence: Evidence, paired: Mapping[str, Any] | None) -> str:
     lead = combined.leading()
-    failures = evidence.n - evidence.passes
-    what = {RATE: f"{failures} of {evidence.n} candidate runs failed against current's p0",
-            FLOOR: f"{failures} of {evidence.n} candidate runs failed: the pass rate is "
-                   "under min_pass_rate",
-            FLIPS: "shadow flips {} pass->fail vs {} fail->pass".format(
-                *flips_of(paired or {}))}[lead]
+    carried = evidence.carried if evidence.carried is not None and evidence.carried.complete \
+        else None
+    n, passes = evidence.n, evidence.passes
+    regressions, improvements = flips_of(paired or {})
+    if carried is not None:
+        n, passes = n + carried.n, passes + carried.passes
+        regressions, improvements = (regressions + carried.flips[0],
+                                     improvements + carried.flips[1])
+    runs = f"{n - passes} of {n} candidate runs" + (" of the rollout" if n != evidence.n else "")
+    what = {RATE: f"{runs} failed against current's p0",
+            FLOOR: f"{runs} failed: the pass rate is under min_pass_rate",
+            FLIPS: f"shadow flips {regressions} pass->fail vs {improvements} fail->pass"
+                   + ("" if paired is not None else ", then the rate test after shadow")}[lead]
     return (f"sequential evidence e^{combined.log_e:.2f} >= e^{combined.threshold:.2f} "
             f"(alpha {combined.alpha:g}), mostly {lead}: {what}")
 
@@ -324,6 +328,7 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
         baseline_bounded="observed" in ((drift.get("candidate") or {}).get("run_failure") or {}),
         candidate_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "candidate"),
         current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),
+        carried=Carried.from_view(view.get("rollout")),
     )
 
 

@@ -16,6 +16,7 @@ from gatekeeper.view.arms import arms_section, comparison_section
 from gatekeeper.view.context import gate_context, view_header
 from gatekeeper.view.criteria import criteria_section
 from gatekeeper.view.outlook import next_view_section, previous_section
+from gatekeeper.view.rollout import rollout_section
 from gatekeeper.view.sections import drift_section, paired_section
 
 
@@ -28,6 +29,7 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["by_criterion"] = criteria_section(ctx, ConfigStore(traces.connection))
     view["paired"] = paired_section(ctx)
     view["drift"] = drift_section(ctx)
+    view["rollout"] = rollout_section(store, ctx)
     view["previous"] = previous_section(store, traces, ctx.record, now)
     # Last: it reads the sections above, as the gatekeeper's decide() does.
     view["next"] = next_view_section(store, ctx.record, view, now)

@@ -65,7 +65,8 @@ GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", 
             stage={"type": "string"}, share={"type": "number"}, paused={"type": "boolean"},
             current={"type": "string"}, candidate={"type": ["string", "null"]},
             window=OBJECT, policy=OBJECT, arms=OBJECT, comparison=OBJECT,
-            paired={"type": ["object", "null"]}, drift=OBJECT)
+            paired={"type": ["object", "null"]}, drift=OBJECT,
+            rollout={"type": ["object", "null"]})
 
 MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/traces": {"post": {

@@ -1,0 +1,88 @@
+"""Reads a rollout's earlier stages: which they were, and the candidate's counts in each.
+
+Nothing new is written for this. The stages come from the binding history
+(`gatekeeper.rollout.walk` over the newest entries, read a page at a time,
+`LOOKBACK` at most), and each stage's counts from what ingest already keeps
+for it: the candidate's window under that stage's epoch (the shadow arm in
+shadow, the candidate arm after) and, for shadow, the paired tally's flips. A
+window counts each run id once (a retried trace is stored and counted once,
+`gatekeeper.store.traces`), and ingest files a run under the stage the
+authoritative binding is in when it arrives, so a finished stage's counts no
+longer move and no run counts in two stages. With `trusted_reporters` a
+window is the sum of the trusted reporters' own, as the stage's gate read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from bindings.models import Binding, HistoryEntry, Stage, VersionedBinding
+from bindings.store import BindingStore
+from gatekeeper.rollout import Carried, EarlierStage, carried_of, epoch_key, walk
+from gatekeeper.store.paired_state import Arms, PairedStates
+from gatekeeper.store.traces import TraceStore
+from gatekeeper.window import WindowStats
+
+#: History entries read back at most to find a rollout's first stage.
+LOOKBACK = 200
+#: Entries per history read: nearly every rollout fits in the first page.
+PAGE = 25
+
+
+class RolloutReader:
+    """Finds the rollout a binding's stage belongs to and counts its earlier stages."""
+
+    def __init__(self, bindings: BindingStore, traces: TraceStore, *,
+                 lookback: int = LOOKBACK, page: int = PAGE) -> None:
+        self.bindings = bindings
+        self.traces = traces
+        self.lookback = lookback
+        self.page = page
+
+    def carried(self, record: VersionedBinding) -> Carried | None:
+        """The earlier stages of `record`'s rollout with their counts; None: no live rollout."""
+        found = walk(record, self._entries(record.role))
+        if found is None:
+            return None
+        return carried_of(found, [self._counts(record.role, b) for b in found.earlier])
+
+    def _entries(self, role: str) -> Iterator[HistoryEntry]:
+        """The role's history newest first, a page at a time, `lookback` entries at most."""
+        offset = 0
+        while offset < self.lookback:
+            entries = self.bindings.history(role, limit=min(self.page, self.lookback - offset),
+                                            offset=offset)
+            yield from entries
+            if len(entries) < self.page:
+                return
+            offset += len(entries)
+
+    def _counts(self, role: str, binding: Binding) -> EarlierStage:
+        """The candidate's counts in one earlier stage (and the flips, for shadow)."""
+        assert binding.candidate is not None  # walk() only returns live stages
+        epoch = epoch_key(binding.stage_since)
+        arm = "shadow" if binding.stage is Stage.SHADOW else "candidate"
+        window = self._window(role, binding.candidate, arm, epoch, binding)
+        regressions = improvements = 0
+        if binding.stage is Stage.SHADOW:
+            trusted = binding.gate.trusted_reporters
+            tally, _, _ = PairedStates(self.traces.connection).load(
+                Arms(role, epoch, binding.current, binding.candidate, binding.stage_since,
+                     None if trusted is None else frozenset(trusted)))
+            if tally is not None:
+                regressions, improvements = tally.regressions, tally.improvements
+        return EarlierStage(binding.stage, binding.share, binding.stage_since, window.n,
+                            window.passes, regressions, improvements)
+
+    def _window(self, role: str, config: str, arm: str, epoch: str,
+                binding: Binding) -> WindowStats:
+        """The arm's window in that stage, the trusted reporters' alone when the policy names them."""
+        trusted = binding.gate.trusted_reporters
+        if trusted is None:
+            return self.traces.window(role, config, arm, epoch)
+        own = self.traces.windows_by_reporter(role, [(config, arm)], epoch)[0]
+        total = WindowStats()
+        for name in trusted:
+            if name in own:
+                total = total.merge(own[name])
+        return total
