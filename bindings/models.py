@@ -57,9 +57,11 @@ class Thresholds(Frozen):
     #: Traces a stage needs before it may advance (promotion only: evidence that
     #: already excludes the threshold rolls back before it).
     min_samples: int = Field(50, ge=1)
-    #: The stage alpha: the chance a stage rolls back a candidate no worse than
-    #: current, all its tests together (split in `gatekeeper.budget`). 0.0025 over
-    #: the default ladder's four stages keeps a rollout's false rollbacks within 1%.
+    #: The stage alpha: each stage of the ladder adds this much to the chance a
+    #: rollout rolls back a candidate no worse than current, all its tests together
+    #: (split in `gatekeeper.budget`; the sequential tests spend the rollout's sum at
+    #: once, `gatekeeper.rollout`). 0.0025 over the default ladder's four stages
+    #: keeps a rollout's false rollbacks within 1%.
     alpha: float = Field(0.0025, gt=0.0, lt=1.0)
     #: Paired shadow runs needed before shadow may pass (None: min_samples). Size it
     #: for power against the smallest drop worth catching before users see it.

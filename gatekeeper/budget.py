@@ -1,8 +1,9 @@
 """One stage alpha, spent explicitly across the gate's tests.
 
-`thresholds.alpha` is the chance a stage may roll back a candidate that is no
-worse than current (nor under `min_pass_rate`), all tests together. It is
-split once, in the open, instead of each test taking the whole alpha:
+`thresholds.alpha` is what each stage of the ladder adds to the chance a
+rollout rolls back a candidate that is no worse than current (nor under
+`min_pass_rate`), all tests together. It is split once, in the open, instead
+of each test taking the whole alpha:
 
 - SEQUENTIAL_SHARE (0.8) for the tests read at every tick, combined as one
   e-value: the weighted average of the sequential failure-rate test against
@@ -11,8 +12,10 @@ split once, in the open, instead of each test taking the whole alpha:
   so their fixed-weight average is one too, and by Ville's inequality it ever
   reaches 1 / (share * alpha) with chance at most share * alpha, however often
   it is read (Vovk and Wang 2021: averaging e-values needs no Bonferroni split,
-  and a test with evidence need not wait for the others). The weights are set
-  per stage before it starts (`weights`).
+  and a test with evidence need not wait for the others). They run over the
+  whole rollout, not one stage (`gatekeeper.rollout`), so they spend the
+  share of the rollout's alpha (the stage alpha times the ladder's stages) at
+  once; the weights are those of the stage the rollout began in (`weights`).
 - CUSUM_SHARE (0.1) for the candidate's CUSUM: its h is derived for an
   in-control ARL of CUSUM_HORIZON_RUNS / (share * alpha) runs at the p0 at hand
   (`cusum_arl`), so over a stage of up to CUSUM_HORIZON_RUNS candidate runs its
@@ -23,7 +26,9 @@ split once, in the open, instead of each test taking the whole alpha:
 
 Per rollout the chance of a false rollback is then at most alpha times the
 number of stages (shadow, each canary step, full): the shipped alpha 0.0025 with
-the default ladder (shadow, 0.1, 0.5, full) keeps it within 1%.
+the default ladder (shadow, 0.1, 0.5, full) keeps it within 1%. The CUSUM and
+the one-look tests spend theirs stage by stage, the sequential tests the
+rollout's sum in one e-process.
 """
 
 from __future__ import annotations
@@ -81,7 +86,10 @@ class Combined:
 
     @property
     def reject(self) -> bool:
-        """True when the averaged evidence reached 1 / (SEQUENTIAL_SHARE * alpha)."""
+        """True when the averaged evidence reached 1 / (SEQUENTIAL_SHARE * alpha).
+
+        `alpha` is the rollout's (`rollout.rollout_alpha`) when the tests ran over
+        the rollout, the stage's when they ran over the stage alone."""
         return self.log_e >= self.threshold
 
     def leading(self) -> str:

@@ -8,12 +8,14 @@ The rule, in order (the first that applies wins):
    once, at any n: roll back;
 3. a drift detector alarms on the candidate (CUSUM over the stage's runs against
    current's p0, h derived for the p0 at hand): roll back;
-4. the stage's sequential evidence reaches its share of alpha: roll back. One
+4. the rollout's sequential evidence reaches its share of alpha: roll back. One
    e-value, the weighted average of the failure-rate test against current's p0,
    the sequential McNemar test over the shadow flips and the pass-rate floor test
-   (`budget`): valid however often it is read, so it is read at every tick from
-   the stage's first run, before `min_samples` (a candidate failing half its runs
-   is rolled back within a few dozen);
+   (`budget`), each over every candidate run since the rollout began (the view's
+   `rollout` section carries the earlier stages, `gatekeeper.rollout`): valid
+   however often it is read, so it is read at every tick from the first run,
+   before `min_samples` (a candidate failing half its runs is rolled back within
+   a few dozen);
 5. hold: too few traces (`min_samples`; in shadow `min_shadow_pairs` pairs), the
    stage has not lasted its minimum (`gatekeeper.durations`: min_stage_seconds, a
    step's own min_seconds, full: bake_seconds), or the pass
