@@ -17,10 +17,13 @@ as the best single-theta test would, at a cost of ln(len(THETAS)) nats.
 on one arm only: the candidate's failures over the stage against p0, the
 current arm's failure rate (the drift detector's frozen p0). For each shift d
 the Bernoulli ratio of p0 + d over p0 is a supermartingale while the
-candidate fails at most p0 of the time, so the equal-weight mixture over
-SHIFTS again reaches 1/alpha with chance at most alpha, over the whole stage
-and however often it is read (a CUSUM's false alarms instead grow with the
-stage's length). It is exact when p0 is. A p0 measured over the current's
+candidate fails at most p0 of the time, so the mixture over SHIFTS (weighted
+by SHIFT_WEIGHTS) again reaches 1/alpha with chance at most alpha, over the
+whole rollout and however often it is read (a CUSUM's false alarms instead
+grow with the stage's length). The small shift 0.025 has a small weight: it is
+the safety net for a drop of 0.05 that p0's upper bound (below) shrinks to
+0.02-0.03, which the larger shifts would never see, and it costs a large drop
+only ln(1/0.9) of a nat. It is exact when p0 is. A p0 measured over the current's
 runs is not: 0 failures in 20 runs floors it at 0.001, and a healthy candidate
 failing 1 job in 20 then looks like a disaster. So the test runs against
 `upper_p0`, the upper 95% Wilson bound of the current's rate over the runs it
@@ -41,8 +44,9 @@ from gatekeeper.statistics import Z_95, wilson_interval
 
 #: Shares of the discordant pairs that regress, under the alternatives mixed.
 THETAS: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9)
-#: Rises of the failure rate over p0, under the alternatives mixed.
-SHIFTS: tuple[float, ...] = (0.05, 0.1, 0.2)
+#: Rises of the failure rate over p0, under the alternatives mixed, and their weights.
+SHIFTS: tuple[float, ...] = (0.025, 0.05, 0.1, 0.2)
+SHIFT_WEIGHTS: tuple[float, ...] = (0.1, 0.3, 0.3, 0.3)
 
 
 @dataclass(frozen=True)
@@ -119,22 +123,31 @@ class RateTest:
                 "reject": self.reject}
 
 
-def rate_log_ratio(failures: int, n: int, p0: float,
-                   shifts: Sequence[float] = SHIFTS) -> float:
-    """ln of the mixture likelihood ratio of "fails at p0 + shift" over "fails at p0"."""
+def rate_log_ratio(failures: int, n: int, p0: float, shifts: Sequence[float] = SHIFTS,
+                   weights: Sequence[float] | None = None) -> float:
+    """ln of the mixture likelihood ratio of "fails at p0 + shift" over "fails at p0".
+
+    `weights` (summing to 1) default to SHIFT_WEIGHTS for SHIFTS, equal ones otherwise.
+    """
     if not 0 <= failures <= n:
         raise ValueError(f"failures {failures} must be within 0..{n}")
     if not 0.0 < p0 < 1.0:
         raise ValueError(f"p0 must be within (0, 1), got {p0}")
     if not shifts or any(d <= 0.0 for d in shifts):
         raise ValueError(f"each shift must be positive, got {list(shifts)}")
+    if weights is None:
+        weights = SHIFT_WEIGHTS if tuple(shifts) == SHIFTS else [1.0 / len(shifts)] * len(shifts)
+    if len(weights) != len(shifts) or any(w <= 0.0 for w in weights) \
+            or not math.isclose(sum(weights), 1.0):
+        raise ValueError(f"weights must be positive, one per shift, summing to 1: {weights}")
     passes = n - failures
     logs = []
-    for d in shifts:
+    for d, w in zip(shifts, weights):
         p1 = min(p0 + d, 1.0 - 1e-9)
-        logs.append(failures * math.log(p1 / p0) + passes * math.log((1.0 - p1) / (1.0 - p0)))
+        logs.append(math.log(w) + failures * math.log(p1 / p0)
+                    + passes * math.log((1.0 - p1) / (1.0 - p0)))
     top = max(logs)
-    return top + math.log(sum(math.exp(x - top) for x in logs) / len(logs))
+    return top + math.log(sum(math.exp(x - top) for x in logs))
 
 
 def rate_test(failures: int, n: int, p0: float, alpha: float) -> RateTest:

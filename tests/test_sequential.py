@@ -117,3 +117,13 @@ def test_upper_p0_is_conservative_and_tightens_with_runs() -> None:
     assert upper_p0(0.05, 0) == 0.05
     assert upper_p0(0.001, 20) > 0.1
     assert 0.05 < upper_p0(0.05, 20_000) < 0.054
+
+
+def test_the_small_shift_sees_a_rise_the_larger_ones_miss() -> None:
+    """p0 0.50, failing 0.525 over 10,000 runs: the 0.025 shift (weight 0.1) rejects it at
+    0.0001, a mixture of 0.05, 0.1 and 0.2 alone has no evidence; bad weights are refused."""
+    failures, n = 5250, 10_000
+    assert rate_log_ratio(failures, n, 0.5) > math.log(1 / 0.0001)
+    assert rate_log_ratio(failures, n, 0.5, shifts=(0.05, 0.1, 0.2)) < 0.0
+    with pytest.raises(ValueError):
+        rate_log_ratio(1, 10, 0.5, shifts=(0.05, 0.1), weights=(0.5, 0.6))

@@ -26,7 +26,7 @@ from gatekeeper.window import WindowStats
 #: History entries read back at most to find a rollout's first stage.
 LOOKBACK = 200
 #: Entries per history read: nearly every rollout fits in the first page.
-PAGE = 25
+PAGE = 10
 
 
 class RolloutReader:
