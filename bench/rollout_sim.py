@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
             caught = sum(o.rolled_back for o in ours) / len(ours)
             ratio = "n/a" if mine == NEVER else f"{mine / bound:.2f}"
             ratio_same = "n/a" if mine == NEVER else f"{mine / same:.2f}"
-            print(f"{base:<6.2f}{drop:>5.2f} {q:>5.2f} {caught:>7.0%} {_n(mine):>6} "
+            print(f"{base:<6.2f}{drop:>5.2f} {q:>5.2f} {caught:>7.1%} {_n(mine):>6} "
                   f"{_n(runs_to_rollback(staged)):>10} "
                   f"{_n(runs_to_rollback(plain)):>10} {bound:>9.0f} {ratio:>10} "
                   f"{same:>11.0f} {ratio_same:>12}")

@@ -100,7 +100,7 @@ def walk(record: VersionedBinding, newest_first: Iterable[HistoryEntry]) -> Walk
         if entry.version == 1:
             break
     else:
-        # The history ran out: complete only if it ran out at its very first entry.
+        # The lookback ran out before the rollout's first stage (or the history's first entry).
         return Walk(first.stage, first.stage_since, tuple(reversed(earlier)), False)
     return Walk(first.stage, first.stage_since, tuple(reversed(earlier)), True)
 
