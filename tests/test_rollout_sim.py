@@ -37,17 +37,17 @@ def test_a_candidate_at_half_its_runs_is_rolled_back_within_30_runs() -> None:
 
 
 def test_large_drops_are_caught_near_the_information_bound() -> None:
-    """A 0.20 drop from 0.95 and from 0.99: median runs within 2.5x ln(1/0.01)/KL.
+    """A 0.20 drop from 0.95 and from 0.99: median runs within 2x ln(1/0.01)/KL.
 
-    (The issue asks 1.5x; the stage alpha, the mixture and the weights cost about
-    3 nats here: see the simulator table in docs/gatekeeper.md.)
+    (The full simulator's table in docs/gatekeeper.md measures 1.3-1.5x at our own
+    false-rollback rate; 25 rollouts here leave room for their spread.)
     """
     for base in (0.95, 0.99):
         q = round(base - 0.20, 2)
         # A read a second (one job each): runs are counted, not the read schedule.
         world = World(base=base, policy=policy_for(base, hold=True), interval=1.0)
         median = runs_to_rollback(batch(world, q, 25, seed=7))
-        assert median <= 2.5 * information_bound(base, q), (base, median)
+        assert median <= 2.0 * information_bound(base, q), (base, median)
 
 
 def test_the_seed_plain_policy_rolls_back_healthy_candidates() -> None:
