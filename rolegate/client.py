@@ -83,6 +83,7 @@ class Client(SnapshotRefresher):
         max_batch_bytes: int = 1024 * 1024,
         start_timeout: float | None = None,
         snapshot_path: str | os.PathLike[str] | None = None,
+        linger: float = 0.1,
     ) -> None:
         """Start refreshing the snapshot in the background; wait for it up to `start_timeout`.
 
@@ -92,6 +93,8 @@ class Client(SnapshotRefresher):
         waits, and `resolve` raises SnapshotUnavailable until a snapshot is in.
         `snapshot_path` (opt-in) is where each new snapshot is saved and where
         a restarted client starts from. `max_age=None` never refuses an old one.
+        `linger` is how long a batch of traces waits for more to join it before
+        it is sent (`flush()` and `close()` send at once).
         """
         if refresh_interval <= 0:
             raise ValueError("refresh_interval must be positive")
@@ -130,7 +133,7 @@ class Client(SnapshotRefresher):
             functools.partial(ApiClient, url, token, timeout=timeout, attempts=report_attempts,
                               max_delay=min(10.0, flush_timeout)),
             max_queue=max_queue, batch_size=batch_size, max_batch_bytes=max_batch_bytes,
-            flush_timeout=flush_timeout)
+            flush_timeout=flush_timeout, linger=linger)
         # An agent that exits without close() still gets its traces sent: atexit
         # runs while daemon threads are alive (bounded by flush_timeout).
         atexit.register(self._reporter.close)

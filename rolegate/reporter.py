@@ -9,7 +9,10 @@ exactly one of `sent`, `dropped`, `rejected` or `unsent` (`ReportStats`).
   are not UTF-8) is the one documented coercion: it is sent as its `repr()`
   (bytes as URL-safe base64), logged and counted in `coerced`.
 - One daemon thread sends batches sized by bytes (`max_batch_bytes`, well under
-  the router's body limit) and by count. Its loop cannot die: an unexpected
+  the router's body limit) and by count. A batch waits up to `linger` seconds
+  for more traces to join it (a POST costs the agent's process far more CPU
+  than adding a trace to one), and goes out at once when it is full or when
+  `flush()` or `close()` asks. Its loop cannot die: an unexpected
   error is logged, counted in `sender_errors`, the batch it was handling is
   counted `unsent`, and the next batch goes out.
 - Connection errors, timeouts and 5xx keep the batch and retry it with the SAME
@@ -32,7 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import requests
 
@@ -82,9 +85,8 @@ class ReportStats:
     rejections: Mapping[str, int] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class Encoded:
-    """One trace ready to send: its run id and its JSON."""
+class Encoded(NamedTuple):
+    """One trace ready to send: its run id and its JSON (a tuple: made once per report)."""
 
     run_id: str
     body: bytes
@@ -103,9 +105,12 @@ class TraceReporter:
         flush_timeout: float = 10.0,
         retry_wait: float = 0.5,
         max_retry_wait: float = 10.0,
+        linger: float = 0.1,
     ) -> None:
         if max_queue < 1 or batch_size < 1:
             raise ValueError("max_queue and batch_size must be at least 1")
+        if not 0.0 <= linger <= 60.0:
+            raise ValueError("linger must be between 0 and 60 seconds")
         if max_batch_bytes < MIN_BATCH_BYTES:
             raise ValueError(f"max_batch_bytes must be at least {MIN_BATCH_BYTES}")
         self._api_factory = api_factory
@@ -116,11 +121,17 @@ class TraceReporter:
         self.flush_timeout = flush_timeout
         self.retry_wait = retry_wait
         self.max_retry_wait = max_retry_wait
+        #: Seconds a batch waits for more traces before it goes out (0: at once).
+        self.linger = linger
         self._reset()
 
     def _reset(self) -> None:
         """Fresh state: at construction, and in a forked child (whose threads did not survive)."""
         self._queue: collections.deque[Encoded] = collections.deque(maxlen=self.max_queue)
+        #: Bytes of JSON in the queue, so a batch that fills max_batch_bytes goes out at once.
+        self._queued_bytes = 0
+        #: flush() calls waiting: while any waits, a batch goes out without lingering.
+        self._flushing = 0
         self._condition = threading.Condition()
         #: Batches taken from the queue and not yet decided on (a 413 splits one in two).
         self._pending: list[list[Encoded]] = []
@@ -149,14 +160,22 @@ class TraceReporter:
         with self._condition:
             if self._closing:
                 raise RuntimeError("the client is closed; it no longer reports traces")
-            self._counts["coerced"] += coerced
-            if len(self._queue) == self._queue.maxlen:
-                self._counts["dropped"] += 1  # the deque pushes the oldest out on append
+            if coerced:
+                self._counts["coerced"] += 1
+            queue = self._queue
+            if len(queue) == self.max_queue:
+                self._queued_bytes -= len(queue[0].body)  # the deque pushes it out on append
+                self._counts["dropped"] += 1
                 if self._counts["dropped"] == 1 or self._counts["dropped"] % 1000 == 0:
                     log.error("trace queue full (%d): dropped %d oldest traces so far",
                               self.max_queue, self._counts["dropped"])
-            self._queue.append(Encoded(item.run_id, body))
-            self._condition.notify_all()
+            queue.append(Encoded(item.run_id, body))
+            self._queued_bytes += len(body)
+            # Wake the sender only when it has something new to decide: a first trace
+            # (its linger starts) or a full batch (it goes out now). Waking it for
+            # every trace costs the agent's thread a notify each time.
+            if len(queue) == 1 or self._full():
+                self._condition.notify_all()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="rolegate-client-report",
                                                 daemon=True)
@@ -178,8 +197,14 @@ class TraceReporter:
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until the queue is empty and nothing is in flight; False on timeout."""
         with self._condition:
-            return self._condition.wait_for(
-                lambda: not self._queue and not self._pending, timeout)
+            # While a flush waits, the sender sends without lingering.
+            self._flushing += 1
+            self._condition.notify_all()
+            try:
+                return self._condition.wait_for(
+                    lambda: not self._queue and not self._pending, timeout)
+            finally:
+                self._flushing -= 1
 
     def close(self, timeout: float | None = None) -> None:
         """Send what is queued for up to `timeout` (default flush_timeout), then stop.
@@ -207,6 +232,7 @@ class TraceReporter:
                 self._abandoned = True
                 self._counts["unsent"] += left
                 self._queue.clear()
+                self._queued_bytes = 0
                 self._pending.clear()
                 log.error("closing with %d traces unsent: the router did not take them "
                           "within %.1fs", left, bound)
@@ -252,6 +278,11 @@ class TraceReporter:
                 self._condition.wait_for(lambda: bool(self._queue) or self._closing)
                 if not self._queue:
                     return False  # closing, and everything was sent
+                if self.linger > 0:
+                    # Let more traces join the batch: one POST for many runs.
+                    self._condition.wait_for(
+                        lambda: self._closing or self._flushing > 0 or self._full(),
+                        self.linger)
                 self._pending.append(self._take())
             elif self._closing and time.monotonic() >= self._give_up_at:
                 return False  # close() counts what is left
@@ -266,15 +297,23 @@ class TraceReporter:
 
     def _take(self) -> list[Encoded]:
         """The next batch from the queue: at most batch_size traces and max_batch_bytes."""
-        batch = [self._queue.popleft()]
+        queue = self._queue
+        batch = [queue.popleft()]
         size = len(_OPEN) + len(_CLOSE) + len(batch[0].body)
-        while self._queue and len(batch) < self.batch_size:
-            extra = len(self._queue[0].body) + 1
+        while queue and len(batch) < self.batch_size:
+            extra = len(queue[0].body) + 1
             if size + extra > self.max_batch_bytes:
                 break
-            batch.append(self._queue.popleft())
+            batch.append(queue.popleft())
             size += extra
+        self._queued_bytes -= size - len(_OPEN) - len(_CLOSE) - (len(batch) - 1)
         return batch
+
+    def _full(self) -> bool:
+        """Whether the queue holds a whole batch (by count or by bytes): no reason to wait."""
+        return (len(self._queue) >= self.batch_size
+                or self._queued_bytes + len(_OPEN) + len(_CLOSE) + len(self._queue)
+                > self.max_batch_bytes)
 
     def _pause(self, seconds: float) -> None:
         self._wake.clear()

@@ -236,3 +236,49 @@ def test_a_rejected_token_refuses_the_batch_at_once(router: LiveRouter) -> None:
         stats = client.report_stats()
     assert (stats.rejected, stats.sent, stats.splits) == (40, 0, 0)
     assert set(stats.rejections) == {"unauthorized"}
+
+
+def batches_sent(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the size of each batch the real sender POSTs (the send itself is untouched)."""
+    sizes: list[int] = []
+    original = TraceReporter._send
+
+    def counted(self: TraceReporter, batch: list[Any]) -> float | None:
+        sizes.append(len(batch))
+        return original(self, batch)
+
+    monkeypatch.setattr(TraceReporter, "_send", counted)
+    return sizes
+
+
+def test_traces_reported_within_the_linger_share_one_post(
+        router: LiveRouter, redis_conn: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Traces reported within `linger` go out in one POST, when the linger ends, unflushed."""
+    put_role(router, "r", current="a")
+    sizes = batches_sent(monkeypatch)
+    with Client(router.url, CALLER, linger=0.5) as client:
+        for n in range(5):
+            client.report(a_trace(f"lingered-{n}"))
+            time.sleep(0.02)
+        wait_for(lambda: client.report_stats().sent == 5)
+    assert sizes == [5]
+    assert sorted(stored(redis_conn)) == [f"lingered-{n}" for n in range(5)]
+
+
+def test_flush_and_a_full_batch_do_not_wait_for_the_linger(
+        router: LiveRouter, redis_conn: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full batch goes out at once, and flush() sends the rest at once, with a 60 s linger."""
+    put_role(router, "r", current="a")
+    sizes = batches_sent(monkeypatch)
+    with Client(router.url, CALLER, linger=60, batch_size=4) as client:
+        for n in range(6):
+            client.report(a_trace(f"full-{n}"))
+        wait_for(lambda: client.report_stats().sent == 4)
+        started = time.monotonic()
+        assert client.flush(10)
+        took = time.monotonic() - started
+        closing = time.monotonic()
+        client.report(a_trace("at-close"))
+    assert took < 10 and time.monotonic() - closing < 10  # not the 60 s linger
+    assert sizes == [4, 2, 1]
+    assert len(stored(redis_conn)) == 7
