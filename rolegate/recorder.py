@@ -16,13 +16,36 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from rolegate.trace import Stamps, Step, Trace
 
 #: The optional fields `Recorder.tool()` takes beside name, args, result and error.
 STEP_FIELDS = frozenset(Step.model_fields) - {"tool", "args", "result", "error"}
+#: Every key a step mapping given to `Recorder.steps()` may hold.
+STEP_KEYS = frozenset(Step.model_fields)
+#: Stamps validated before, by their items: integrations hand the same stamps (a new
+#: dict each run) to every run of an agent, and validating them each time is wasted.
+_STAMPS: dict[tuple[tuple[str, Any], ...], Stamps] = {}
+MAX_CACHED_STAMPS = 256
+
+
+def _stamps(value: Stamps | Mapping[str, Any]) -> Stamps:
+    """`value` as Stamps, validated once per distinct set of items."""
+    if isinstance(value, Stamps):
+        return value
+    try:
+        key = tuple(value.items())
+        found = _STAMPS.get(key)
+    except TypeError:  # an unhashable value: the model will say what is wrong with it
+        return Stamps.model_validate(value)
+    if found is None:
+        found = Stamps.model_validate(value)
+        if len(_STAMPS) >= MAX_CACHED_STAMPS:
+            _STAMPS.clear()
+        _STAMPS[key] = found
+    return found
 
 
 class Recorder:
@@ -44,7 +67,7 @@ class Recorder:
         if shadow and not resolution.get("shadow"):
             raise ValueError(f"role {resolution.get('role')!r} has no shadow config to record")
         self.resolution = dict(resolution)
-        self.stamps = stamps if isinstance(stamps, Stamps) else Stamps.model_validate(stamps)
+        self.stamps = _stamps(stamps)
         self.run_id = run_id or uuid.uuid4().hex
         self.shadow = shadow
         self.sink = sink
@@ -77,18 +100,32 @@ class Recorder:
         `parallel_group` (calls issued together share one), `tokens_in`,
         `tokens_out`, `latency_s` and `model` (see `rolegate.trace.Step`).
         """
-        unknown = set(about) - STEP_FIELDS if about else None
-        if unknown:
-            raise TypeError(f"tool() got unknown fields {sorted(unknown)}; "
-                            f"known: {sorted(STEP_FIELDS)}")
-        step: dict[str, Any] = {"tool": name, "args": dict(args or {})}
+        step: dict[str, Any] = {"tool": name, "args": dict(args) if args else {}}
         if result is not None:
             step["result"] = result
         if error is not None:
             step["error"] = str(error) or type(error).__name__
         if about:
-            step.update((k, v) for k, v in about.items() if v is not None)
+            if not STEP_FIELDS.issuperset(about):
+                raise TypeError(f"tool() got unknown fields {sorted(set(about) - STEP_FIELDS)}; "
+                                f"known: {sorted(STEP_FIELDS)}")
+            for key, value in about.items():
+                if value is not None:
+                    step[key] = value
         self._steps.append(step)
+
+    def steps(self, steps: Iterable[Mapping[str, Any]]) -> None:
+        """Record several tool calls at once, in call order (what the integrations use).
+
+        Each is a mapping with `tool` and `args` and any of the fields `tool()`
+        takes (`result`, `error` as text, `agent`, ...); a None value is as
+        absent. One call instead of one `tool()` per call.
+        """
+        for step in steps:
+            if not STEP_KEYS.issuperset(step):
+                raise TypeError(f"steps() got unknown fields {sorted(set(step) - STEP_KEYS)}; "
+                                f"known: {sorted(STEP_KEYS)}")
+            self._steps.append(dict(step))
 
     def cost(self, usd: float = 0.0, tokens: int = 0, *, tokens_in: int = 0,
              tokens_out: int = 0) -> None:

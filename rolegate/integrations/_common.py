@@ -21,6 +21,8 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from rolegate.recorder import Recorder
+
 #: The error a call gets when the run ended before the call returned.
 NO_RESULT = "no result: the run ended before the call returned"
 #: What the model is told instead of a refused tool's result, in every framework.
@@ -35,8 +37,14 @@ def digest(value: Any) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+#: Types that are JSON data as they are (the common tool results and arguments).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
 def jsonable(value: Any) -> Any:
     """`value` as plain JSON data: models and dataclasses as their fields, anything else as str."""
+    if type(value) in _PLAIN:
+        return value
     return to_jsonable_python(value, fallback=repr, serialize_unknown=True)
 
 
@@ -85,63 +93,53 @@ def stamps(*, model_id: str, instructions: Any, tools: Any, agent_version: str) 
             "instruction_hash": digest(instructions), "tool_schema_hash": digest(tools)}
 
 
-@dataclass
-class Call:
-    """One tool call as issued, then completed by its result or error."""
-
-    tool: str
-    args: dict[str, Any]
-    agent: str | None = None
-    parent_agent: str | None = None
-    parallel_group: str | None = None
-    model: str | None = None
-    tokens_in: int | None = None
-    tokens_out: int | None = None
-    result: Any = None
-    error: str | None = None
-    done: bool = False
-
-    def step(self, *, aborted: bool) -> dict[str, Any]:
-        """The trace step; a call never completed gets NO_RESULT as its error if the run aborted."""
-        error = self.error
-        if not self.done and aborted and error is None:
-            error = NO_RESULT
-        extras = {"agent": self.agent, "parent_agent": self.parent_agent,
-                  "parallel_group": self.parallel_group, "model": self.model,
-                  "tokens_in": self.tokens_in, "tokens_out": self.tokens_out}
-        return {"tool": self.tool, "args": self.args, "result": self.result, "error": error,
-                **{k: v for k, v in extras.items() if v is not None}}
-
-
-@dataclass
 class CallLog:
-    """Tool calls in issue order, with results matched by call id (any completion order)."""
+    """Tool calls in issue order, with results matched by call id (any completion order).
 
-    calls: list[Call] = field(default_factory=list)
-    by_id: dict[str, Call] = field(default_factory=dict)
-    tokens_in: int = 0
-    tokens_out: int = 0
+    Each call is kept as the trace step it becomes (a dict with `tool`, `args` and
+    the optional Step fields), so filling the recorder copies nothing.
+    """
 
-    def issue(self, call_id: str | None, tool: str, args: Any, **details: Any) -> Call:
-        """Add a call the model issued; `args` may be a JSON string or a mapping."""
-        call = Call(tool, parse_args(args), **details)
-        self.calls.append(call)
+    __slots__ = ("steps", "by_id", "tokens_in", "tokens_out", "_done")
+
+    def __init__(self) -> None:
+        self.steps: list[dict[str, Any]] = []
+        self.by_id: dict[str, dict[str, Any]] = {}
+        self.tokens_in = 0
+        self.tokens_out = 0
+        #: id() of each step that got its result or error (a None result is a result).
+        self._done: set[int] = set()
+
+    def issue(self, call_id: str | None, tool: str, args: Any,
+              **details: Any) -> dict[str, Any]:
+        """Add a call the model issued; `args` may be a JSON string or a mapping.
+
+        `details` are the step's optional fields (`agent`, `parent_agent`,
+        `parallel_group`, `model`, `tokens_in`, `tokens_out`); None ones are left out.
+        """
+        step = {"tool": tool, "args": parse_args(args)}
+        for key, value in details.items():
+            if value is not None:
+                step[key] = value
+        self.steps.append(step)
         if call_id:
-            self.by_id[call_id] = call
-        return call
+            self.by_id[call_id] = step
+        return step
 
     def complete(self, call_id: str | None, *, result: Any = None,
-                 error: str | None = None) -> Call | None:
+                 error: str | None = None) -> dict[str, Any] | None:
         """Attach a result (or an error) to the call with `call_id`; None if no such call."""
-        call = self.by_id.get(call_id) if call_id else None
-        if call is None:
+        step = self.by_id.get(call_id) if call_id else None
+        if step is None:
             return None
-        call.done = True
+        self._done.add(id(step))
         if error is not None:
-            call.error = error or "error"
+            step["error"] = error or "error"
         else:
-            call.result = jsonable(result)
-        return call
+            value = jsonable(result)
+            if value is not None:
+                step["result"] = value
+        return step
 
     def usage(self, tokens_in: int | None, tokens_out: int | None) -> None:
         """Add one model turn's tokens to the run's totals."""
@@ -149,14 +147,25 @@ class CallLog:
         self.tokens_out += tokens_out or 0
 
     def fill(self, run: Any, *, output: Any = None, error: BaseException | None = None) -> None:
-        """Write the calls, tokens, output and run error into the recorder `run`, once."""
+        """Write the calls, tokens, output and run error into the recorder `run`, once.
+
+        When the run aborted (`error`), a call that never returned gets NO_RESULT
+        as its error.
+        """
         if getattr(run, RECORDED, False):
             return
         setattr(run, RECORDED, True)
-        for call in self.calls:
-            step = call.step(aborted=error is not None)
-            tool, args = step.pop("tool"), step.pop("args")
-            run.tool(tool, args, **step)
+        if error is not None:
+            done = self._done
+            for step in self.steps:
+                if id(step) not in done and "error" not in step:
+                    step["error"] = NO_RESULT
+        if isinstance(run, Recorder):
+            run.steps(self.steps)
+        else:  # any object with the recorder's tool() will do
+            for step in self.steps:
+                fields = dict(step)
+                run.tool(fields.pop("tool"), fields.pop("args"), **fields)
         run.cost(tokens_in=self.tokens_in, tokens_out=self.tokens_out)
         if output is not None:
             run.output(output if isinstance(output, str) else
@@ -174,8 +183,10 @@ def parse_args(args: Any) -> dict[str, Any]:
             args = json.loads(args)
         except ValueError:
             return {"arguments": args}
+        if type(args) is dict:
+            return args  # parsed JSON: string keys and JSON values already
     if isinstance(args, Mapping):
-        return {str(k): jsonable(v) for k, v in args.items()}
+        return {str(k): v if type(v) in _PLAIN else jsonable(v) for k, v in args.items()}
     return {"arguments": jsonable(args)}
 
 

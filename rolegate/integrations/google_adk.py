@@ -58,28 +58,36 @@ def record(run: Any, events: Iterable[Any], *, error: BaseException | None = Non
         usage = event.usage_metadata
         if usage is not None:
             log.usage(usage.prompt_token_count, usage.candidates_token_count)
-        parts = event.content.parts if event.content and event.content.parts else []
-        calls = [p.function_call for p in parts if p.function_call is not None]
-        group = f"event-{index}" if len(calls) > 1 else None
-        for call in calls:
-            log.issue(call.id, call.name or "", call.args, agent=author,
-                      parent_agent=parents.get(author), parallel_group=group,
-                      model=getattr(event, "model_version", None) or None,
-                      tokens_in=usage.prompt_token_count if usage else None,
-                      tokens_out=usage.candidates_token_count if usage else None)
+        content = event.content
+        parts = (content.parts if content is not None else None) or ()
+        # One pass over the parts: calls, responses and text (most events hold one kind).
+        calls, responses, texts = [], [], []
         for part in parts:
-            response = part.function_response
-            if response is None:
-                continue
+            if part.function_call is not None:
+                calls.append(part.function_call)
+            if part.function_response is not None:
+                responses.append(part.function_response)
+            if part.text and not part.thought:
+                texts.append(part.text)
+        if calls:
+            group = f"event-{index}" if len(calls) > 1 else None
+            model = getattr(event, "model_version", None) or None
+            tokens_in = usage.prompt_token_count if usage else None
+            tokens_out = usage.candidates_token_count if usage else None
+            for call in calls:
+                log.issue(call.id, call.name or "", call.args, agent=author,
+                          parent_agent=parents.get(author), parallel_group=group,
+                          model=model, tokens_in=tokens_in, tokens_out=tokens_out)
+        for response in responses:
             failure = hidden.get(response.id or "")
             if failure is not None:
                 log.complete(response.id, error=failure)
             else:
                 log.complete(response.id, result=_unwrap(response.response))
-        target = event.actions.transfer_to_agent if event.actions else None
+        actions = event.actions
+        target = actions.transfer_to_agent if actions else None
         if target:
             parents.setdefault(target, author)
-        texts = [p.text for p in parts if p.text and not getattr(p, "thought", False)]
         if texts and author != "user":
             output = "".join(texts)
     if isinstance(active, Active):

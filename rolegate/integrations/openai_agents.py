@@ -57,6 +57,21 @@ _GENERIC_FAILURE = default_tool_error_function(None, Exception())  # type: ignor
 _PROTECTED = "_rolegate_protected"
 
 
+#: How record() treats each item type (a dict on the exact type: the SDK's items
+#: resolve every attribute through a Python __getattribute__, isinstance included).
+_CALL, _HANDOFF, _OUTPUT, _MESSAGE = range(4)
+_KINDS: dict[type, int] = {ToolCallItem: _CALL, HandoffCallItem: _CALL,
+                           HandoffOutputItem: _HANDOFF, ToolCallOutputItem: _OUTPUT,
+                           MessageOutputItem: _MESSAGE}
+
+
+def _kind(item: Any) -> int | None:
+    kind = _KINDS.get(type(item))
+    if kind is None:  # a subclass of one of them
+        kind = next((k for t, k in _KINDS.items() if isinstance(item, t)), None)
+    return kind
+
+
 def record(run: Any, result: Any, *, error: BaseException | None = None) -> None:
     """Fill the recorder `run` from a finished Agents SDK run (a RunResult, or the exception).
 
@@ -67,60 +82,63 @@ def record(run: Any, result: Any, *, error: BaseException | None = None) -> None
         error, result = result, getattr(result, "run_data", None)
     active = getattr(run, ACTIVE_ATTRIBUTE, None)
     hidden = active.errors if isinstance(active, Active) else {}
-    items = list(getattr(result, "new_items", ()) or ())
-    responses = list(getattr(result, "raw_responses", ()) or ())
     log = CallLog()
-    turns = _turns(responses)
-    for response in responses:
-        usage = response.usage
-        log.usage(usage.input_tokens, usage.output_tokens)
+    turns = _turns(log, getattr(result, "raw_responses", None) or ())
     parents: dict[str, str] = {}
+    models: dict[int, str | None] = {}
     output: Any = None
-    for item in items:
-        agent = item.agent.name
-        if isinstance(item, ToolCallItem | HandoffCallItem):
+    for item in getattr(result, "new_items", None) or ():
+        kind = _kind(item)
+        if kind == _CALL:
+            agent = item.agent
             raw = item.raw_item
             call_id = getattr(raw, "call_id", None)
             name = getattr(raw, "name", None) or type(raw).__name__
             group, usage = turns.get(call_id or "", (None, None))
-            log.issue(call_id, name, getattr(raw, "arguments", None), agent=agent,
-                      parent_agent=parents.get(agent), parallel_group=group,
-                      model=_model_id(item.agent) or None,
+            model = models.get(id(agent), "")
+            if model == "":
+                model = models[id(agent)] = _model_id(agent) or None
+            log.issue(call_id, name, getattr(raw, "arguments", None), agent=agent.name,
+                      parent_agent=parents.get(agent.name), parallel_group=group, model=model,
                       tokens_in=usage.input_tokens if usage else None,
                       tokens_out=usage.output_tokens if usage else None)
-        elif isinstance(item, HandoffOutputItem):
-            parents.setdefault(item.target_agent.name, item.source_agent.name)
-            log.complete(_call_id(item.raw_item), result={"handoff": item.target_agent.name})
-        elif isinstance(item, ToolCallOutputItem):
+        elif kind == _OUTPUT:
             call_id = _call_id(item.raw_item)
             failure = hidden.get(call_id) if call_id else None
-            if failure is None and item.output == _GENERIC_FAILURE:
+            value = item.output
+            if failure is None and value == _GENERIC_FAILURE:
                 failure = _GENERIC_FAILURE
             if failure is not None:
                 log.complete(call_id, error=failure)
             else:
-                log.complete(call_id, result=item.output)
-        elif isinstance(item, MessageOutputItem):
+                log.complete(call_id, result=value)
+        elif kind == _HANDOFF:
+            parents.setdefault(item.target_agent.name, item.source_agent.name)
+            log.complete(_call_id(item.raw_item), result={"handoff": item.target_agent.name})
+        elif kind == _MESSAGE:
             output = item
     if isinstance(active, Active):
-        for call_id, name, arguments, agent in active.seen:
+        for call_id, name, arguments, agent_name in active.seen:
             if call_id not in log.by_id:
-                log.issue(call_id, name, arguments, agent=agent,
-                          parent_agent=parents.get(agent or ""))
+                log.issue(call_id, name, arguments, agent=agent_name,
+                          parent_agent=parents.get(agent_name or ""))
     final = getattr(result, "final_output", None) if error is None else None
     log.fill(run, output=final if final is not None else _message_text(output), error=error)
 
 
-def _turns(responses: list[Any]) -> dict[str, tuple[str | None, Any]]:
-    """call id -> (its parallel group when several calls came in one response, that usage)."""
+def _turns(log: CallLog, responses: Any) -> dict[str, tuple[str | None, Any]]:
+    """Add each model turn's tokens to `log`; call id -> (its parallel group when several
+    calls came in one response, that turn's usage)."""
     turns: dict[str, tuple[str | None, Any]] = {}
     for index, response in enumerate(responses):
+        usage = response.usage
+        log.usage(usage.input_tokens, usage.output_tokens)
         ids = [getattr(o, "call_id", None) for o in response.output
                if getattr(o, "type", None) == "function_call"]
         group = f"response-{index}" if len(ids) > 1 else None
         for call_id in ids:
             if call_id:
-                turns[call_id] = (group, response.usage)
+                turns[call_id] = (group, usage)
     return turns
 
 
