@@ -50,8 +50,6 @@ TRACES_PATH = "/v1/traces"
 RETRY_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 #: Refusals of the request, not of its traces: every trace in it would be refused alike.
 REQUEST_REFUSALS = frozenset({401, 403, 404, 405})
-#: Every status, so ApiClient hands back the response and this module decides.
-_ANY_STATUS = tuple(range(100, 600))
 #: The floor under which a 413 never shrinks batches (a bigger trace is sent alone).
 MIN_BATCH_BYTES = 16 * 1024
 _OPEN, _CLOSE, _COMMA = b'{"traces":[', b"]}", b","
@@ -324,8 +322,7 @@ class TraceReporter:
         """POST one batch and settle it; the seconds to wait before retrying, or None."""
         body = _OPEN + _COMMA.join(item.body for item in batch) + _CLOSE
         try:
-            response = self.api.request("POST", TRACES_PATH, ok=_ANY_STATUS, data=body,
-                                        headers={"Content-Type": "application/json"})
+            response = self.api.post_bytes(TRACES_PATH, body)
         except (requests.ConnectionError, requests.Timeout) as exc:
             log.warning("sending %d traces failed, will retry: %s", len(batch), exc)
             return self._backoff()
