@@ -121,11 +121,12 @@ class Recorder:
         takes (`result`, `error` as text, `agent`, ...); a None value is as
         absent. One call instead of one `tool()` per call.
         """
-        for step in steps:
+        added = [dict(step) for step in steps]
+        for step in added:  # all checked before any is kept: a refusal adds nothing
             if not STEP_KEYS.issuperset(step):
                 raise TypeError(f"steps() got unknown fields {sorted(set(step) - STEP_KEYS)}; "
                                 f"known: {sorted(STEP_KEYS)}")
-            self._steps.append(dict(step))
+        self._steps += added
 
     def cost(self, usd: float = 0.0, tokens: int = 0, *, tokens_in: int = 0,
              tokens_out: int = 0) -> None:

@@ -81,6 +81,24 @@ def test_recorder_refuses_a_shadow_run_without_a_shadow() -> None:
         Recorder(resolution, STAMPS, shadow=True)
 
 
+def test_steps_records_several_calls_at_once() -> None:
+    """run.steps() keeps calls in order with their fields; an unknown field adds none of them."""
+    resolution = {"role": "r", "config": "a", "arm": "current", "key": "k"}
+    run = Recorder(resolution, STAMPS)
+    run.tool("plan")
+    run.steps([{"tool": "search", "args": {"q": "x"}, "result": ["hit"], "agent": "triage"},
+               {"tool": "fetch", "args": {}, "error": "timeout", "parallel_group": "g"}])
+    with pytest.raises(TypeError, match="unknown fields"):
+        run.steps([{"tool": "ok", "args": {}}, {"tool": "bad", "args": {}, "agnet": "typo"}])
+    trace = run.finish()
+    assert trace.tools == ("plan", "search", "fetch") and trace.tool_errors == 1
+    assert trace.steps is not None
+    assert (trace.steps[1].result, trace.steps[1].agent) == (["hit"], "triage")
+    assert (trace.steps[2].error, trace.steps[2].parallel_group) == ("timeout", "g")
+    # The same stamps given as a new dict each run are validated once and shared.
+    assert Recorder(resolution, dict(STAMPS)).stamps is run.stamps
+
+
 def test_reporting_survives_a_router_restart(router: LiveRouter, redis_conn: redis.Redis) -> None:
     """Traces reported before, during and after a router restart are all stored, once each."""
     put_role(router, "r", current="a")

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from pydantic_core import to_jsonable_python
+from pydantic_core import from_json, to_jsonable_python
 
 from rolegate.recorder import Recorder
 
@@ -180,7 +180,7 @@ def parse_args(args: Any) -> dict[str, Any]:
         return {}
     if isinstance(args, str):
         try:
-            args = json.loads(args)
+            args = from_json(args)  # pydantic-core's parser: ~6x json.loads on small objects
         except ValueError:
             return {"arguments": args}
         if type(args) is dict:
