@@ -12,8 +12,9 @@ answer, from the framework's own scripted or function model: no network) runs
 `--runs` times bare and `--runs` times with rolegate (resolve, recorder with
 stamps from the agent, the framework's guard, record, and report through a
 `Client` whose background sender posts to a real gunicorn router on its own
-redis-server started here; each round ends with `client.flush()`, so sending
-its traces counts), in interleaved rounds. Per run it prints the mean
+redis-server started here; a batch lingers up to the client's default
+`linger` (0.1 s) for more traces, so one POST carries several runs; each round
+ends with `client.flush()`, so sending its traces counts), in interleaved rounds. Per run it prints the mean
 CPU time of each (process CPU, so the sender thread's work is included and a
 loaded machine's waiting is not), rolegate's cost (the difference) and the
 ratio. The machine is shared: expect noise.

@@ -21,7 +21,7 @@ from rolegate.async_client import AsyncClient
 from rolegate.client import Client
 from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUnavailable
 from rolegate.recorder import Recorder
-from rolegate.reporter import ReportStats
+from rolegate.report_stats import ReportStats
 from rolegate.routing import Resolution, Stage
 from rolegate.trace import RunError, Stamps, Step, Trace
 

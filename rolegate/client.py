@@ -43,7 +43,8 @@ from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUna
 from rolegate.http import ApiClient
 from rolegate.recorder import Recorder
 from rolegate.refresher import MAX_WATCH_TIMEOUT, SnapshotRefresher
-from rolegate.reporter import ReportStats, TraceReporter
+from rolegate.report_stats import ReportStats
+from rolegate.reporter import TraceReporter
 from rolegate.routing import Resolution, bucket, new_key
 from rolegate.snapshot import Entry, Snapshot, ToolGate, starting_snapshot
 from rolegate.trace import Stamps, Trace

@@ -100,7 +100,7 @@ class CallLog:
     the optional Step fields), so filling the recorder copies nothing.
     """
 
-    __slots__ = ("steps", "by_id", "tokens_in", "tokens_out", "_done")
+    __slots__ = ("_done", "by_id", "steps", "tokens_in", "tokens_out")
 
     def __init__(self) -> None:
         self.steps: list[dict[str, Any]] = []
