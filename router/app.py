@@ -56,6 +56,8 @@ class Services:
     cache: BindingCache
     tokens: TokenTable
     quota: Quota
+    #: The circuit breaker on `redis`'s pool (None when it could not be put there: Cluster).
+    breaker: breaker.Breaker | None = None
 
 
 def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
@@ -66,7 +68,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     app.config["TESTING"] = settings.testing
     connection = connect(settings.redis_target())
     # Fail fast while Redis is hung, instead of every request waiting out its timeout.
-    breaker.install(connection, breaker.Breaker())
+    guard = breaker.Breaker()
+    installed = breaker.install(connection, guard)
     store = BindingStore(connection, min_replicas=settings.min_replicas,
                          replica_wait_ms=settings.replica_wait_ms)
     tokens = TokenTable(settings.tokens, settings.tokens_file)
@@ -83,6 +86,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
                            settings.full_reload_interval_s),
         tokens=tokens,
         quota=parse_quota(settings.ingest_quota),
+        breaker=guard if installed else None,
     )
     errors.init_app(app)
     # Before every other hook: a request for a foreign Host is refused untouched.

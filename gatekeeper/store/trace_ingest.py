@@ -70,10 +70,12 @@ if ARGV[9] ~= '' then by, byset, extra = KEYS[extra], KEYS[extra + 1], extra + 2
 if ARGV[10] ~= '' then
   local traces, size, traces_limit, bytes_limit, ttl =
     string.match(ARGV[10], '(%d+) (%d+) (%d+) (%d+) (%d+)')
+  -- A counter INCRBY just created (it holds only this charge) gets its TTL; the
+  -- window is one second, so it never needs a longer one.
   local used_traces = redis.call('INCRBY', KEYS[extra], traces)
-  redis.call('EXPIRE', KEYS[extra], ttl)
+  if used_traces == tonumber(traces) then redis.call('EXPIRE', KEYS[extra], ttl) end
   local used_bytes = redis.call('INCRBY', KEYS[extra + 1], size)
-  redis.call('EXPIRE', KEYS[extra + 1], ttl)
+  if used_bytes == tonumber(size) then redis.call('EXPIRE', KEYS[extra + 1], ttl) end
   if tonumber(traces_limit) > 0 and used_traces > tonumber(traces_limit) then
     return {'Q', 'traces', tostring(used_traces)}
   end
@@ -109,7 +111,10 @@ for i = 1, n do
   end
 end
 if added > 0 then
+  local fields = {}
   for name, value in string.gmatch(ARGV[7], '([^\\n]+)\\n(%-?%d+)') do
+    fields[#fields + 1] = name
+    fields[#fields + 1] = value
     redis.call('HINCRBY', KEYS[2], name, value)
     if name == 'n' or string.sub(name, 1, 5) == 'tool:' then
       redis.call('HINCRBY', KEYS[3], name, value)
@@ -118,8 +123,8 @@ if added > 0 then
   redis.call('EXPIRE', KEYS[2], ARGV[3])
   redis.call('SADD', KEYS[4], ARGV[5])
   if by then
-    for name, value in string.gmatch(ARGV[7], '([^\\n]+)\\n(%-?%d+)') do
-      redis.call('HINCRBY', by, name, value)
+    for i = 1, #fields, 2 do
+      redis.call('HINCRBY', by, fields[i], fields[i + 1])
     end
     redis.call('EXPIRE', by, ARGV[3])
     redis.call('SADD', byset, ARGV[9])

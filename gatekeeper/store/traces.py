@@ -26,7 +26,7 @@ version the traces were checked against (`gatekeeper.store.trace_ingest`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -37,6 +37,7 @@ from bindings.connection import Connection
 from bindings.errors import Conflict, InvalidInput, NotFound
 from bindings.store import _redis_errors, load_stored
 from gatekeeper.invariants import TraceVerdict
+from gatekeeper.store.kept import KeptConnections
 from gatekeeper.store.trace_ingest import (
     INGEST_SCRIPT,
     Charge,
@@ -108,12 +109,17 @@ class TraceStore:
     """Stores traces idempotently with running aggregates; reads them back."""
 
     def __init__(self, connection: Connection, *, retention: int = DEFAULT_RETENTION,
-                 run_ttl_s: int = RUN_TTL_S, window_ttl_s: int = WINDOW_TTL_S) -> None:
+                 run_ttl_s: int = RUN_TTL_S, window_ttl_s: int = WINDOW_TTL_S,
+                 before_command: Callable[[], None] | None = None) -> None:
+        """`before_command` runs before each single-call round trip (a circuit breaker)."""
         self.connection = connection
         self.retention = retention
         self.run_ttl_s = run_ttl_s
         self.window_ttl_s = window_ttl_s
         self._ingest = connection.register_script(INGEST_SCRIPT)
+        #: The single-call path's connections (none for a Cluster client: no one pool).
+        self._kept = None if isinstance(connection, RedisCluster) else KeptConnections(
+            connection.connection_pool, before_command)
 
     # -- writes --------------------------------------------------------------
 
@@ -203,24 +209,18 @@ class TraceStore:
         return answers
 
     def _evalsha_one(self, keys: list[str], args: list[Any]) -> Any:
-        # Straight on a pooled connection: redis-py's command layer (its retry
-        # wrapper, observability hooks, option filtering) cost about 45 µs of
-        # worker CPU per call under gunicorn (a PING endpoint: 591 vs 547 µs per
-        # request), which every single-trace POST paid. create_app's client
-        # retries nothing (retries=0), and the connection disconnects itself on
-        # any error while sending or reading, as execute_command does. A Cluster
+        # Straight on a kept connection: redis-py's command layer (its retry
+        # wrapper, observability hooks, option filtering) cost about 45 us of
+        # worker CPU per call under gunicorn (a PING endpoint: 591 vs 547 us per
+        # request), and its pool's checkout poll as much again under gevent
+        # (gatekeeper.store.kept); every single-trace POST paid both.
+        # create_app's client retries nothing (retries=0), and a connection
+        # whose command failed is dropped, as execute_command does. A Cluster
         # client has no one pool: it routes the command by its keys' slot.
-        if isinstance(self.connection, RedisCluster):
+        if self._kept is None:
             return self.connection.execute_command(  # type: ignore[no-untyped-call]
                 "EVALSHA", self._ingest.sha, len(keys), *keys, *args)
-        pool = self.connection.connection_pool
-        conn = pool.get_connection()
-        try:
-            command = ("EVALSHA", self._ingest.sha, len(keys), *keys, *args)
-            conn.send_command(*command)  # type: ignore[no-untyped-call]
-            return conn.read_response()
-        finally:
-            pool.release(conn)
+        return self._kept.call("EVALSHA", self._ingest.sha, len(keys), *keys, *args)
 
 
     def window(self, role: str, config: str, arm: str, epoch: str) -> WindowStats:

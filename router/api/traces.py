@@ -84,9 +84,12 @@ MOVE_ATTEMPTS = 4
 def init_app(app: Flask) -> None:
     """Give the app a TraceStore (with the configured retention) and the OTLP pending spans."""
     services = app.extensions["rolegate"]
+    # The store's kept connections skip the pool, and so its breaker hook: it is passed on.
+    guard = services.breaker
     app.extensions[EXTENSION] = TraceStore(services.redis,
                                            retention=services.settings.trace_retention,
-                                           run_ttl_s=services.settings.run_id_ttl_s)
+                                           run_ttl_s=services.settings.run_id_ttl_s,
+                                           before_command=guard.before if guard else None)
     app.extensions[otlp.EXTENSION] = PendingSpans(services.redis)
     # In front of Flask (behind the resolve fast path): a plain single trace is stored there.
     ingest_fast.init_app(app)
