@@ -78,3 +78,23 @@ def test_ingest_fails_fast_while_redis_is_hung_and_recovers() -> None:
         app.extensions["rolegate"].cache.stop()
         app.extensions["rolegate"].redis.close()
         own.close()
+
+
+def test_the_breaker_hook_runs_once_per_call_kept_or_new(redis_url: str) -> None:
+    """A new connection runs the pool's hook, a kept one runs `before`: never both (a breaker's
+    probe spent twice would leave it open for good)."""
+    client = redis.Redis.from_url(redis_url)
+    pool = client.connection_pool
+    runs: list[str] = []
+    original = pool.get_connection
+
+    def hooked(*args: Any, **kwargs: Any) -> Any:
+        runs.append("hook")
+        return original(*args, **kwargs)
+
+    pool.get_connection = hooked  # type: ignore[method-assign]  # as breaker.install does
+    kept = KeptConnections(pool, lambda: runs.append("hook"))
+    for _ in range(3):
+        kept.call("PING")
+    assert runs == ["hook"] * 3
+    client.close()

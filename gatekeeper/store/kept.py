@@ -12,9 +12,11 @@ whose last command completed. Before reusing one it peeks at the operating
 system socket without blocking: nothing to read means ready; an end of file
 (Redis restarted, the connection dropped) or stray bytes mean it goes back to
 the pool disconnected, and the next one is tried. A connection whose command
-failed in any other way than an error reply, or was interrupted, is never kept. `before` runs before
-every checkout, kept or not (the router's circuit breaker: fail fast while
-Redis is known to be hung).
+failed in any other way than an error reply, or was interrupted, is never
+kept. `before` runs before a kept connection is reused: it is the hook the
+pool's own `get_connection` runs (the router's circuit breaker wraps it: fail
+fast while Redis is known to be hung), so every call runs it exactly once; twice
+would spend the breaker's one probe on nothing and leave it open for good.
 """
 
 from __future__ import annotations
@@ -41,8 +43,6 @@ class KeptConnections:
 
     def call(self, *command: Any) -> Any:
         """Send `command` on a ready connection and read its answer."""
-        if self.before is not None:
-            self.before()
         conn = self._take()
         try:
             conn.send_command(*command)
@@ -66,11 +66,19 @@ class KeptConnections:
             try:
                 conn = self._idle.pop()
             except IndexError:
+                # The pool runs its own hook (the breaker wraps get_connection): once.
                 return self.pool.get_connection()
-            if ready(conn):
-                return conn
-            conn.disconnect()
-            self.pool.release(conn)
+            if not ready(conn):
+                conn.disconnect()
+                self.pool.release(conn)
+                continue
+            if self.before is not None:
+                try:
+                    self.before()
+                except BaseException:
+                    self._idle.append(conn)
+                    raise
+            return conn
 
 
 def ready(conn: Any) -> bool:
