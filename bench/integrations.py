@@ -17,7 +17,9 @@ redis-server started here; a batch lingers up to the client's default
 ends with `client.flush()`, so sending its traces counts), in interleaved rounds. Per run it prints the mean
 CPU time of each (process CPU, so the sender thread's work is included and a
 loaded machine's waiting is not), rolegate's cost (the difference) and the
-ratio. The machine is shared: expect noise.
+ratio. Each arm's timing starts from a collected heap (`gc.collect()`), so a
+full collection made due by earlier arms is not charged to the next one. The
+machine is shared: expect noise.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ast
 import asyncio
+import gc
 import re
 import sys
 import textwrap
@@ -235,15 +238,23 @@ def measure(runs: Runs, flush: Callable[[], object], count: int,
     clock = time.process_time
     for r in range(rounds):
         results = []
+        gc.collect()
         started = clock()
         for _ in range(count):
             results.append(bare())
         spent["bare"] += clock() - started
+        # Each arm starts from a collected heap, so it pays for the collections its
+        # own allocations make due. Without this a full collection made due by the
+        # frameworks' allocations (~120 ms over a heap of all three frameworks) now
+        # and then fell inside the record arm, whose 200 runs allocate too little to
+        # need one: one such pause adds ~120 us to that arm's mean per run.
+        gc.collect()
         started = clock()
         for n, result in enumerate(results):
             record_report(result, f"rec-{r}-{n}")
         flush()
         spent["record"] += clock() - started
+        gc.collect()
         started = clock()
         for n in range(count):
             with_rolegate(f"job-{r}-{n}")
