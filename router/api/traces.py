@@ -71,6 +71,7 @@ from router.api.trace_parse import (
 )
 from router.app import Services
 from router.server.auth import principal, require
+from router.server.offload import off_loop
 from router.server.quota import Refusal, refusal, script_charge
 
 bp = Blueprint("traces", __name__)
@@ -79,6 +80,10 @@ bp = Blueprint("traces", __name__)
 NOT_BOUND = "config_not_bound"
 #: Reads of a role's binding per request when it keeps moving while traces are stored.
 MOVE_ATTEMPTS = 4
+
+
+#: Bodies larger than this are validated off the worker's loop (router.server.offload).
+OFF_LOOP_BYTES = 256 * 1024
 
 
 def init_app(app: Flask) -> None:
@@ -159,7 +164,9 @@ def ingest() -> ResponseReturnValue:
     if spans is not None:
         return otlp.ingest(spans, store_traces)
     raw = request.get_data(cache=True)
-    fast = parse_all_valid(raw)
+    # A big batch's validation is pure and long (10,000 traces: most of a second
+    # of CPU), which under a gevent worker would hold every resolve it serves.
+    fast = off_loop(parse_all_valid, raw) if len(raw) > OFF_LOOP_BYTES else parse_all_valid(raw)
     if fast is not None:
         refuse_deep(fast, raw)
         results: list[dict[str, Any] | str | None] = [None] * len(fast)
