@@ -29,7 +29,6 @@ ones it knows to reproduce (`router.api.resolve_fast.KNOWN_HOOKS`).
 from __future__ import annotations
 
 import io
-import logging
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -46,7 +45,7 @@ from gatekeeper.store.trace_ingest import Checked, OverQuota, Stored
 from gatekeeper.store.trace_keys import epoch_of
 from rolegate.trace import Trace
 from router.api import trace_answers as answers
-from router.api.resolve_fast import KNOWN_HOOKS, ResolveFastPath, hook_names
+from router.api.resolve_fast import ResolveFastPath, hook_support
 from router.api.trace_limits import body_prefix, refuse_deep
 from router.server import hosts, logs, metrics
 from router.server.auth import ACTOR_HEADER, OPEN_GATEKEEPER, OPEN_OPERATOR, Principal
@@ -60,7 +59,6 @@ INGEST_SCOPES = frozenset({"caller", "gatekeeper", "operator"})
 _FLASK_HEADERS = ("HTTP_ORIGIN", "HTTP_SEC_FETCH_SITE", "HTTP_CONTENT_ENCODING",
                   "HTTP_TRANSFER_ENCODING")
 
-log = logging.getLogger("rolegate")
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
@@ -77,13 +75,8 @@ class IngestFastPath:
     def enabled(self) -> bool:
         """True while every request hook of the app is one this layer reproduces."""
         if self._enabled is None:
-            hooks = hook_names(self.app, "traces")
-            unknown = hooks - KNOWN_HOOKS
-            if unknown:
-                log.warning("ingest fast path off: unknown request hooks %s", sorted(unknown))
-            self._logs = "router.server.logs._after" in hooks
-            self._metrics = "router.server.metrics._observe" in hooks
-            self._enabled = not unknown
+            self._enabled, self._logs, self._metrics = hook_support(self.app, "traces",
+                                                                    "ingest")
         return self._enabled
 
     def __call__(self, environ: dict[str, Any],

@@ -27,7 +27,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from flask import Flask
 
@@ -64,6 +64,28 @@ def hook_names(app: Flask, blueprint: str = "resolve") -> set[str]:
     return names
 
 
+class HookSupport(NamedTuple):
+    """Whether a fast path may run for a blueprint, and which hooks it must reproduce."""
+
+    enabled: bool
+    logs: bool
+    metrics: bool
+
+
+def hook_support(app: Flask, blueprint: str, label: str) -> HookSupport:
+    """Read the hooks of `blueprint`'s views: off (with a warning) if one is unknown.
+
+    A fast path logs and counts exactly when the Flask path would (a bench may
+    leave the log and metrics hooks out).
+    """
+    hooks = hook_names(app, blueprint)
+    unknown = hooks - KNOWN_HOOKS
+    if unknown:
+        log.warning("%s fast path off: unknown request hooks %s", label, sorted(unknown))
+    return HookSupport(not unknown, "router.server.logs._after" in hooks,
+                       "router.server.metrics._observe" in hooks)
+
+
 class ResolveFastPath:
     """WSGI middleware: answers plain successful resolves, passes the rest to `inner`."""
 
@@ -77,14 +99,8 @@ class ResolveFastPath:
     def enabled(self) -> bool:
         """True while every request hook of the app is one this layer reproduces."""
         if self._enabled is None:
-            hooks = hook_names(self.app)
-            unknown = hooks - KNOWN_HOOKS
-            if unknown:
-                log.warning("resolve fast path off: unknown request hooks %s", sorted(unknown))
-            # Log and count exactly when the Flask path would (a bench may leave them out).
-            self._logs = "router.server.logs._after" in hooks
-            self._metrics = "router.server.metrics._observe" in hooks
-            self._enabled = not unknown
+            self._enabled, self._logs, self._metrics = hook_support(self.app, "resolve",
+                                                                    "resolve")
         return self._enabled
 
     def __call__(self, environ: dict[str, Any],
