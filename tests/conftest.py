@@ -9,6 +9,8 @@ and then only a database they claimed and found empty.
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import shutil
 import tempfile
@@ -22,6 +24,7 @@ from flask.testing import FlaskClient
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from router import create_app
+from router.server import logs
 from tests.cluster import OwnCluster, started_cluster
 from tests.servers import OwnRedis
 
@@ -208,3 +211,20 @@ def cluster_url(redis_cluster: OwnCluster) -> Iterator[str]:
     redis_cluster.flush()
     yield redis_cluster.url
     redis_cluster.flush()
+
+
+@pytest.fixture
+def lines() -> Iterator[io.StringIO]:
+    """Capture the events logger's output, one JSON line per event, from here on.
+
+    The lines already queued by earlier tests are flushed first, so they do not
+    land in this test's capture.
+    """
+    logs.flush()
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = logging.getLogger(logs.LOGGER_NAME)
+    logger.addHandler(handler)
+    yield stream
+    logger.removeHandler(handler)

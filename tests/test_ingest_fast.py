@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -72,17 +71,6 @@ def app(redis_url: str) -> Iterator[Flask]:
     built.extensions["rolegate"].cache.stop()
     built.extensions["rolegate"].redis.close()
 
-
-@pytest.fixture
-def lines() -> Iterator[io.StringIO]:
-    """Capture the events logger's output (earlier tests' queued lines go first)."""
-    logs.flush()
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    logger = logging.getLogger(logs.LOGGER_NAME)
-    logger.addHandler(handler)
-    yield stream
-    logger.removeHandler(handler)
 
 
 class CountingInner:

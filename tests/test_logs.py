@@ -4,27 +4,11 @@ from __future__ import annotations
 
 import io
 import json
-import logging
-from collections.abc import Iterator
 
-import pytest
 from flask.testing import FlaskClient
 
-from router.server.logs import LOGGER_NAME, flush
+from router.server.logs import flush
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
-
-
-@pytest.fixture
-def lines() -> Iterator[io.StringIO]:
-    """Capture the events logger's output (from here on: earlier tests' queued lines go first)."""
-    flush()
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger = logging.getLogger(LOGGER_NAME)
-    logger.addHandler(handler)
-    yield stream
-    logger.removeHandler(handler)
 
 
 def _records(stream: io.StringIO) -> list[dict[str, object]]:

@@ -4,11 +4,8 @@ from __future__ import annotations
 
 import io
 import json
-import logging
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
@@ -46,17 +43,6 @@ class CountingInner:
         self.calls += 1
         return self.inner(environ, start_response)
 
-
-@pytest.fixture
-def lines() -> Iterator[io.StringIO]:
-    """Capture the events logger's output (from here on: earlier tests' queued lines go first)."""
-    logs.flush()
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    logger = logging.getLogger(logs.LOGGER_NAME)
-    logger.addHandler(handler)
-    yield stream
-    logger.removeHandler(handler)
 
 
 def _fast(app: Flask) -> ResolveFastPath:
