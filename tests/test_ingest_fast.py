@@ -18,6 +18,7 @@ from router.api.ingest_fast import IngestFastPath
 from router.api.resolve_fast import ResolveFastPath
 from router.server import logs, metrics
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
+from tests.test_resolve_fast import CountingInner
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}
@@ -70,19 +71,6 @@ def app(redis_url: str) -> Iterator[Flask]:
     yield built
     built.extensions["rolegate"].cache.stop()
     built.extensions["rolegate"].redis.close()
-
-
-
-class CountingInner:
-    """Wraps the Flask WSGI callable and counts the requests handed to it."""
-
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
-        self.calls = 0
-
-    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
-        self.calls += 1
-        return self.inner(environ, start_response)
 
 
 def _layers(app: Flask) -> tuple[ResolveFastPath, IngestFastPath]:
