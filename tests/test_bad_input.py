@@ -50,6 +50,7 @@ def _nothing_stored(client: FlaskClient, redis_conn: redis.Redis) -> None:
     assert redis_conn.keys("rolegate:{summarizer}:traces:*") == []
     assert redis_conn.keys("rolegate:{summarizer}:run:*") == []
     assert redis_conn.keys("rolegate:{summarizer}:window:*") == []
+    assert redis_conn.keys("rolegate:{summarizer}:pending:*") == []
     gate = client.get("/v1/roles/summarizer/gate", headers=OP)
     assert gate.status_code == 200 and gate.json["arms"]["current"]["n"] == 0
 

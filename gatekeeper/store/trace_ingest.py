@@ -35,20 +35,21 @@ from gatekeeper.invariants import TraceVerdict
 from gatekeeper.store.trace_keys import (
     Location,
     configs_key,
-    reporter_window_key,
+    pending_key,
     reporters_key,
     run_key,
     stream_key,
     tally_key,
     window_key,
 )
+from gatekeeper.store.window_fold import FOLD_AT, FOLD_FUNCTION
 from gatekeeper.window import increments
 from rolegate.trace import Trace
 
-# KEYS: stream, window hash, tally hash, configs set, binding hash, then one run-id
-#       key per trace, then (when ARGV[9] names a reporter) the reporter's window
-#       hash and the stage's reporters set, then (when ARGV[10] is set) the
-#       token's quota counters of traces and of bytes for this second
+# KEYS: stream, window hash, tally hash, configs set, binding hash, the window's
+#       pending list and reporters set (`window_fold`), then one run-id key per
+#       trace, then (when ARGV[10] is set) the token's quota counters of traces
+#       and of bytes for this second
 # ARGV: maxlen, run ttl, window ttl, location prefix, config, n traces,
 #       the summed increments of the traces expected new, as "field\nvalue\n...",
 #       the binding version the traces were checked against ("" for none),
@@ -61,12 +62,11 @@ from rolegate.trace import Trace
 # when the expectation was wrong; else {"OK", per trace "N<location>" when
 # stored or "D<location>" when known}. The quota is charged before anything
 # else is looked at, so a caller re-sending a group after "V" or "R" leaves the
-# charge out: it counted once.
-INGEST_SCRIPT = """
+# charge out: it counted once. The window's increments go to its pending list
+# as one entry, folded in every FOLD_AT entries or by the next reader.
+INGEST_SCRIPT = FOLD_FUNCTION + """
 local n = tonumber(ARGV[6])
-local extra = 6 + n
-local by, byset
-if ARGV[9] ~= '' then by, byset, extra = KEYS[extra], KEYS[extra + 1], extra + 2 end
+local extra = 8 + n
 if ARGV[10] ~= '' then
   local traces, size, traces_limit, bytes_limit, ttl =
     string.match(ARGV[10], '(%d+) (%d+) (%d+) (%d+) (%d+)')
@@ -89,7 +89,7 @@ if ARGV[8] ~= '' then
 end
 local known, wrong = {}, false
 for i = 1, n do
-  known[i] = redis.call('GET', KEYS[5 + i])
+  known[i] = redis.call('GET', KEYS[7 + i])
   if (known[i] ~= false) ~= (ARGV[10 + 3 * i] == '1') then wrong = true end
 end
 if wrong then
@@ -105,34 +105,27 @@ for i = 1, n do
     local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
                           't', ARGV[8 + 3 * i], 'v', ARGV[9 + 3 * i])
     local location = ARGV[4] .. id .. '"}'
-    redis.call('SET', KEYS[5 + i], location, 'EX', ARGV[2])
+    redis.call('SET', KEYS[7 + i], location, 'EX', ARGV[2])
     out[i + 1] = 'N' .. location
     added = added + 1
   end
 end
 if added > 0 then
-  local fields = {}
   for name, value in string.gmatch(ARGV[7], '([^\\n]+)\\n(%-?%d+)') do
-    fields[#fields + 1] = name
-    fields[#fields + 1] = value
-    redis.call('HINCRBY', KEYS[2], name, value)
     if name == 'n' or string.sub(name, 1, 5) == 'tool:' then
       redis.call('HINCRBY', KEYS[3], name, value)
     end
   end
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
   redis.call('SADD', KEYS[4], ARGV[5])
-  if by then
-    for i = 1, #fields, 2 do
-      redis.call('HINCRBY', by, fields[i], fields[i + 1])
-    end
-    redis.call('EXPIRE', by, ARGV[3])
-    redis.call('SADD', byset, ARGV[9])
-    redis.call('EXPIRE', byset, ARGV[3])
+  local waiting = redis.call('RPUSH', KEYS[6], #ARGV[9] .. ':' .. ARGV[9] .. ARGV[7])
+  if waiting >= FOLD_AT then
+    fold(KEYS[6], KEYS[2], KEYS[7], ARGV[3])
+  else
+    redis.call('EXPIRE', KEYS[6], ARGV[3])
   end
 end
 return out
-"""
+""".replace("FOLD_AT", str(FOLD_AT))
 
 
 
@@ -281,9 +274,6 @@ class IngestGroup:
                         totals[name] = totals.get(name, 0) + value
         keys = [*_group_keys(role, config, self.arm, self.epoch)]
         keys += [run_key(role, item.trace.run_id) for item in items]
-        if self.reporter:
-            keys += [reporter_window_key(role, config, self.arm, self.epoch, self.reporter),
-                     reporters_key(role, config, self.arm, self.epoch)]
         if charge is not None:
             keys += [charge.traces_key, charge.bytes_key]
         args: list[Any] = [retention, run_ttl_s, window_ttl_s, self.prefix,
@@ -300,10 +290,11 @@ class IngestGroup:
 
 @functools.lru_cache(maxsize=1024)
 def _group_keys(role: str, config: str, arm: str,
-                epoch: str) -> tuple[str, str, str, str, str]:
-    """A group's stream, window, tally, configs and binding keys, built once (hot path)."""
+                epoch: str) -> tuple[str, str, str, str, str, str, str]:
+    """A group's stream, window, tally, configs, binding, pending and reporters keys (hot path: built once)."""
     return (stream_key(role, config, arm), window_key(role, config, arm, epoch),
-            tally_key(role, config), configs_key(role), binding_key(role))
+            tally_key(role, config), configs_key(role), binding_key(role),
+            pending_key(role, config, arm, epoch), reporters_key(role, config, arm, epoch))
 
 
 @functools.lru_cache(maxsize=1024)

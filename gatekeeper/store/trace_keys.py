@@ -20,6 +20,8 @@ CONFIGS_KEY_TEMPLATE = "rolegate:{{{role}}}:configs"
 #: One reporter's share of a stage's window, and the set of reporters that have one.
 REPORTER_WINDOW_KEY_TEMPLATE = "rolegate:{{{role}}}:window:{config}:{arm}:{epoch}:by:{reporter}"
 REPORTERS_KEY_TEMPLATE = "rolegate:{{{role}}}:reporters:{config}:{arm}:{epoch}"
+#: Increments stored but not yet folded into the window (`gatekeeper.store.window_fold`).
+PENDING_KEY_TEMPLATE = "rolegate:{{{role}}}:pending:{config}:{arm}:{epoch}"
 
 
 def stream_key(role: str, config: str, arm: str) -> str:
@@ -41,6 +43,11 @@ def reporter_window_key(role: str, config: str, arm: str, epoch: str, reporter: 
 def reporters_key(role: str, config: str, arm: str, epoch: str) -> str:
     """The names of the reporters with a window for (role, config, arm) in a stage."""
     return REPORTERS_KEY_TEMPLATE.format(role=role, config=config, arm=arm, epoch=epoch)
+
+
+def pending_key(role: str, config: str, arm: str, epoch: str) -> str:
+    """The increments of (role, config, arm)'s traces in a stage not yet folded into its window."""
+    return PENDING_KEY_TEMPLATE.format(role=role, config=config, arm=arm, epoch=epoch)
 
 
 def run_key(role: str, run_id: str) -> str:

@@ -5,6 +5,9 @@ touches a single slot)::
 
     rolegate:{role}:traces:{config}:{arm}          stream: fields t (trace JSON), v (verdict)
     rolegate:{role}:window:{config}:{arm}:{epoch}  hash: the WindowStats fields (HINCRBY)
+    rolegate:{role}:window:...:{epoch}:by:{name}   hash: the same, of one reporter's traces
+    rolegate:{role}:reporters:{config}:{arm}:{epoch}  set: reporters with a window
+    rolegate:{role}:pending:{config}:{arm}:{epoch} list: increments not yet in the window
     rolegate:{role}:run:{run_id}                   string: where the run is stored (JSON)
     rolegate:{role}:tools:{config}                 hash: all-time tool tally, plus n
     rolegate:{role}:configs                        set: configs that reported traces
@@ -15,7 +18,9 @@ reader can ask for "everything since T".
 
 The gate's window is "the traces since the current stage began": the epoch is
 the binding's `stage_since`, so each stage gets its own aggregate and the gate
-reads one hash instead of rescanning traces. Aggregates are not trimmed with the
+reads one hash instead of rescanning traces. Ingest appends a trace's increments
+to the pending list; they reach the window hashes in batches, and always before
+a read (`gatekeeper.store.window_fold`). Aggregates are not trimmed with the
 stream; they expire `window_ttl_s` after their last trace.
 
 Storing goes through one Lua script per (role, config, arm, epoch) group:
@@ -50,6 +55,7 @@ from gatekeeper.store.trace_ingest import (
 from gatekeeper.store.trace_keys import (
     Location,
     configs_key,
+    pending_key,
     reporter_window_key,
     reporters_key,
     run_key,
@@ -58,6 +64,7 @@ from gatekeeper.store.trace_keys import (
     tally_key,
     window_key,
 )
+from gatekeeper.store.window_fold import FOLD_READ_SCRIPT
 from gatekeeper.window import TOOL, WindowStats
 from rolegate.trace import Trace
 
@@ -117,6 +124,7 @@ class TraceStore:
         self.run_ttl_s = run_ttl_s
         self.window_ttl_s = window_ttl_s
         self._ingest = connection.register_script(INGEST_SCRIPT)
+        self._fold_read = connection.register_script(FOLD_READ_SCRIPT)
         #: The single-call path's connections (none for a Cluster client: no one pool).
         self._kept = None if isinstance(connection, RedisCluster) else KeptConnections(
             connection.connection_pool, before_command)
@@ -201,12 +209,7 @@ class TraceStore:
         if len(calls) == 1:
             keys, args = calls[0]
             return [self._evalsha_one(keys, args)]
-        pipe = self.connection.pipeline(transaction=False)
-        for keys, args in calls:
-            # EVALSHA as a plain command: a Cluster pipeline refuses pipe.evalsha().
-            pipe.execute_command("EVALSHA", self._ingest.sha, len(keys), *keys, *args)
-        answers: list[Any] = pipe.execute()
-        return answers
+        return self._pipelined(self._ingest.sha, calls)
 
     def _evalsha_one(self, keys: list[str], args: list[Any]) -> Any:
         # Straight on a kept connection: redis-py's command layer (its retry
@@ -230,12 +233,8 @@ class TraceStore:
     def windows(self, role: str, pairs: Iterable[tuple[str, str]],
                 epoch: str) -> list[WindowStats]:
         """Several (config, arm) aggregates over one stage, in one round trip."""
-        with _redis_errors():
-            pipe = self.connection.pipeline(transaction=False)
-            for config, arm in pairs:
-                pipe.hgetall(window_key(role, config, arm, epoch))
-            raws = pipe.execute()
-        return [WindowStats.from_fields(raw) for raw in raws]
+        return [WindowStats.from_fields(_pairs(raw))
+                for raw, _ in self._folded(role, list(pairs), epoch)]
 
     def windows_by_reporter(self, role: str, pairs: Sequence[tuple[str, str]],
                             epoch: str) -> list[dict[str, WindowStats]]:
@@ -243,11 +242,9 @@ class TraceStore:
 
         Two round trips: the reporter names of every pair, then their windows.
         """
+        names = [sorted(_text(n) for n in members)
+                 for _, members in self._folded(role, pairs, epoch)]
         with _redis_errors():
-            pipe = self.connection.pipeline(transaction=False)
-            for config, arm in pairs:
-                pipe.smembers(reporters_key(role, config, arm, epoch))
-            names = [sorted(_text(n) for n in members) for members in pipe.execute()]
             pipe = self.connection.pipeline(transaction=False)
             for (config, arm), reporters in zip(pairs, names):
                 for reporter in reporters:
@@ -255,6 +252,29 @@ class TraceStore:
             raws = iter(pipe.execute())
         return [{reporter: WindowStats.from_fields(next(raws)) for reporter in reporters}
                 for reporters in names]
+
+    def _folded(self, role: str, pairs: Sequence[tuple[str, str]],
+                epoch: str) -> list[tuple[list[bytes], list[bytes]]]:
+        """Per pair, its window's fields (flat) and reporter names, pending increments folded first."""
+        calls = [([pending_key(role, config, arm, epoch), window_key(role, config, arm, epoch),
+                   reporters_key(role, config, arm, epoch)], [self.window_ttl_s])
+                 for config, arm in pairs]
+        if not calls:
+            return []
+        with _redis_errors():
+            try:
+                return self._pipelined(self._fold_read.sha, calls)
+            except redis.exceptions.NoScriptError:
+                self._fold_read.sha = self.connection.script_load(FOLD_READ_SCRIPT)
+                return self._pipelined(self._fold_read.sha, calls)
+
+    def _pipelined(self, sha: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
+        pipe = self.connection.pipeline(transaction=False)
+        for keys, args in calls:
+            # EVALSHA as a plain command: a Cluster pipeline refuses pipe.evalsha().
+            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+        answers: list[Any] = pipe.execute()
+        return answers
 
     def read(self, role: str, config: str, arm: str, since: float | None = None,
              count: int | None = None, *, after: str | None = None,
@@ -342,6 +362,11 @@ def _stored_trace(entry_id: bytes | str, fields: dict[bytes, bytes]) -> StoredTr
         trace=load_stored(Trace, fields[b"t"], f"stored trace {ident}"),
         verdict=TraceVerdict.from_json(json.loads(fields[b"v"])),
     )
+
+
+def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
+    """An HGETALL answered from a script (a flat field, value list) as a dict."""
+    return dict(zip(flat[::2], flat[1::2]))
 
 
 def _text(value: bytes | str) -> str:
