@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from array import array
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -40,11 +41,21 @@ local paths = %(paths)s
 local body = %(body)s
 local method = "%(method)s"
 local i = 0
+-- Run ids unique across rounds (the round's tag) and threads (each thread's
+-- number): every wrk thread starts from the same random seed, so a random part
+-- alone repeated itself, and every repeat was a duplicate, not an ingest.
+-- A global: thread:set gives each thread's own state its value.
+tag = "%(tag)s"
+local threads = 0
+setup = function(thread)
+  threads = threads + 1
+  thread:set("tag", "%(tag)s-" .. threads)
+end
 for name, value in pairs(headers) do wrk.headers[name] = value end
 request = function()
   i = i + 1
   local b = body
-  if b ~= nil then b = string.gsub(b, "RUNID", tostring(i) .. "-" .. tostring(math.random(1e9))) end
+  if b ~= nil then b = string.gsub(b, "RUNID", tag .. "-" .. tostring(i)) end
   return wrk.format(method, paths[(i %% #paths) + 1], nil, b)
 end
 done = function(summary, latency, requests)
@@ -91,7 +102,8 @@ def run_wrk(port: int, paths: list[str], headers: Mapping[str, str], seconds: fl
     """One wrk round against 127.0.0.1:`port`; `body` may hold RUNID, made unique per request."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(_WRK_SCRIPT % {"headers": _lua(dict(headers)), "paths": _lua(paths),
-                                    "body": _lua(body), "method": method})
+                                    "body": _lua(body), "method": method,
+                                    "tag": uuid.uuid4().hex[:12]})
     try:
         out = subprocess.run(
             ["wrk", "-t", str(threads), "-c", str(max(connections, threads)),
