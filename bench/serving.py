@@ -204,8 +204,18 @@ def hung(pid: int) -> Iterator[None]:
 # -- 5. the longest script of a 10,000-trace batch ----------------------------------
 
 
-def longest_script_ms(port: int, redis_url: str, size: int) -> tuple[float, int, int]:
-    """POST one `size`-trace batch; (longest EVAL/EVALSHA in ms, scripts run, HTTP status)."""
+def longest_script_ms(port: int, redis_url: str,
+                      size: int) -> tuple[float, float, int, int]:
+    """POST one `size`-trace batch; (longest and median EVAL/EVALSHA in ms, scripts run, HTTP status).
+
+    SLOWLOG times a command by the wall clock: on a shared machine a script the
+    scheduler preempted reads long. The median says what a script costs; a
+    longest far above it is worth running again.
+    """
+    # One batch of two first: a fresh server answers the first EVALSHAs NOSCRIPT
+    # (logged too, taking no time) before the script is loaded.
+    _request(port, "POST", "/v1/traces",
+             {"traces": [trace(f"warm-{time.time()}-{i}", i) for i in range(2)]}, token=TOKEN)
     connection = redis.Redis.from_url(redis_url)
     connection.config_set("slowlog-log-slower-than", 0)
     connection.config_set("slowlog-max-len", 100_000)
@@ -221,8 +231,8 @@ def longest_script_ms(port: int, redis_url: str, size: int) -> tuple[float, int,
                if (e["command"] if isinstance(e["command"], bytes) else
                    str(e["command"]).encode()).split(b" ", 1)[0].upper()
                in (b"EVAL", b"EVALSHA", b"FCALL")]
-    longest = max((e["duration"] for e in scripts), default=0) / 1e3
-    return longest, len(scripts), status
+    durations = sorted(e["duration"] / 1e3 for e in scripts) or [0.0]
+    return durations[-1], durations[len(durations) // 2], len(scripts), status
 
 
 # -- the run ------------------------------------------------------------------------
@@ -290,9 +300,9 @@ def main(argv: list[str] | None = None) -> int:
             if 5 in parts:
                 print(f"\n5. one {args.batch:,}-trace batch: the longest Redis script",
                       flush=True)
-                longest, scripts, status = longest_script_ms(port, url, args.batch)
+                longest, median, scripts, status = longest_script_ms(port, url, args.batch)
                 print(f"  POST answered {status}; {scripts} script calls; longest "
-                      f"{longest:.1f} ms (target about 20 ms)")
+                      f"{longest:.1f} ms (target about 20 ms), median {median:.1f} ms")
     return 0
 
 
