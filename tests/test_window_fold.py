@@ -111,3 +111,20 @@ def test_the_script_builds_reporter_keys_as_the_store_names_them() -> None:
     """The fold writes `<window>:by:<reporter>`; readers use reporter_window_key."""
     window = window_key("r", "c", "a", EPOCH)
     assert reporter_window_key("r", "c", "a", EPOCH, "x:1") == window + ":by:x:1"
+
+
+def test_each_trace_keeps_the_folded_window_alive(redis_conn: redis.Redis) -> None:
+    """A window folded long ago lives on while traces keep arriving (they wait in the list)."""
+    store = TraceStore(redis_conn, window_ttl_s=500)
+    for i in range(FOLD_AT):
+        t = trace(i, "team-a")
+        store.add([Checked(t, check(t, INV), EPOCH)])
+    folded = (window_key("summarizer", "cfg_b", "candidate", EPOCH),
+              reporter_window_key("summarizer", "cfg_b", "candidate", EPOCH, "team-a"),
+              "rolegate:{summarizer}:reporters:cfg_b:candidate:" + EPOCH)
+    for key in folded:
+        redis_conn.expire(key, 5)  # as if folded 495 s ago
+    late = trace(FOLD_AT, "team-a")
+    store.add([Checked(late, check(late, INV), EPOCH)])
+    for key in folded:
+        assert redis_conn.ttl(key) > 400, key

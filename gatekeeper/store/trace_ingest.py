@@ -121,7 +121,15 @@ if added > 0 then
   if waiting >= FOLD_AT then
     fold(KEYS[6], KEYS[2], KEYS[7], ARGV[3])
   else
+    -- Everything the fold writes lives window-ttl past the last trace, as the
+    -- pending list does: else a window folded long ago could expire while
+    -- newer traces still wait in the list.
     redis.call('EXPIRE', KEYS[6], ARGV[3])
+    redis.call('EXPIRE', KEYS[2], ARGV[3])
+    if ARGV[9] ~= '' then
+      redis.call('EXPIRE', KEYS[2] .. ':by:' .. ARGV[9], ARGV[3])
+      redis.call('EXPIRE', KEYS[7], ARGV[3])
+    end
   end
 end
 return out
