@@ -43,7 +43,7 @@ from gatekeeper.store.trace_keys import (
     window_key,
 )
 from gatekeeper.store.window_fold import FOLD_AT, FOLD_FUNCTION
-from gatekeeper.window import increments
+from gatekeeper.window import TOOL, increments
 from rolegate.trace import Trace
 
 # KEYS: stream, window hash, tally hash, configs set, binding hash, the window's
@@ -55,6 +55,7 @@ from rolegate.trace import Trace
 #       the binding version the traces were checked against ("" for none),
 #       the reporter's name ("" for none),
 #       the quota charge "traces bytes traces_limit bytes_limit ttl" ("" for none),
+#       the tally's share of the increments (n, tool:*), encoded the same way,
 #       then (trace JSON, verdict JSON, "1" if expected known else "0") * n traces
 # Returns {"Q", "traces"|"bytes", used} without storing when the charge went over
 # a limit (the charge still counts); {"V", version or ""} without writing when
@@ -90,7 +91,7 @@ end
 local known, wrong = {}, false
 for i = 1, n do
   known[i] = redis.call('GET', KEYS[7 + i])
-  if (known[i] ~= false) ~= (ARGV[10 + 3 * i] == '1') then wrong = true end
+  if (known[i] ~= false) ~= (ARGV[11 + 3 * i] == '1') then wrong = true end
 end
 if wrong then
   local flags = {'R'}
@@ -103,7 +104,7 @@ for i = 1, n do
     out[i + 1] = 'D' .. known[i]
   else
     local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
-                          't', ARGV[8 + 3 * i], 'v', ARGV[9 + 3 * i])
+                          't', ARGV[9 + 3 * i], 'v', ARGV[10 + 3 * i])
     local location = ARGV[4] .. id .. '"}'
     redis.call('SET', KEYS[7 + i], location, 'EX', ARGV[2])
     out[i + 1] = 'N' .. location
@@ -111,10 +112,8 @@ for i = 1, n do
   end
 end
 if added > 0 then
-  for name, value in string.gmatch(ARGV[7], '([^\\n]+)\\n(%-?%d+)') do
-    if name == 'n' or string.sub(name, 1, 5) == 'tool:' then
-      redis.call('HINCRBY', KEYS[3], name, value)
-    end
+  for name, value in string.gmatch(ARGV[11], '([^\\n]+)\\n(%-?%d+)') do
+    redis.call('HINCRBY', KEYS[3], name, value)
   end
   redis.call('SADD', KEYS[4], ARGV[5])
   local waiting = redis.call('RPUSH', KEYS[6], #ARGV[9] .. ':' .. ARGV[9] .. ARGV[7])
@@ -287,7 +286,9 @@ class IngestGroup:
         args: list[Any] = [retention, run_ttl_s, window_ttl_s, self.prefix,
                            config, len(items), _encode(totals),
                            "" if self.version is None else self.version,
-                           self.reporter or "", "" if charge is None else charge.spec()]
+                           self.reporter or "", "" if charge is None else charge.spec(),
+                           _encode({name: value for name, value in totals.items()
+                                    if name == "n" or name.startswith(TOOL)})]
         for index, item in enumerate(items):
             args += (item.trace.model_dump_json(exclude_none=True),
                      item.verdict.json_text,
