@@ -363,10 +363,14 @@ def resolve_with_redis_hung(resolve: tuple[Any, ...], url: str, args: argparse.N
                                      args.connections, master=master, use_wrk=use_wrk))
                 during, slowest = load.snapshot()
             time.sleep(2.0)  # recover
+            # The 2 s after SIGCONT counted on their own: breakers still open
+            # answer 503 there until their probe finds Redis back.
+            recovery, _ = load.snapshot()
     rows = print_table({"resolve, trace load, Redis answering": answering,
                         "resolve, trace load, Redis hung": stopped})
     print(f"  traces while Redis answered (last round): {before}, slowest "
-          f"{before_slowest:.2f} s; while hung: {during}, slowest {slowest:.2f} s")
+          f"{before_slowest:.2f} s; while hung: {during}, slowest {slowest:.2f} s; "
+          f"2 s after SIGCONT: {recovery}")
     ratio_line("hung / answering", rows["resolve, trace load, Redis hung"],
                rows["resolve, trace load, Redis answering"], 0.90)
 
