@@ -42,7 +42,7 @@ from gatekeeper.store.trace_keys import (
     tally_key,
     window_key,
 )
-from gatekeeper.store.window_fold import FOLD_AT, FOLD_FUNCTION
+from gatekeeper.store.window_fold import FOLD_AT, FOLD_FUNCTION, FOLD_NOW_BYTES
 from gatekeeper.window import TOOL, increments
 from rolegate.trace import Trace
 
@@ -64,7 +64,8 @@ from rolegate.trace import Trace
 # stored or "D<location>" when known}. The quota is charged before anything
 # else is looked at, so a caller re-sending a group after "V" or "R" leaves the
 # charge out: it counted once. The window's increments go to its pending list
-# as one entry, folded in every FOLD_AT entries or by the next reader.
+# as one entry, folded into the window hashes every FOLD_AT entries, or at once
+# when the entry is longer than FOLD_NOW_BYTES (`window_fold`).
 INGEST_SCRIPT = FOLD_FUNCTION + """
 local n = tonumber(ARGV[6])
 local extra = 8 + n
@@ -116,8 +117,9 @@ if added > 0 then
     redis.call('HINCRBY', KEYS[3], name, value)
   end
   redis.call('SADD', KEYS[4], ARGV[5])
-  local waiting = redis.call('RPUSH', KEYS[6], #ARGV[9] .. ':' .. ARGV[9] .. ARGV[7])
-  if waiting >= FOLD_AT then
+  local entry = #ARGV[9] .. ':' .. ARGV[9] .. ARGV[7]
+  local waiting = redis.call('RPUSH', KEYS[6], entry)
+  if waiting >= FOLD_AT or #entry > FOLD_NOW_BYTES then
     fold(KEYS[6], KEYS[2], KEYS[7], ARGV[3])
   else
     -- Everything the fold writes lives window-ttl past the last trace, as the
@@ -132,7 +134,7 @@ if added > 0 then
   end
 end
 return out
-""".replace("FOLD_AT", str(FOLD_AT))
+""".replace("FOLD_AT", str(FOLD_AT)).replace("FOLD_NOW_BYTES", str(FOLD_NOW_BYTES))
 
 
 

@@ -19,8 +19,8 @@ reader can ask for "everything since T".
 The gate's window is "the traces since the current stage began": the epoch is
 the binding's `stage_since`, so each stage gets its own aggregate and the gate
 reads one hash instead of rescanning traces. Ingest appends a trace's increments
-to the pending list; they reach the window hashes in batches, and always before
-a read (`gatekeeper.store.window_fold`). Aggregates are not trimmed with the
+to the pending list and folds them into the window hashes in batches; a read
+adds what is still pending (`gatekeeper.store.window_fold`). Aggregates are not trimmed with the
 stream; they expire `window_ttl_s` after their last trace.
 
 Storing goes through one Lua script per (role, config, arm, epoch) group:
@@ -31,6 +31,7 @@ version the traces were checked against (`gatekeeper.store.trace_ingest`).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -64,7 +65,7 @@ from gatekeeper.store.trace_keys import (
     tally_key,
     window_key,
 )
-from gatekeeper.store.window_fold import FOLD_READ_SCRIPT
+from gatekeeper.store.window_fold import READ_SCRIPT, pending_counts
 from gatekeeper.window import TOOL, WindowStats
 from rolegate.trace import Trace
 
@@ -124,7 +125,7 @@ class TraceStore:
         self.run_ttl_s = run_ttl_s
         self.window_ttl_s = window_ttl_s
         self._ingest = connection.register_script(INGEST_SCRIPT)
-        self._fold_read = connection.register_script(FOLD_READ_SCRIPT)
+        self._read = connection.register_script(READ_SCRIPT)
         #: The single-call path's connections (none for a Cluster client: no one pool).
         self._kept = None if isinstance(connection, RedisCluster) else KeptConnections(
             connection.connection_pool, before_command)
@@ -233,40 +234,52 @@ class TraceStore:
     def windows(self, role: str, pairs: Iterable[tuple[str, str]],
                 epoch: str) -> list[WindowStats]:
         """Several (config, arm) aggregates over one stage, in one round trip."""
-        return [WindowStats.from_fields(_pairs(raw))
-                for raw, _ in self._folded(role, list(pairs), epoch)]
+        reads = self._read_windows(role, [(config, arm, ()) for config, arm in pairs], epoch)
+        return [WindowStats(_fields(read[0]) + pending_counts(read[1])[0]) for read in reads]
 
     def windows_by_reporter(self, role: str, pairs: Sequence[tuple[str, str]],
                             epoch: str) -> list[dict[str, WindowStats]]:
         """Per (config, arm) over one stage: each reporter's own aggregate, by its name.
 
-        Two round trips: the reporter names of every pair, then their windows.
+        Two round trips: the reporter names of every pair, then their windows
+        with the increments still pending (read together, so none is missed or
+        counted twice); again for a pair whose reporters grew in between.
         """
-        names = [sorted(_text(n) for n in members)
-                 for _, members in self._folded(role, pairs, epoch)]
-        with _redis_errors():
-            pipe = self.connection.pipeline(transaction=False)
-            for (config, arm), reporters in zip(pairs, names):
-                for reporter in reporters:
-                    pipe.hgetall(reporter_window_key(role, config, arm, epoch, reporter))
-            raws = iter(pipe.execute())
-        return [{reporter: WindowStats.from_fields(next(raws)) for reporter in reporters}
-                for reporters in names]
+        asks: list[tuple[str, str, tuple[str, ...]]] = [(c, a, ()) for c, a in pairs]
+        out: list[dict[str, WindowStats] | None] = [None] * len(asks)
+        for _ in range(_ATTEMPTS):
+            todo = [i for i, got in enumerate(out) if got is None]
+            reads = self._read_windows(role, [asks[i] for i in todo], epoch)
+            for i, read in zip(todo, reads):
+                names = sorted(_text(n) for n in read[2])
+                if names != sorted(asks[i][2]):
+                    asks[i] = (*asks[i][:2], tuple(names))
+                    continue
+                _, by = pending_counts(read[1])
+                windows = {name: _fields(flat) for name, flat in zip(asks[i][2], read[3:])}
+                for name, counts in by.items():
+                    windows[name] = windows.get(name, Counter()) + counts
+                out[i] = {name: WindowStats(windows[name]) for name in sorted(windows)}
+            if all(got is not None for got in out):
+                return [got for got in out if got is not None]
+        raise Conflict("reporters kept appearing under a concurrent ingest; read again")
 
-    def _folded(self, role: str, pairs: Sequence[tuple[str, str]],
-                epoch: str) -> list[tuple[list[bytes], list[bytes]]]:
-        """Per pair, its window's fields (flat) and reporter names, pending increments folded first."""
-        calls = [([pending_key(role, config, arm, epoch), window_key(role, config, arm, epoch),
-                   reporters_key(role, config, arm, epoch)], [self.window_ttl_s])
-                 for config, arm in pairs]
+    def _read_windows(self, role: str, asks: Sequence[tuple[str, str, Sequence[str]]],
+                      epoch: str) -> list[list[Any]]:
+        """Per (config, arm, reporters): READ_SCRIPT's answer (window, pending, names, their windows)."""
+        calls: list[tuple[list[str], list[Any]]] = [
+            ([pending_key(role, config, arm, epoch), window_key(role, config, arm, epoch),
+              reporters_key(role, config, arm, epoch),
+              *(reporter_window_key(role, config, arm, epoch, name) for name in names)], [])
+            for config, arm, names in asks]
         if not calls:
             return []
         with _redis_errors():
             try:
-                return self._pipelined(self._fold_read.sha, calls)
+                return self._pipelined(self._read.sha, calls)
             except redis.exceptions.NoScriptError:
-                self._fold_read.sha = self.connection.script_load(FOLD_READ_SCRIPT)
-                return self._pipelined(self._fold_read.sha, calls)
+                self._read.sha = self.connection.script_load(READ_SCRIPT)
+                return self._pipelined(self._read.sha, calls)
 
     def _pipelined(self, sha: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
         pipe = self.connection.pipeline(transaction=False)
@@ -364,9 +377,9 @@ def _stored_trace(entry_id: bytes | str, fields: dict[bytes, bytes]) -> StoredTr
     )
 
 
-def _pairs(flat: list[bytes]) -> dict[bytes, bytes]:
-    """An HGETALL answered from a script (a flat field, value list) as a dict."""
-    return dict(zip(flat[::2], flat[1::2]))
+def _fields(flat: list[bytes]) -> Counter[str]:
+    """An HGETALL answered by a script (a flat field, value list) as counts."""
+    return Counter({_text(name): int(value) for name, value in zip(flat[::2], flat[1::2])})
 
 
 def _text(value: bytes | str) -> str:
