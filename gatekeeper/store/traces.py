@@ -20,8 +20,8 @@ The gate's window is "the traces since the current stage began": the epoch is
 the binding's `stage_since`, so each stage gets its own aggregate and the gate
 reads one hash instead of rescanning traces. Ingest appends a trace's increments
 to the pending list and folds them into the window hashes in batches; a read
-adds what is still pending (`gatekeeper.store.window_fold`). Aggregates are not trimmed with the
-stream; they expire `window_ttl_s` after their last trace.
+adds what is still pending (`gatekeeper.store.window_fold`). Aggregates are not
+trimmed with the stream; they expire `window_ttl_s` after their last trace.
 
 Storing goes through one Lua script per (role, config, arm, epoch) group:
 idempotent on run ids, and written only while the role's binding is at the
@@ -235,7 +235,8 @@ class TraceStore:
                 epoch: str) -> list[WindowStats]:
         """Several (config, arm) aggregates over one stage, in one round trip."""
         reads = self._read_windows(role, [(config, arm, ()) for config, arm in pairs], epoch)
-        return [WindowStats(_fields(read[0]) + pending_counts(read[1])[0]) for read in reads]
+        return [WindowStats(_plus(_fields(read[0]), pending_counts(read[1])[0]))
+                for read in reads]
 
     def windows_by_reporter(self, role: str, pairs: Sequence[tuple[str, str]],
                             epoch: str) -> list[dict[str, WindowStats]]:
@@ -258,7 +259,7 @@ class TraceStore:
                 _, by = pending_counts(read[1])
                 windows = {name: _fields(flat) for name, flat in zip(asks[i][2], read[3:])}
                 for name, counts in by.items():
-                    windows[name] = windows.get(name, Counter()) + counts
+                    windows[name] = _plus(windows.get(name, Counter()), counts)
                 out[i] = {name: WindowStats(windows[name]) for name in sorted(windows)}
             if all(got is not None for got in out):
                 return [got for got in out if got is not None]
@@ -375,6 +376,12 @@ def _stored_trace(entry_id: bytes | str, fields: dict[bytes, bytes]) -> StoredTr
         trace=load_stored(Trace, fields[b"t"], f"stored trace {ident}"),
         verdict=TraceVerdict.from_json(json.loads(fields[b"v"])),
     )
+
+
+def _plus(stored: Counter[str], pending: Counter[str]) -> Counter[str]:
+    """Stored counts with the pending ones added (Counter's + would drop fields at 0 or below)."""
+    stored.update(pending)
+    return stored
 
 
 def _fields(flat: list[bytes]) -> Counter[str]:
