@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -22,8 +23,10 @@ from typing import IO, TypeVar
 import redis
 import requests
 from flask import Flask
+from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
+from router import create_app
 from router.server.embedded import valkey_executable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,6 +224,31 @@ class OwnRedis:
         """Stop it and remove its data."""
         self.stop()
         self.dir.cleanup()
+
+
+@contextmanager
+def router_on_own_redis(tokens: str) -> Iterator[tuple[OwnRedis, FlaskClient]]:
+    """The router (testing) on a private Redis a test may hang with `hung`; both stopped after."""
+    own = OwnRedis(persist=False)
+    own.start()
+    app = create_app({"redis_url": own.url, "tokens": tokens, "testing": True})
+    try:
+        yield own, app.test_client()
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
+        own.close()
+
+
+@contextmanager
+def hung(own: OwnRedis) -> Iterator[None]:
+    """`own` stopped (SIGSTOP: connections accepted, nothing answered) for the block."""
+    assert own.proc is not None
+    os.kill(own.proc.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(own.proc.pid, signal.SIGCONT)
 
 
 def _pings(client: redis.Redis) -> bool:

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import os
-import signal
-
-from router import create_app
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
-from tests.servers import OwnRedis, wait_for
+from tests.servers import hung, router_on_own_redis, wait_for
 
 CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.1}
 
 
 def test_hung_redis_opens_the_circuit_and_a_probe_closes_it() -> None:
     """After one timeout, reads and writes answer 503 'circuit open' at once; resumed, all works."""
-    own = OwnRedis(persist=False)
-    own.start()
-    app = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True})
-    client = app.test_client()
-    assert own.proc is not None
-    try:
+    with router_on_own_redis(TOKENS) as (own, client):
         assert client.put("/v1/bindings/summarizer", json=CANARY,
                           headers=auth(OPERATOR)).status_code == 201
-        os.kill(own.proc.pid, signal.SIGSTOP)
-        try:
+        with hung(own):
             first = client.get("/v1/bindings/summarizer", headers=auth(OPERATOR))
             assert first.status_code == 503  # waited out the socket timeout: Redis is hung
             assert "circuit open" not in first.json["error"]["message"]
@@ -37,15 +27,9 @@ def test_hung_redis_opens_the_circuit_and_a_probe_closes_it() -> None:
                 assert "nothing was sent" in write.json["error"]["message"]
             resolve = client.get("/v1/resolve/summarizer?key=k", headers=auth(CALLER))
             assert resolve.status_code == 200  # resolves never needed Redis
-        finally:
-            os.kill(own.proc.pid, signal.SIGCONT)
         wait_for(lambda: client.get("/v1/bindings/summarizer",
                                     headers=auth(OPERATOR)).status_code == 200 or None,
                  10, "the circuit to close once Redis answers")
         r = client.post("/v1/bindings/summarizer/pause", json={"reason": "x"},
                         headers=auth(OPERATOR))
         assert r.status_code == 200 and r.json["version"] == 2
-    finally:
-        app.extensions["rolegate"].cache.stop()
-        app.extensions["rolegate"].redis.close()
-        own.close()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from typing import Any
 
@@ -11,9 +9,8 @@ import pytest
 import redis
 
 from gatekeeper.store.kept import KeptConnections, ready
-from router import create_app
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
-from tests.servers import OwnRedis, wait_for
+from tests.servers import hung, router_on_own_redis, wait_for
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}
@@ -48,18 +45,12 @@ def test_a_clean_connection_is_reused_and_a_dropped_one_replaced(redis_url: str)
 
 def test_ingest_fails_fast_while_redis_is_hung_and_recovers() -> None:
     """The breaker runs before a kept connection is used: after one timeout, 503 at once."""
-    own = OwnRedis(persist=False)
-    own.start()
-    app = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True})
-    client = app.test_client()
-    assert own.proc is not None
-    try:
+    with router_on_own_redis(TOKENS) as (own, client):
         assert client.put("/v1/bindings/summarizer", json={"current": "cfg_a"},
                           headers=auth(OPERATOR)).status_code == 201
         assert client.post("/v1/traces", json=_trace("h0"),
                            headers=auth(CALLER)).status_code == 200  # a kept connection now
-        os.kill(own.proc.pid, signal.SIGSTOP)
-        try:
+        with hung(own):
             first = client.post("/v1/traces", json=_trace("h1"), headers=auth(CALLER))
             assert first.status_code in (503, 504)  # waited out the socket timeout
             for n in range(3):
@@ -69,15 +60,9 @@ def test_ingest_fails_fast_while_redis_is_hung_and_recovers() -> None:
                 assert again.status_code == 503, again.json
                 assert "circuit open" in again.json["error"]["message"]
                 assert time.monotonic() - started < 0.5
-        finally:
-            os.kill(own.proc.pid, signal.SIGCONT)
         wait_for(lambda: client.post("/v1/traces", json=_trace("h9"),
                                      headers=auth(CALLER)).status_code == 200 or None,
                  10, "ingest to work again once Redis answers")
-    finally:
-        app.extensions["rolegate"].cache.stop()
-        app.extensions["rolegate"].redis.close()
-        own.close()
 
 
 def test_the_breaker_hook_runs_once_per_call_kept_or_new(redis_url: str) -> None:
