@@ -3,8 +3,8 @@
     .venv/bin/python bench/criteria_eval.py [--traces 20000] [--window 2000] [--repeats 15]
 
 1. Pure: scoring one trace against the refunds example's 9 generated criteria
-   (`gatekeeper.criteria.evaluate`) against the online invariants' own check
-   (`gatekeeper.invariants.check`) on the same traces.
+   (`gatekeeper.checks.criteria.evaluate`) against the online invariants' own check
+   (`gatekeeper.checks.invariants.check`) on the same traces.
 2. The gate view's by_criterion section (in-process, no HTTP) for a role in
    shadow with `--window` traces per arm: with specs registered for both
    configs (it re-reads and scores the newest traces) against no spec (it reads
@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT))
 
 from bindings.models import Binding, Invariants  # noqa: E402
 from bindings.store import BindingStore  # noqa: E402
-from gatekeeper.criteria import evaluate, generate  # noqa: E402
-from gatekeeper.invariants import check  # noqa: E402
-from gatekeeper.spec import Spec  # noqa: E402
+from gatekeeper.checks.criteria import evaluate, generate  # noqa: E402
+from gatekeeper.checks.invariants import check  # noqa: E402
+from gatekeeper.checks.spec import Spec  # noqa: E402
 from gatekeeper.store.configs import ConfigStore  # noqa: E402
 from gatekeeper.store.trace_keys import epoch_of  # noqa: E402
 from gatekeeper.store.traces import Checked, TraceStore  # noqa: E402

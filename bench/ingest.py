@@ -200,7 +200,7 @@ def _ms(timings: list[float]) -> str:
 def replayed_drift(connection: redis.Redis) -> dict[str, Any]:
     """The drift section as it was built before its detectors were kept: a full replay."""
     from bindings.store import BindingStore
-    from gatekeeper.drift import drift_view
+    from gatekeeper.stats.drift import drift_view
     from gatekeeper.store.traces import TraceStore
     from gatekeeper.view.sections import REFERENCE_RUNS, candidate_arm, latest, since
 

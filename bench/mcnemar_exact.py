@@ -4,7 +4,7 @@
 
 For each number of discordant pairs n (regressions n/2 + n/100, the rest
 improvements: a near-balanced case, the slowest for both), times
-`gatekeeper.statistics.mcnemar_exact` and, up to --baseline-max, the plain
+`gatekeeper.stats.statistics.mcnemar_exact` and, up to --baseline-max, the plain
 quadratic sum it replaced (a separate minimal function below), checks the
 floats are identical and prints the ratio.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from gatekeeper.statistics import mcnemar_exact
+from gatekeeper.stats.statistics import mcnemar_exact
 
 
 def plain_cdf_half(k: int, n: int) -> float:

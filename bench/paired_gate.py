@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 from bench.client_resolve import redis_server  # noqa: E402
 from bindings.models import Binding, GatePolicy, Stage  # noqa: E402
 from bindings.store import BindingStore  # noqa: E402
-from gatekeeper.invariants import check  # noqa: E402
-from gatekeeper.pairing import compare, pair_runs  # noqa: E402
+from gatekeeper.checks.invariants import check  # noqa: E402
+from gatekeeper.stats.pairing import compare, pair_runs  # noqa: E402
 from gatekeeper.store.drift_state import DRIFT_KEY_TEMPLATE  # noqa: E402
 from gatekeeper.store.paired_state import PAIRED_KEY_TEMPLATE  # noqa: E402
 from gatekeeper.store.trace_keys import epoch_of  # noqa: E402
@@ -107,7 +107,7 @@ class Fill:
 
 def replayed_paired(ctx: Any, count: int = 20_000) -> dict[str, Any] | None:
     """The paired section as it was built before: both arms replayed from the streams."""
-    from gatekeeper.budget import final_alpha
+    from gatekeeper.stats.budget import final_alpha
     from gatekeeper.view.sections import since
 
     binding = ctx.record.binding

@@ -25,20 +25,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bindings.models import Binding, GatePolicy, HistoryEntry, Stage, VersionedBinding
-from gatekeeper.budget import final_alpha
-from gatekeeper.decide import (
+from gatekeeper.stats.budget import final_alpha
+from gatekeeper.machine.decide import (
     Action,
     decide,
     evidence_from_view,
     required_seconds,
     shadow_pairs_needed,
 )
-from gatekeeper.drift import RUN_FAILURE, Detector, params_for, section
+from gatekeeper.stats.drift import RUN_FAILURE, Detector, params_for, section
 from gatekeeper.gate import evaluate
-from gatekeeper.pair_tally import Tally
-from gatekeeper.pairing import Run
-from gatekeeper.rollout import Carried, EarlierStage, carried_of, epoch_key, walk
-from gatekeeper.stages import Event, apply
+from gatekeeper.stats.pair_tally import Tally
+from gatekeeper.stats.pairing import Run
+from gatekeeper.stats.rollout import Carried, EarlierStage, carried_of, epoch_key, walk
+from gatekeeper.machine.stages import Event, apply
 from gatekeeper.store.history import HISTORY_RUNS
 from gatekeeper.window import WindowStats
 

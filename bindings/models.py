@@ -59,8 +59,8 @@ class Thresholds(Frozen):
     min_samples: int = Field(50, ge=1)
     #: The stage alpha: each stage of the ladder adds this much to the chance a
     #: rollout rolls back a candidate no worse than current, all its tests together
-    #: (split in `gatekeeper.budget`; the sequential tests spend the rollout's sum at
-    #: once, `gatekeeper.rollout`). 0.0025 over the default ladder's four stages
+    #: (split in `gatekeeper.stats.budget`; the sequential tests spend the rollout's sum at
+    #: once, `gatekeeper.stats.rollout`). 0.0025 over the default ladder's four stages
     #: keeps a rollout's false rollbacks within 1%.
     alpha: float = Field(0.0025, gt=0.0, lt=1.0)
     #: Paired shadow runs needed before shadow may pass (None: min_samples). Size it
@@ -110,7 +110,7 @@ class DriftPolicy(Frozen):
     enabled: bool = True
     shift: float = Field(0.05, gt=0.0, lt=1.0)
     #: The alarm level; None (the default) derives it per p0 from the stage alpha
-    #: (an in-control ARL target, `gatekeeper.cusum_arl`), a fixed h alarms falsely
+    #: (an in-control ARL target, `gatekeeper.stats.cusum_arl`), a fixed h alarms falsely
     #: at very different rates at different base rates.
     h: float | None = Field(None, gt=0.0)
     #: Fixed baseline rates per metric; otherwise p0 comes from the current arm.

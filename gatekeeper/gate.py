@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bindings.models import GatePolicy
-from gatekeeper.statistics import difference_interval, wilson_interval
+from gatekeeper.stats.statistics import difference_interval, wilson_interval
 from gatekeeper.window import WindowStats
 
 VerdictName = Literal["pass", "fail", "insufficient_data"]

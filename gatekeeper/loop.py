@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from bindings.models import VersionedBinding
-from gatekeeper.decide import Action, Decision, decide, evidence_from_view
+from gatekeeper.machine.decide import Action, Decision, decide, evidence_from_view
 from gatekeeper.webhooks import ALARM, REFUSED, ROLLBACK, STAGE_CHANGE, Notifier
 from rolegate.http import ApiClient, ApiError
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from bindings.errors import Conflict
 from bindings.models import Stage, VersionedBinding
 from bindings.store import BindingStore
-from gatekeeper.invariants import TraceVerdict
-from gatekeeper.stages import Event, apply
+from gatekeeper.checks.invariants import TraceVerdict
+from gatekeeper.machine.stages import Event, apply
 from rolegate.trace import Trace
 
 ACTOR = "tripwire"

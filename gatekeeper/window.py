@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bindings.models import Invariants
-from gatekeeper.invariants import CRITERIA, TraceVerdict, check
-from gatekeeper.statistics import histogram_percentile
+from gatekeeper.checks.invariants import CRITERIA, TraceVerdict, check
+from gatekeeper.stats.statistics import histogram_percentile
 from rolegate.trace import Trace
 
 #: Scalar fields: traces, passes, traces with a forbidden call, blocking traces,

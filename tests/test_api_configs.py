@@ -8,7 +8,7 @@ from typing import Any
 import redis
 from flask.testing import FlaskClient
 
-from gatekeeper.spec import Spec
+from gatekeeper.checks.spec import Spec
 from gatekeeper.store.configs import ConfigStore
 from tests.conftest import CALLER, OPERATOR, auth
 

@@ -10,7 +10,7 @@ import pytest
 from flask import Flask
 from flask.testing import FlaskClient
 
-from gatekeeper.invariants import check
+from gatekeeper.checks.invariants import check
 from gatekeeper.store.trace_keys import epoch_of
 from gatekeeper.store.traces import Checked
 from rolegate.trace import Trace

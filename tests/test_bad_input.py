@@ -14,7 +14,7 @@ import redis
 from flask.testing import FlaskClient
 
 from bindings.models import VersionedBinding
-from gatekeeper.decide import Action, Evidence, decide
+from gatekeeper.machine.decide import Action, Evidence, decide
 from tests.conftest import OPERATOR, auth
 
 OP = {**auth(OPERATOR), "Content-Type": "application/json"}

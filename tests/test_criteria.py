@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gatekeeper.criteria import Criterion, check, diff, evaluate, generate
-from gatekeeper.review import regressions, tally
-from gatekeeper.spec import Spec
+from gatekeeper.checks.criteria import Criterion, check, diff, evaluate, generate
+from gatekeeper.checks.review import regressions, tally
+from gatekeeper.checks.spec import Spec
 from rolegate.trace import Trace
 
 STAMPS = {"agent_version": "1", "instruction_hash": "h", "model_id": "m", "tool_schema_hash": "t"}

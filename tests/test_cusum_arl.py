@@ -7,10 +7,10 @@ import random
 import pytest
 
 from bindings.models import DriftPolicy
-from gatekeeper.budget import cusum_arl0
-from gatekeeper.cusum_arl import arl, chain_arl, h_for_arl, lattice
-from gatekeeper.drift import bounded_p0, derived_h, params_for
-from gatekeeper.statistics import Cusum
+from gatekeeper.stats.budget import cusum_arl0
+from gatekeeper.stats.cusum_arl import arl, chain_arl, h_for_arl, lattice
+from gatekeeper.stats.drift import bounded_p0, derived_h, params_for
+from gatekeeper.stats.statistics import Cusum
 from gatekeeper.window import WindowStats
 
 

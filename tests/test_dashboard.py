@@ -156,7 +156,7 @@ def test_cross_site_writes_refused_even_when_open(open_app: Flask) -> None:
 
 def test_cusum_path_climbs_alarms_at_h_and_resets() -> None:
     """The CUSUM path rises with failures, is drawn at h where it alarms, then restarts."""
-    from gatekeeper.pairing import Run
+    from gatekeeper.stats.pairing import Run
     from router.dashboard.data import cusum_path
 
     runs = [Run(key=str(i), passed=False) for i in range(12)]
@@ -172,7 +172,7 @@ def test_cusum_path_climbs_alarms_at_h_and_resets() -> None:
 
 def test_pass_rate_series_buckets_by_run_time() -> None:
     """Pass rate per time bucket, from each run's own end time, empty buckets left out."""
-    from gatekeeper.invariants import TraceVerdict
+    from gatekeeper.checks.invariants import TraceVerdict
     from gatekeeper.store.traces import StoredTrace
     from rolegate.trace import Trace
     from router.dashboard.data import pass_rate_series

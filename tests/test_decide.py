@@ -9,14 +9,14 @@ from pydantic import ValidationError
 
 from bindings.errors import IllegalTransition
 from bindings.models import Binding, GatePolicy, Stage, Thresholds, VersionedBinding
-from gatekeeper.decide import (
+from gatekeeper.machine.decide import (
     Action,
     Evidence,
     decide,
     evidence_from_view,
     shadow_pairs_needed,
 )
-from gatekeeper.stages import TRANSITIONS, Event, apply
+from gatekeeper.machine.stages import TRANSITIONS, Event, apply
 
 NOW = 1_000_000.0
 POLICY = GatePolicy(thresholds=Thresholds(min_samples=20, min_stage_seconds=60,

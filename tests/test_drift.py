@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bindings.models import DriftPolicy
-from gatekeeper.drift import (
+from gatekeeper.stats.drift import (
     FORBIDDEN_CALL,
     RUN_FAILURE,
     TOOL_ERROR,
@@ -13,7 +13,7 @@ from gatekeeper.drift import (
     replay,
     watch,
 )
-from gatekeeper.pairing import Run
+from gatekeeper.stats.pairing import Run
 
 
 def _runs(pattern: str) -> list[Run]:

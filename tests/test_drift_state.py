@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from bindings.models import DriftPolicy, Invariants
-from gatekeeper.drift import (
+from gatekeeper.stats.drift import (
     FORBIDDEN_CALL,
     METRICS,
     RUN_FAILURE,
@@ -24,8 +24,8 @@ from gatekeeper.drift import (
     params_for,
     replay,
 )
-from gatekeeper.invariants import check
-from gatekeeper.pairing import Run
+from gatekeeper.checks.invariants import check
+from gatekeeper.stats.pairing import Run
 from gatekeeper.store.drift_state import DriftStates, Watch, drift_key
 from gatekeeper.store.traces import Checked, TraceStore
 from gatekeeper.window import WindowStats

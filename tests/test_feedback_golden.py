@@ -16,7 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
-from gatekeeper.spec import Spec
+from gatekeeper.checks.spec import Spec
 from gatekeeper.store.configs import ConfigStore, config_key
 from gatekeeper.suite.scenario import load_suite
 from router.cli import main

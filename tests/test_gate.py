@@ -8,8 +8,8 @@ import pytest
 
 from bindings.models import GatePolicy, Invariants, Thresholds
 from gatekeeper.gate import compare, evaluate
-from gatekeeper.invariants import check
-from gatekeeper.statistics import wilson_interval
+from gatekeeper.checks.invariants import check
+from gatekeeper.stats.statistics import wilson_interval
 from gatekeeper.window import WindowStats, cost_bucket, increments
 from rolegate.trace import Trace
 

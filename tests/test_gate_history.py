@@ -8,7 +8,7 @@ from typing import Any
 import redis
 
 from bindings.models import Binding
-from gatekeeper.drift import RUN_FAILURE, bounded_p0
+from gatekeeper.stats.drift import RUN_FAILURE, bounded_p0
 from gatekeeper.store.history import HistoryStore, history_key
 from gatekeeper.store.trace_keys import epoch_of
 from tests.conftest import CALLER, OPERATOR, auth

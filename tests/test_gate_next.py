@@ -7,7 +7,7 @@ from typing import Any
 from flask.testing import FlaskClient
 
 from bindings.models import VersionedBinding
-from gatekeeper.decide import decide, evidence_from_view
+from gatekeeper.machine.decide import decide, evidence_from_view
 from tests.conftest import CALLER, OPERATOR, auth
 
 OP = auth(OPERATOR)

@@ -9,7 +9,7 @@ import redis
 
 from bindings.models import VersionedBinding
 from bindings.store import BindingStore
-from gatekeeper.decide import decide, evidence_from_view
+from gatekeeper.machine.decide import decide, evidence_from_view
 from gatekeeper.store.rollout import RolloutReader
 from gatekeeper.store.traces import TraceStore
 from tests.conftest import CALLER, OPERATOR, auth

@@ -12,7 +12,7 @@ import requests
 from click.testing import CliRunner
 from flask import Flask
 
-from gatekeeper.decide import Action, Decision
+from gatekeeper.machine.decide import Action, Decision
 from gatekeeper.loop import Gatekeeper, _act, tick
 from gatekeeper.webhooks import Notifier
 from rolegate.http import ApiClient

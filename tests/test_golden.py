@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gatekeeper.golden import Feedback, select, to_scenario, with_inline
-from gatekeeper.reference import score
+from gatekeeper.checks.golden import Feedback, select, to_scenario, with_inline
+from gatekeeper.checks.reference import score
 from gatekeeper.suite.scenario import Scenario
 from rolegate.trace import Trace
 

@@ -16,7 +16,7 @@ from flask.testing import FlaskClient
 
 from bindings.models import Invariants
 from bindings.store import binding_key
-from gatekeeper.invariants import check
+from gatekeeper.checks.invariants import check
 from gatekeeper.store.trace_ingest import Charge, Checked, Moved, OverQuota
 from gatekeeper.store.traces import TraceStore
 from rolegate.trace import Trace

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from bindings.models import Invariants
-from gatekeeper.invariants import CRITERIA, TraceVerdict, check, contains_table
+from gatekeeper.checks.invariants import CRITERIA, TraceVerdict, check, contains_table
 from rolegate.trace import Trace
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",

@@ -12,7 +12,7 @@ import redis
 from flask import Flask
 from flask.testing import FlaskClient
 
-from gatekeeper.decide import Action
+from gatekeeper.machine.decide import Action
 from gatekeeper.loop import tick
 from gatekeeper.store.traces import TraceStore
 from rolegate.http import ApiClient

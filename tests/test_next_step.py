@@ -8,9 +8,9 @@ import pytest
 from pydantic import ValidationError
 
 from bindings.models import Binding, CanaryStep, GatePolicy, Stage, Thresholds, VersionedBinding
-from gatekeeper.decide import Action, Evidence, decide
-from gatekeeper.durations import stage_minimum
-from gatekeeper.next_step import next_step
+from gatekeeper.machine.decide import Action, Evidence, decide
+from gatekeeper.machine.durations import stage_minimum
+from gatekeeper.machine.next_step import next_step
 
 #: 2026-12-01 12:00:00 UTC.
 NOON = float(calendar.timegm((2026, 12, 1, 12, 0, 0)))

@@ -12,9 +12,9 @@ import pytest
 import redis
 
 from bindings.models import Invariants
-from gatekeeper.invariants import check
-from gatekeeper.pair_tally import Queue, Tally, advance
-from gatekeeper.pairing import MAX_LISTED_KEYS, PairedReport, Run, compare, pair_runs
+from gatekeeper.checks.invariants import check
+from gatekeeper.stats.pair_tally import Queue, Tally, advance
+from gatekeeper.stats.pairing import MAX_LISTED_KEYS, PairedReport, Run, compare, pair_runs
 from gatekeeper.store.paired_state import Arms, PairedStates
 from gatekeeper.store.traces import Checked, TraceStore
 from rolegate.trace import Trace

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gatekeeper.pairing import Pair, Run, compare, pair_runs
+from gatekeeper.stats.pairing import Pair, Run, compare, pair_runs
 
 
 def _pairs(regressions: int, improvements: int, agree: int) -> list[Pair]:

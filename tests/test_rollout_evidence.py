@@ -1,4 +1,4 @@
-"""The rollout's evidence carried across its stages (gatekeeper.rollout): pure, no I/O."""
+"""The rollout's evidence carried across its stages (gatekeeper.stats.rollout): pure, no I/O."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import math
 import random
 
 from bindings.models import Binding, GatePolicy, HistoryEntry, Stage, Thresholds, VersionedBinding
-from gatekeeper.budget import FLIPS, FLOOR, RATE, SEQUENTIAL_SHARE
-from gatekeeper.decide import Action, Evidence, decide
-from gatekeeper.rollout import (
+from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, SEQUENTIAL_SHARE
+from gatekeeper.machine.decide import Action, Evidence, decide
+from gatekeeper.stats.rollout import (
     Carried,
     EarlierStage,
     StageCounts,
@@ -18,7 +18,7 @@ from gatekeeper.rollout import (
     sequential_logs,
     walk,
 )
-from gatekeeper.sequential import log_ratio, rate_log_ratio
+from gatekeeper.stats.sequential import log_ratio, rate_log_ratio
 
 POLICY = GatePolicy(thresholds=Thresholds(min_samples=50, min_stage_seconds=600,
                                           bake_seconds=3600))

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from gatekeeper.sequential import (
+from gatekeeper.stats.sequential import (
     THETAS,
     flip_test,
     flips_of,
@@ -16,7 +16,7 @@ from gatekeeper.sequential import (
     rate_test,
     upper_p0,
 )
-from gatekeeper.statistics import mcnemar_exact
+from gatekeeper.stats.statistics import mcnemar_exact
 
 
 def test_lopsided_flips_reject_and_balanced_do_not() -> None:

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from gatekeeper import statistics
-from gatekeeper.statistics import binomial_cdf_half, mcnemar_exact
+from gatekeeper.stats import statistics
+from gatekeeper.stats.statistics import binomial_cdf_half, mcnemar_exact
 
 
 def _plain_sum(k: int, n: int) -> float:

@@ -17,7 +17,7 @@ from flask.testing import FlaskClient
 from werkzeug.serving import make_server
 
 from bindings.models import GatePolicy
-from gatekeeper.spec import Spec
+from gatekeeper.checks.spec import Spec
 from gatekeeper.store.configs import ConfigStore
 from gatekeeper.suite.compare import compare_results
 from gatekeeper.suite.records import RunOptions

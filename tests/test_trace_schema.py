@@ -8,7 +8,7 @@ import pytest
 from flask.testing import FlaskClient
 from pydantic import ValidationError
 
-from gatekeeper.trajectory import Change, classify
+from gatekeeper.checks.trajectory import Change, classify
 from rolegate.trace import Trace, canonical_tools
 from tests.conftest import CALLER, OPERATOR, auth
 

@@ -12,7 +12,7 @@ import redis
 from bindings.errors import InvalidInput, NotFound
 from bindings.models import Invariants
 from bindings.store import binding_key
-from gatekeeper.invariants import check
+from gatekeeper.checks.invariants import check
 from gatekeeper.store.trace_ingest import Checked, Moved
 from gatekeeper.store.trace_keys import stream_key
 from gatekeeper.store.traces import TraceStore

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gatekeeper.trajectory import (
+from gatekeeper.checks.trajectory import (
     Change,
     classify,
     edit_distance,

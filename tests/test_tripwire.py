@@ -12,8 +12,8 @@ from bindings.errors import Conflict
 from bindings.models import Binding, VersionedBinding
 from bindings.store import BindingStore
 from gatekeeper import tripwire
-from gatekeeper.invariants import check
-from gatekeeper.stages import Event, apply
+from gatekeeper.checks.invariants import check
+from gatekeeper.machine.stages import Event, apply
 from rolegate.trace import Trace
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",

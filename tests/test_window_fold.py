@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from bindings.models import Invariants
-from gatekeeper.invariants import check
+from gatekeeper.checks.invariants import check
 from gatekeeper.store.trace_ingest import Checked
 from gatekeeper.store.trace_keys import pending_key, reporter_window_key, window_key
 from gatekeeper.store.traces import TraceStore

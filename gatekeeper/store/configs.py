@@ -35,8 +35,8 @@ from bindings.errors import (
     StoreUnavailable,
 )
 from bindings.store import BindingStore, _redis_errors, load_stored
-from gatekeeper.criteria import Criterion, diff, generate
-from gatekeeper.spec import Spec
+from gatekeeper.checks.criteria import Criterion, diff, generate
+from gatekeeper.checks.spec import Spec
 from rolegate.body import AgentBody, CompletionBody
 from rolegate.config_ids import ConfigId, config_id_problem
 

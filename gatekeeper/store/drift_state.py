@@ -31,8 +31,8 @@ import redis
 
 from bindings.connection import Connection
 from bindings.store import _redis_errors
-from gatekeeper.drift import Detector, Params, stream_order
-from gatekeeper.pairing import Run
+from gatekeeper.stats.drift import Detector, Params, stream_order
+from gatekeeper.stats.pairing import Run
 from gatekeeper.store.trace_keys import stream_key
 from gatekeeper.store.traces import WINDOW_TTL_S
 from rolegate.trace import canonical_tools

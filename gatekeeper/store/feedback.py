@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from bindings.connection import Connection
 from bindings.errors import Conflict, NotFound
 from bindings.store import _redis_errors, load_stored
-from gatekeeper.golden import Feedback
+from gatekeeper.checks.golden import Feedback
 from gatekeeper.store.trace_keys import run_key
 
 FEEDBACK_KEY_TEMPLATE = "rolegate:{{{role}}}:feedback:{run_id}"

@@ -24,7 +24,7 @@ keys also expire `ttl_s` after the last save.
 A read loads the tally, reads each arm's entries after its last id (XRANGE with
 an exclusive start, at most `max_advance` per arm: a tally far behind catches
 up over successive reads and says so), loads the waiting queues of the keys
-those entries carry, folds them in (`gatekeeper.pair_tally.advance`) and saves
+those entries carry, folds them in (`gatekeeper.stats.pair_tally.advance`) and saves
 with one script that first checks both last ids are still the ones read. When
 another reader got there first nothing is written and that reader's tally is
 shown instead, so two readers never count a run twice.
@@ -42,7 +42,7 @@ import redis
 
 from bindings.connection import Connection
 from bindings.store import _redis_errors
-from gatekeeper.pair_tally import (
+from gatekeeper.stats.pair_tally import (
     ARMS,
     CURRENT,
     SHADOW,
@@ -54,11 +54,11 @@ from gatekeeper.pair_tally import (
     advance,
     keys_of,
 )
-from gatekeeper.pairing import Run
+from gatekeeper.stats.pairing import Run
 from gatekeeper.store.drift_state import run_of_fields
 from gatekeeper.store.trace_keys import stream_key
 from gatekeeper.store.traces import WINDOW_TTL_S
-from gatekeeper.trajectory import Change
+from gatekeeper.checks.trajectory import Change
 
 PAIRED_KEY_TEMPLATE = "rolegate:{{{role}}}:paired:{current}:{candidate}:{epoch}"
 WAITING_KEY_TEMPLATE = PAIRED_KEY_TEMPLATE + ":waiting:{arm}"

@@ -1,7 +1,7 @@
 """Reads a rollout's earlier stages: which they were, and the candidate's counts in each.
 
 Nothing new is written for this. The stages come from the binding history
-(`gatekeeper.rollout.walk` over the newest entries, read a page at a time,
+(`gatekeeper.stats.rollout.walk` over the newest entries, read a page at a time,
 `LOOKBACK` at most), and each stage's counts from what ingest already keeps
 for it: the candidate's window under that stage's epoch (the shadow arm in
 shadow, the candidate arm after) and, for shadow, the paired tally's flips. A
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from bindings.models import Binding, HistoryEntry, Stage, VersionedBinding
 from bindings.store import BindingStore
-from gatekeeper.rollout import Carried, EarlierStage, carried_of, epoch_key, walk
+from gatekeeper.stats.rollout import Carried, EarlierStage, carried_of, epoch_key, walk
 from gatekeeper.store.paired_state import Arms, PairedStates
 from gatekeeper.store.traces import TraceStore
 from gatekeeper.window import WindowStats

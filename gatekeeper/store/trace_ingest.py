@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bindings.store import binding_key
-from gatekeeper.invariants import TraceVerdict
+from gatekeeper.checks.invariants import TraceVerdict
 from gatekeeper.store.trace_keys import (
     Location,
     configs_key,

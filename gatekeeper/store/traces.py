@@ -42,7 +42,7 @@ from redis.cluster import RedisCluster
 from bindings.connection import Connection
 from bindings.errors import Conflict, InvalidInput, NotFound
 from bindings.store import _redis_errors, load_stored
-from gatekeeper.invariants import TraceVerdict
+from gatekeeper.checks.invariants import TraceVerdict
 from gatekeeper.store.kept import KeptConnections
 from gatekeeper.store.trace_ingest import (
     INGEST_SCRIPT,

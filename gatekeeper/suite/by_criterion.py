@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from gatekeeper.criteria import Criterion, evaluate, generate
-from gatekeeper.reference import score
-from gatekeeper.review import Regression, Tally, rates_table, regressions, tally
-from gatekeeper.spec import Spec
+from gatekeeper.checks.criteria import Criterion, evaluate, generate
+from gatekeeper.checks.reference import score
+from gatekeeper.checks.review import Regression, Tally, rates_table, regressions, tally
+from gatekeeper.checks.spec import Spec
 from gatekeeper.suite.scenario import Scenario, SuiteError
 from rolegate.trace import Trace
 

@@ -1,7 +1,7 @@
 """Baseline against candidate over the same scenarios: flips, trajectories, resources, stable steps.
 
 Pure: two `SuiteResult`s in, a `SuiteComparison` out. Runs pair by (scenario,
-repeat) and go through `gatekeeper.pairing`, the same flip counting, exact
+repeat) and go through `gatekeeper.stats.pairing`, the same flip counting, exact
 McNemar test and trajectory histogram the shadow stage uses. Resource ceilings
 are warnings (seed 001: +20% latency, +15% tokens). The stable-step analysis
 follows the comments under seed 001: across the baseline's N recordings of a
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
-from gatekeeper.pairing import Run, pair_runs
-from gatekeeper.pairing import compare as paired_compare
+from gatekeeper.stats.pairing import Run, pair_runs
+from gatekeeper.stats.pairing import compare as paired_compare
 from gatekeeper.suite.by_criterion import criterion_comparison
 from gatekeeper.suite.records import RunRecord
 from gatekeeper.suite.verdict import SuiteResult

@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from typing import Any, TextIO
 
-from gatekeeper.invariants import TraceVerdict, check
+from gatekeeper.checks.invariants import TraceVerdict, check
 from gatekeeper.suite import adapter
 from gatekeeper.suite.by_criterion import run_checks, suite_criteria
 from gatekeeper.suite.isolation import RunContext, agent_credentials

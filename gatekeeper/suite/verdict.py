@@ -1,6 +1,6 @@
 """The suite's verdict: the online gate's own code, per scenario and for the whole suite.
 
-Each run was checked by `gatekeeper.invariants.check` (the same per-trace checks
+Each run was checked by `gatekeeper.checks.invariants.check` (the same per-trace checks
 as production); here the runs fold into `WindowStats` and go through
 `gatekeeper.gate.evaluate`, so the offline lane and the online lane compute the
 same figures (seed 002). Offline, `min_samples` is the number of planned
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.models import GatePolicy, Invariants
 from gatekeeper.gate import evaluate
-from gatekeeper.invariants import TraceVerdict
+from gatekeeper.checks.invariants import TraceVerdict
 from gatekeeper.suite.records import RunRecord, SuiteRun
 from gatekeeper.suite.scenario import Scenario
 from gatekeeper.window import WindowStats

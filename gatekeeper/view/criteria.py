@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from bindings.store import _redis_errors
-from gatekeeper.criteria import Criterion, evaluate
-from gatekeeper.review import Tally, regressions, tally
-from gatekeeper.statistics import difference_interval
+from gatekeeper.checks.criteria import Criterion, evaluate
+from gatekeeper.checks.review import Tally, regressions, tally
+from gatekeeper.stats.statistics import difference_interval
 from gatekeeper.store.configs import ConfigStore
 from gatekeeper.store.trace_keys import stream_key
 from gatekeeper.store.traces import StreamEntries

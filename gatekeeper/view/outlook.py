@@ -4,7 +4,7 @@
   ended. The new stage's window starts empty; the failing numbers live in the
   window of the stage before, kept under that stage's epoch, and are read back
   from there, with the rollback's history entry.
-- `next`: what the gatekeeper does next, by `gatekeeper.next_step` (decide() on
+- `next`: what the gatekeeper does next, by `gatekeeper.machine.next_step` (decide() on
   the view's own evidence, explained), with who paused the role and why.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from bindings.models import Stage, VersionedBinding
 from bindings.store import BindingStore
-from gatekeeper.next_step import next_section
+from gatekeeper.machine.next_step import next_section
 from gatekeeper.store.traces import TraceStore
 from gatekeeper.view.arms import arms_section, comparison_section
 from gatekeeper.view.context import context_of

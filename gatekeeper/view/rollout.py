@@ -1,7 +1,7 @@
 """The gate view's `rollout` section: the earlier stages of the rollout the stage belongs to.
 
 The gatekeeper's sequential tests run over every candidate run of the rollout
-(`gatekeeper.rollout`); this section is where they read the earlier stages'
+(`gatekeeper.stats.rollout`); this section is where they read the earlier stages'
 counts from: `began` and `since` (the rollout's first stage and when it
 began), `complete` (false when the history was cut before it), `alpha` (the
 rollout's level), `stages` (each earlier stage, oldest first: stage, share,

@@ -14,10 +14,10 @@ from typing import Any, cast
 
 from bindings.models import Stage
 from bindings.store import _redis_errors
-from gatekeeper.budget import final_alpha
-from gatekeeper.decide import shadow_pairs_needed
-from gatekeeper.drift import METRICS, disabled_view, params_for, section
-from gatekeeper.pairing import Run
+from gatekeeper.stats.budget import final_alpha
+from gatekeeper.machine.decide import shadow_pairs_needed
+from gatekeeper.stats.drift import METRICS, disabled_view, params_for, section
+from gatekeeper.stats.pairing import Run
 from gatekeeper.store.drift_state import DriftStates, Watch, run_of_fields
 from gatekeeper.store.history import HistoryStore
 from gatekeeper.store.paired_state import Arms, PairedStates

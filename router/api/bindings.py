@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.errors import Conflict, NotFound, PreconditionRequired
 from bindings.models import Binding, VersionedBinding
-from gatekeeper.stages import Event, apply
+from gatekeeper.machine.stages import Event, apply
 from router.api.bodies import json_body, parse
 from router.api.configs import snapshot_json
 from router.api.idempotency import current as idempotency

@@ -18,8 +18,8 @@ from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from bindings.models import VersionedBinding
-from gatekeeper.criteria import CriteriaDiff, diff, evaluate
-from gatekeeper.spec import Spec
+from gatekeeper.checks.criteria import CriteriaDiff, diff, evaluate
+from gatekeeper.checks.spec import Spec
 from gatekeeper.store.configs import ConfigRecord, ConfigStore
 from rolegate.body import AgentBody, CompletionBody, check_size
 from rolegate.trace import Trace

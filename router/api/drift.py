@@ -10,7 +10,7 @@ from __future__ import annotations
 from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from gatekeeper.drift import METRICS, calibrate
+from gatekeeper.stats.drift import METRICS, calibrate
 from gatekeeper.view.sections import latest
 from router.api.params import role_param
 from router.api.traces import trace_store

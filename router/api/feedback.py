@@ -21,7 +21,7 @@ from flask import Blueprint, Flask, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
-from gatekeeper import golden
+from gatekeeper.checks import golden
 from gatekeeper.store.feedback import FeedbackStore
 from rolegate.trace import ROLE_PATTERN
 from router.api.bodies import json_body, parse

@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from bindings.errors import RolegateError
 from bindings.models import ROLE_NAME_PATTERN
 from gatekeeper import tripwire
-from gatekeeper.invariants import check
+from gatekeeper.checks.invariants import check
 from gatekeeper.store.trace_ingest import Checked, OverQuota, Stored
 from gatekeeper.store.trace_keys import epoch_of
 from rolegate.trace import Trace

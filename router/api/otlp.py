@@ -36,7 +36,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from bindings.errors import NotFound
 from gatekeeper import tripwire
-from gatekeeper.invariants import TraceVerdict, check
+from gatekeeper.checks.invariants import TraceVerdict, check
 from gatekeeper.store.pending_spans import PendingSpans
 from rolegate.spans import ARM, CONFIG, KEY, ROLE, RUN_ID, IncompleteRun, Span, assemble, placement
 from rolegate.trace import Trace

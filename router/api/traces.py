@@ -47,7 +47,7 @@ from flask.typing import ResponseReturnValue
 from bindings.errors import NotFound
 from bindings.models import VersionedBinding, validate_role_name
 from gatekeeper import tripwire
-from gatekeeper.invariants import check
+from gatekeeper.checks.invariants import check
 from gatekeeper.store.pending_spans import PendingSpans
 from gatekeeper.store.trace_ingest import Charge, Checked, Moved, OverQuota, Stored
 from gatekeeper.store.trace_keys import epoch_of

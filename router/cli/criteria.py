@@ -20,10 +20,10 @@ from urllib.parse import quote, urlencode
 import click
 from pydantic import ValidationError
 
-from gatekeeper.criteria import Criterion
-from gatekeeper.criteria import generate as generate_criteria
-from gatekeeper.golden import SAMPLE_TIERS, Case, to_scenario
-from gatekeeper.spec import Spec
+from gatekeeper.checks.criteria import Criterion
+from gatekeeper.checks.criteria import generate as generate_criteria
+from gatekeeper.checks.golden import SAMPLE_TIERS, Case, to_scenario
+from gatekeeper.checks.spec import Spec
 from gatekeeper.suite.scenario import Scenario
 from rolegate.http import ApiClient, ApiError
 from rolegate.trace import Trace

@@ -14,7 +14,7 @@ from urllib.parse import quote
 
 import click
 
-from gatekeeper.decide import Decision
+from gatekeeper.machine.decide import Decision
 from gatekeeper.loop import Gatekeeper, unjudged
 from gatekeeper.webhooks import Notifier, parse_urls
 from rolegate.http import ApiClient

@@ -15,9 +15,9 @@ from typing import Any
 from bindings.errors import NotFound, RolegateError
 from bindings.models import HistoryEntry, Stage, VersionedBinding
 from bindings.store import BindingStore
-from gatekeeper.drift import METRICS, baseline, derived_h
-from gatekeeper.pairing import Run
-from gatekeeper.statistics import Cusum
+from gatekeeper.stats.drift import METRICS, baseline, derived_h
+from gatekeeper.stats.pairing import Run
+from gatekeeper.stats.statistics import Cusum
 from gatekeeper.store.traces import StoredTrace, TraceStore
 from gatekeeper.view import arm_configs, gate_context, gate_view
 from gatekeeper.view.sections import REFERENCE_RUNS, candidate_arm, latest, paired_section, run_of

@@ -20,7 +20,7 @@ from werkzeug.routing import Rule
 
 from bindings.models import ROLE_NAME_SCHEMA_PATTERN, Binding, HistoryEntry, VersionedBinding
 from bindings.offline import OfflineVerdict, StoredOfflineVerdict
-from gatekeeper.criteria import CriteriaDiff
+from gatekeeper.checks.criteria import CriteriaDiff
 from gatekeeper.store.configs import ConfigRecord
 from rolegate.config_ids import CONFIG_ID_PATTERN, MAX_CONFIG_ID
 from router.api.archive import ArchiveRequest

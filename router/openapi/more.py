@@ -51,7 +51,7 @@ WAIT = _obj("kind", "setting", "have", "need", "until", "text",
             kind={"enum": ["runs", "pairs", "time", "other"]},
             setting={"type": ["string", "null"]}, have={"type": "number"},
             need={"type": "number"}, until={"type": ["number", "null"]}, text={"type": "string"})
-#: `gatekeeper.next_step.NextStep.as_dict()`: decide()'s action on this view, explained.
+#: `gatekeeper.machine.next_step.NextStep.as_dict()`: decide()'s action on this view, explained.
 NEXT = _obj("action", "state", "summary", "then", "waits", "reason", "lines",
             action={"enum": ["advance", "rollback", "hold", "skip"]},
             state={"enum": ["waiting", "advancing", "rolling_back", "paused", "stable",

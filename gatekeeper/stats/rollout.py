@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bindings.models import Binding, HistoryEntry, Stage, Thresholds, VersionedBinding
-from gatekeeper.budget import FLIPS, FLOOR, RATE, Combined, combine, weights
-from gatekeeper.sequential import log_ratio, rate_log_ratio
+from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, Combined, combine, weights
+from gatekeeper.stats.sequential import log_ratio, rate_log_ratio
 
 LIVE_STAGES = frozenset({Stage.SHADOW, Stage.CANARY, Stage.FULL})
 #: The most a rollout's alpha may be, whatever the stage alpha and the ladder.

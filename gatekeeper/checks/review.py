@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from gatekeeper.criteria import Criterion
-from gatekeeper.statistics import wilson_interval
+from gatekeeper.checks.criteria import Criterion
+from gatekeeper.stats.statistics import wilson_interval
 
 Verdicts = Mapping[str, "bool | None"]
 

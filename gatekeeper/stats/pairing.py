@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gatekeeper.statistics import mcnemar_exact
-from gatekeeper.trajectory import Change, classify, histogram, lost_tools
+from gatekeeper.stats.statistics import mcnemar_exact
+from gatekeeper.checks.trajectory import Change, classify, histogram, lost_tools
 
 #: Keys listed per category in a report; the counts stay exact beyond it.
 MAX_LISTED_KEYS = 50
@@ -138,7 +138,7 @@ def shadow_verdict(pairs: int, regressions: int, improvements: int, p_one_sided:
     """The shadow verdict and its reasons from the counts: `blocking` pairs lost `lost` tools.
 
     Counts only, so a one-shot `compare` and the running tally the gate view
-    keeps (`gatekeeper.pair_tally`) judge alike.
+    keeps (`gatekeeper.stats.pair_tally`) judge alike.
     """
     reasons: list[str] = []
     if blocking:

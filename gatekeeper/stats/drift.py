@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bindings.models import DriftPolicy, Thresholds
-from gatekeeper.budget import cusum_arl0
-from gatekeeper.cusum_arl import h_for_arl
-from gatekeeper.pairing import Run
-from gatekeeper.statistics import Cusum, wilson_interval
+from gatekeeper.stats.budget import cusum_arl0
+from gatekeeper.stats.cusum_arl import h_for_arl
+from gatekeeper.stats.pairing import Run
+from gatekeeper.stats.statistics import Cusum, wilson_interval
 from gatekeeper.window import WindowStats
 
 RUN_FAILURE = "run_failure"

@@ -40,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gatekeeper.statistics import Z_95, wilson_interval
+from gatekeeper.stats.statistics import Z_95, wilson_interval
 
 #: Shares of the discordant pairs that regress, under the alternatives mixed.
 THETAS: tuple[float, ...] = (0.6, 0.7, 0.8, 0.9)

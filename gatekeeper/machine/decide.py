@@ -12,12 +12,12 @@ The rule, in order (the first that applies wins):
    e-value, the weighted average of the failure-rate test against current's p0,
    the sequential McNemar test over the shadow flips and the pass-rate floor test
    (`budget`), each over every candidate run since the rollout began (the view's
-   `rollout` section carries the earlier stages, `gatekeeper.rollout`): valid
+   `rollout` section carries the earlier stages, `gatekeeper.stats.rollout`): valid
    however often it is read, so it is read at every tick from the first run,
    before `min_samples` (a candidate failing half its runs is rolled back within
    a few dozen);
 5. hold: too few traces (`min_samples`; in shadow `min_shadow_pairs` pairs), the
-   stage has not lasted its minimum (`gatekeeper.durations`: min_stage_seconds, a
+   stage has not lasted its minimum (`gatekeeper.machine.durations`: min_stage_seconds, a
    step's own min_seconds, full: bake_seconds), or the pass
    rate is under `min_pass_rate` but the floor test has not excluded it yet.
    `min_samples` guards promotion, never rollback;
@@ -40,11 +40,11 @@ from statistics import NormalDist
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
-from gatekeeper.budget import FLIPS, FLOOR, RATE, Combined, final_alpha
-from gatekeeper.durations import stage_minimum
-from gatekeeper.rollout import LIVE_STAGES, Carried, StageCounts, rollout_evidence
-from gatekeeper.sequential import flips_of, upper_p0
-from gatekeeper.statistics import difference_interval, mcnemar_exact
+from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, Combined, final_alpha
+from gatekeeper.machine.durations import stage_minimum
+from gatekeeper.stats.rollout import LIVE_STAGES, Carried, StageCounts, rollout_evidence
+from gatekeeper.stats.sequential import flips_of, upper_p0
+from gatekeeper.stats.statistics import difference_interval, mcnemar_exact
 
 
 class Action(str, enum.Enum):
@@ -208,7 +208,7 @@ def split_reasons(evidence: Evidence,
 
 def sequential_evidence(binding: Binding, evidence: Evidence) -> Combined:
     """The rollout's e-value: rate test, shadow flips and pass-rate floor, averaged over
-    every candidate run of the rollout so far (`gatekeeper.rollout`, `budget`)."""
+    every candidate run of the rollout so far (`gatekeeper.stats.rollout`, `budget`)."""
     stage = binding.stage
     flips = None
     if stage is Stage.SHADOW and evidence.paired is not None:

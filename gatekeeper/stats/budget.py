@@ -13,7 +13,7 @@ of each test taking the whole alpha:
   reaches 1 / (share * alpha) with chance at most share * alpha, however often
   it is read (Vovk and Wang 2021: averaging e-values needs no Bonferroni split,
   and a test with evidence need not wait for the others). They run over the
-  whole rollout, not one stage (`gatekeeper.rollout`), so they spend the
+  whole rollout, not one stage (`gatekeeper.stats.rollout`), so they spend the
   share of the rollout's alpha (the stage alpha times the ladder's stages) at
   once; the weights are those of the stage the rollout began in (`weights`).
 - CUSUM_SHARE (0.1) for the candidate's CUSUM: its h is derived for an

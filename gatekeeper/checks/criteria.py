@@ -23,7 +23,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gatekeeper.spec import Spec, holds, lookup
+from gatekeeper.checks.spec import Spec, holds, lookup
 
 CheckKind = Literal["output_field", "allowed_actions", "required_tool", "escalation", "judge"]
 DESCRIPTION_LIMIT = 160

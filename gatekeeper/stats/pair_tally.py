@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from gatekeeper.drift import stream_order
-from gatekeeper.pairing import MAX_LISTED_KEYS, PairedReport, Run, shadow_verdict
-from gatekeeper.statistics import mcnemar_exact
-from gatekeeper.trajectory import Change, classify, lost_tools
+from gatekeeper.stats.drift import stream_order
+from gatekeeper.stats.pairing import MAX_LISTED_KEYS, PairedReport, Run, shadow_verdict
+from gatekeeper.stats.statistics import mcnemar_exact
+from gatekeeper.checks.trajectory import Change, classify, lost_tools
 
 CURRENT = "current"
 SHADOW = "shadow"

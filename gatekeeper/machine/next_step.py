@@ -18,7 +18,7 @@ from typing import Any
 
 from bindings.errors import IllegalTransition
 from bindings.models import Binding, Stage, VersionedBinding
-from gatekeeper.decide import (
+from gatekeeper.machine.decide import (
     Action,
     Decision,
     Evidence,
@@ -26,8 +26,8 @@ from gatekeeper.decide import (
     evidence_from_view,
     shadow_pairs_needed,
 )
-from gatekeeper.durations import stage_minimum
-from gatekeeper.stages import Event, apply
+from gatekeeper.machine.durations import stage_minimum
+from gatekeeper.machine.stages import Event, apply
 
 #: What a role's rollout is doing, as one word a script can branch on.
 WAITING, ADVANCING, ROLLING_BACK, PAUSED = "waiting", "advancing", "rolling_back", "paused"

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from gatekeeper.criteria import MISSING, parse_output
+from gatekeeper.checks.criteria import MISSING, parse_output
 
 Mode = Literal["fields", "judge"]
 
