@@ -3,7 +3,8 @@
 `Notifier.emit()` only enqueues; one background thread delivers each event to
 every URL with bounded, jittered retries, so a slow or dead receiver never
 blocks a tick. Events that cannot be queued (queue full) are counted and logged,
-not waited for.
+not waited for. Each endpoint gets the event in its own shape (rolegate's JSON, Slack,
+Teams, Discord or a generic one) and only at or above its severity (`gatekeeper.alerts`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import requests
+
+from gatekeeper.alerts import Endpoint, parse_endpoint, render
 
 log = logging.getLogger("rolegate.webhooks")
 
@@ -39,11 +42,19 @@ def parse_urls(spec: str | Iterable[str] | None) -> list[str]:
 
 
 class Notifier:
-    """Delivers events to webhook URLs from a background thread."""
+    """Delivers events to webhook endpoints from a background thread.
 
-    def __init__(self, urls: Iterable[str], *, attempts: int = 4, timeout: float = 3.0,
-                 backoff: float = 0.2, source: str = "gatekeeper") -> None:
-        self.urls = list(urls)
+    `urls` are endpoint specs (`[format[.severity]=]url`, see `gatekeeper.alerts`) or
+    Endpoints; `public_url` is the router's address as people reach it, for the link to
+    the role's page in the formatted messages.
+    """
+
+    def __init__(self, urls: Iterable[str | Endpoint], *, attempts: int = 4,
+                 timeout: float = 3.0, backoff: float = 0.2, source: str = "gatekeeper",
+                 public_url: str | None = None) -> None:
+        self.endpoints = [u if isinstance(u, Endpoint) else parse_endpoint(u) for u in urls]
+        self.urls = [e.url for e in self.endpoints]
+        self.public_url = public_url
         self.attempts = attempts
         self.timeout = timeout
         self.backoff = backoff
@@ -84,13 +95,15 @@ class Notifier:
             event = self._queue.get()
             if event is None:
                 return
-            for url in self.urls:
-                self._deliver(url, event)
+            for endpoint in self.endpoints:
+                if endpoint.wants(event):
+                    self._deliver(endpoint.url, event,
+                                  render(event, endpoint.format, self.public_url))
 
-    def _deliver(self, url: str, event: dict[str, Any]) -> None:
+    def _deliver(self, url: str, event: dict[str, Any], body: dict[str, Any]) -> None:
         for attempt in range(self.attempts):
             try:
-                with self._session.post(url, json=event, timeout=self.timeout) as response:
+                with self._session.post(url, json=body, timeout=self.timeout) as response:
                     # A 4xx is the receiver refusing this event; retrying won't change it.
                     if response.status_code < 500:
                         if response.ok:

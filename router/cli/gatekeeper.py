@@ -14,8 +14,9 @@ from urllib.parse import quote
 
 import click
 
-from gatekeeper.machine.decide import Decision
+from gatekeeper.alerts import EndpointError
 from gatekeeper.loop import Gatekeeper, unjudged
+from gatekeeper.machine.decide import Decision
 from gatekeeper.webhooks import Notifier, parse_urls
 from rolegate.http import ApiClient
 from router.cli.common import (
@@ -42,7 +43,12 @@ def _echo(decision: Decision) -> None:
               help="Leader lease lifetime in seconds [default: max(3 x interval, 5)].")
 @click.option("--holder", default=None, help="Lease holder id [default: host:pid:random].")
 @click.option("--webhook", "webhooks", multiple=True,
-              help="Webhook URL for events (repeatable; adds to ROLEGATE_WEBHOOKS).")
+              help="Webhook for events, [format[.severity]=]URL with format rolegate, slack, "
+                   "teams, discord or generic and severity info, warn or error (repeatable; "
+                   "adds to ROLEGATE_WEBHOOKS).")
+@click.option("--public-url", envvar="ROLEGATE_PUBLIC_URL", default=None,
+              help="The router's URL as people reach it, for links in alerts "
+                   "[env ROLEGATE_PUBLIC_URL].")
 @click.option("--url", envvar="ROLEGATE_URL", default=DEFAULT_URL, show_default=True,
               help="rolegate API [env ROLEGATE_URL].")
 @click.option("--token", envvar="ROLEGATE_TOKEN", default=None,
@@ -51,14 +57,17 @@ def _echo(decision: Decision) -> None:
 @click.pass_context
 def gatekeeper(ctx: click.Context, once: bool, dry_run: bool, interval: float,
                lease_ttl: float | None, holder: str | None, webhooks: tuple[str, ...],
-               url: str, token: str | None, verbose: bool) -> None:
+               public_url: str | None, url: str, token: str | None, verbose: bool) -> None:
     """Promote healthy candidates stage by stage and roll bad ones back, unattended."""
     if ctx.invoked_subcommand is not None:
         return
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     urls = parse_urls([os.environ.get("ROLEGATE_WEBHOOKS", ""), *webhooks])
-    notifier = Notifier(urls)
+    try:
+        notifier = Notifier(urls, public_url=public_url)
+    except EndpointError as exc:
+        raise click.BadParameter(str(exc), param_hint="--webhook / ROLEGATE_WEBHOOKS") from None
     api = ApiClient(url, token)
     # On an open router (no tokens) this is how its moves are recorded as the gatekeeper's.
     api.session.headers[ACTOR_HEADER] = "gatekeeper"
