@@ -60,8 +60,12 @@ def feedback_store() -> FeedbackStore:
     return store
 
 
-def _role_of(run_id: str, role: str | None) -> str:
-    """The role holding `run_id`: the named one (checked), else found among all roles."""
+def role_of_run(run_id: str, role: str | None) -> str:
+    """The role holding `run_id`: the named one (checked), else found among the token's roles.
+
+    A role the token may not act on is 403 when named, and never searched when
+    not: another role's run is then "not found", which says nothing of it.
+    """
     if role is not None:
         role_param(role)
         require_role(role)
@@ -83,7 +87,7 @@ def _summary(role: str, run_id: str, entries: list[golden.Feedback]) -> dict[str
 def add_feedback(run_id: str) -> ResponseReturnValue:
     """Record a reviewer's tier (and correction) on a stored run."""
     body = parse(FeedbackRequest, json_body(allow_empty=False))
-    role = _role_of(run_id, body.role)
+    role = role_of_run(run_id, body.role)
     entry = golden.Feedback.model_validate({
         "run_id": run_id, "tier": body.tier, "reviewer": body.reviewer or actor(),
         "time": time.time(), "correction": body.correction, "note": body.note,
@@ -95,7 +99,7 @@ def add_feedback(run_id: str) -> ResponseReturnValue:
 @require("caller", "reviewer", "gatekeeper")
 def get_feedback(run_id: str) -> ResponseReturnValue:
     """Every feedback entry on a run, and the tier (or conflict) they add up to."""
-    role = _role_of(run_id, request.args.get("role"))
+    role = role_of_run(run_id, request.args.get("role"))
     return jsonify(_summary(role, run_id, feedback_store().get(role, run_id)))
 
 

@@ -20,7 +20,7 @@ from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from gatekeeper.store.traces import StoredTrace
-from router.api.feedback import feedback_store
+from router.api.feedback import role_of_run
 from router.api.params import int_arg, role_param
 from router.api.traces import trace_store
 from router.server.auth import require
@@ -35,13 +35,6 @@ MAX_CONFIG = 200
 STREAM_ID = re.compile(r"^\d{1,20}-\d{1,20}$")
 
 
-def _role_of(run_id: str, role: str | None) -> str:
-    if role is not None:
-        return role_param(role)
-    roles = current_app.extensions["rolegate"].store.roles()
-    return feedback_store().find_role(run_id, roles)
-
-
 def _entry(role: str, stored: StoredTrace) -> dict[str, Any]:
     """A stored trace as JSON: the trace as reported (fields left out stay out)."""
     return {"id": stored.id, "received": stored.time, "role": role,
@@ -53,7 +46,8 @@ def _entry(role: str, stored: StoredTrace) -> dict[str, Any]:
 @require("caller", "gatekeeper")
 def get_trace(run_id: str) -> ResponseReturnValue:
     """One stored trace: the trace as reported (plus `time`), its verdict, when it arrived."""
-    role = _role_of(run_id, request.args.get("role"))
+    # Checked like every per-role read: a role-limited token reads its roles' runs only.
+    role = role_of_run(run_id, request.args.get("role"))
     stored = trace_store().lookup(role, run_id)
     return jsonify(_entry(role, stored))
 
