@@ -40,15 +40,28 @@ from typing import Any
 
 from bindings.models import Stage
 
-SEQUENTIAL_SHARE = 0.8
-CUSUM_SHARE = 0.1
-FINAL_SHARE = 0.1
+#: The stage alpha's split: one named share per family of tests that can roll back.
+#: To add a test family, add its share here and take it from another: the shares
+#: must sum to at most 1 (checked on import), and the module docstring says what each
+#: one buys. Read a share as `SHARES[name] * alpha`.
+SHARES: dict[str, float] = {
+    "sequential": 0.8,
+    "cusum": 0.1,
+    "final": 0.1,
+}
+if sum(SHARES.values()) > 1.0 + 1e-12:
+    raise ValueError(f"the alpha shares sum to {sum(SHARES.values())} > 1: {SHARES}")
+SEQUENTIAL_SHARE = SHARES["sequential"]
+CUSUM_SHARE = SHARES["cusum"]
+FINAL_SHARE = SHARES["final"]
 #: Candidate runs per stage the CUSUM's share is sized for.
 CUSUM_HORIZON_RUNS = 10_000
 
 RATE = "rate"
 FLIPS = "flips"
 FLOOR = "floor"
+#: The candidate against concurrent current (`gatekeeper.stats.concurrent`).
+CONCURRENT = "concurrent"
 
 #: Declared weights of the sequential tests per stage (shadow has the paired flips).
 SHADOW_WEIGHTS = {FLIPS: 0.4, RATE: 0.4, FLOOR: 0.2}
