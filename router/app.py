@@ -43,6 +43,7 @@ BLUEPRINT_MODULES = (
     "router.api.feedback",
     "router.api.trace_reads",
     "router.api.offline",
+    "router.api.ofrep",
 )
 
 

@@ -68,7 +68,7 @@ def resolve_role(role: str) -> ResponseReturnValue:
             raise StoreUnavailable("bindings not loaded yet and Redis did not answer")
         # Rare path: an archived role (410 with its reason), an unknown one (404),
         # or one created a moment ago that this worker's copy has not seen yet.
-        record = _uncached(role)
+        record = uncached(role)
     # Most resolves carry only ?key=: skip the attribute walk for them.
     attributes = attributes_arg() if len(request.args) > ("key" in request.args) else None
     resolution = resolve(role, record.binding, record.version, key, stale=stale,
@@ -100,7 +100,7 @@ def _add_bodies(answer: dict[str, Any], include: str) -> None:
         answer["shadow_body"] = bodies.get(answer["shadow"])
 
 
-def _uncached(role: str) -> VersionedBinding:
+def uncached(role: str) -> VersionedBinding:
     """A role this worker's copy lacks: Archived (410) or NotFound, read from Redis."""
     try:
         validate_role_name(role)

@@ -30,6 +30,7 @@ from router.api.configs import CheckRequest, PutConfig
 from router.api.feedback import FeedbackRequest
 from router.api.lease import LeaseRequest, ReleaseRequest
 from router.openapi.more import MORE_PATHS
+from router.openapi.ofrep import OFREP_PATHS
 from router.openapi.operator import ARCHIVED, OPERATOR_PATHS, answers_archived
 from router.openapi.paths import ERROR_STATUSES, PATHS, RESOLUTION
 from router.server.hosts import EXEMPT_PATHS
@@ -65,7 +66,7 @@ MODELS: list[tuple[type[BaseModel], Any]] = [
 ]
 #: Every described operation: {path: {method: operation}}.
 OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {}
-for _described in (PATHS, MORE_PATHS, OPERATOR_PATHS):
+for _described in (PATHS, MORE_PATHS, OPERATOR_PATHS, OFREP_PATHS):
     for _path, _methods in _described.items():
         OPERATIONS[_path] = {**OPERATIONS.get(_path, {}), **_methods}
 
@@ -173,7 +174,8 @@ def _responses(path: str, operation: dict[str, Any]) -> dict[str, Any]:
     if path not in EXEMPT_PATHS:
         errors.add(400)  # a Host this router does not serve (router.server.hosts)
     for status in sorted(errors):
-        responses[str(status)] = {"$ref": f"#/components/responses/E{status}"}
+        # An operation that describes a status itself (OFREP's own error shapes) keeps it.
+        responses.setdefault(str(status), {"$ref": f"#/components/responses/E{status}"})
     responses["414"] = {"$ref": "#/components/responses/E414"}
     return responses
 

@@ -1,0 +1,171 @@
+"""OpenFeature's remote evaluation protocol: `/ofrep/v1/evaluate/flags[/<role>]`.
+
+Agents in TypeScript, Go or Java resolve through the OpenFeature SDK they
+already use, with the OFREP provider pointed at the router. A role is the flag,
+the job key is the targeting key, the other context properties are the job's
+attributes, and the value is the config id the job runs
+(`router.api.ofrep_shapes` holds the mapping). The answer is the same
+`rolegate.routing.resolve` as `GET /v1/resolve`, from the same worker copy of
+the table, with the same tokens and scopes (caller, gatekeeper, operator).
+
+Errors use OFREP's shapes and codes, not rolegate's `{"error": ...}`:
+400 PARSE_ERROR / TARGETING_KEY_MISSING / INVALID_CONTEXT, 404 FLAG_NOT_FOUND
+(an unknown or archived role), 500 GENERAL when Redis cannot be read (the
+only server status OFREP's providers parse). `X-Rolegate-Include: body` (or
+`?include=body`) adds the config body to the metadata.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import Blueprint, Response, current_app, g, request
+from flask.typing import ResponseReturnValue
+
+from bindings.errors import Archived, InvalidInput, NotFound, RolegateError, StoreUnavailable
+from rolegate.routing import Resolution, resolve
+from router.api.bodies import loads
+from router.api.configs import config_store
+from router.api.ofrep_shapes import (
+    OfrepError,
+    etag,
+    etag_matches,
+    evaluation,
+    failure,
+    parse_error,
+    read_context,
+)
+from router.api.resolve import uncached
+from router.server.auth import may_act_on, require
+from router.server.errors import BadRequest
+
+bp = Blueprint("ofrep", __name__)
+
+#: How an OFREP client asks for the config body (its providers set headers, not queries).
+INCLUDE_HEADER = "X-Rolegate-Include"
+#: The providers poll bulk evaluations at this pace at most (their default is 30 s).
+MIN_POLLING_MS = 1000
+
+
+def _json(payload: Any, status: int = 200) -> Response:
+    return current_app.response_class(json.dumps(payload, separators=(",", ":")), status=status,
+                                      mimetype="application/json")
+
+
+def _body() -> Any:
+    raw = request.get_data(cache=True)
+    if not raw.strip():
+        raise parse_error("the request body is empty; send {\"context\": {\"targetingKey\": "
+                          "<job key>, ...}}")
+    try:
+        return loads(raw)
+    except (BadRequest, InvalidInput) as exc:
+        raise parse_error(exc.message) from None
+
+
+def _wants_body() -> bool:
+    wanted = False
+    for where, asked in (("include", request.args.get("include")),
+                         (INCLUDE_HEADER, request.headers.get(INCLUDE_HEADER))):
+        if asked is not None and asked != "body":
+            raise parse_error(f"{where}: only 'body' is known, got {asked!r}")
+        wanted = wanted or asked == "body"
+    return wanted
+
+
+def _bodies(resolutions: list[Resolution]) -> dict[str, Any]:
+    wanted: list[str] = []
+    for resolution in resolutions:
+        wanted.append(resolution["config"])
+        if resolution["shadow"] is not None:
+            wanted.append(resolution["shadow"])
+    return config_store().bodies(wanted)
+
+
+@bp.post("/ofrep/v1/evaluate/flags/<role>")
+@require("caller", "gatekeeper")
+def evaluate_flag(role: str) -> ResponseReturnValue:
+    """OFREP single evaluation: which config serves `role` for the context's targeting key."""
+    key, attributes = read_context(_body())
+    include = _wants_body()
+    cache = current_app.extensions["rolegate"].cache
+    record, stale = cache.get(role)
+    if record is None:
+        if not cache.loaded:
+            raise StoreUnavailable("bindings not loaded yet and Redis did not answer")
+        record = uncached(role)
+    resolution = resolve(role, record.binding, record.version, key, stale=stale,
+                         attributes=attributes or None)
+    # Logged and counted as a resolve, like GET /v1/resolve.
+    g.resolution = resolution
+    return _json(evaluation(resolution, _bodies([resolution]) if include else None))
+
+
+@bp.post("/ofrep/v1/evaluate/flags")
+@require("caller", "gatekeeper")
+def evaluate_flags() -> ResponseReturnValue:
+    """OFREP bulk evaluation: every role this token may act on, with an ETag for polling."""
+    key, attributes = read_context(_body())
+    include = _wants_body()
+    cache = current_app.extensions["rolegate"].cache
+    records, stale = cache.all()
+    if not records and not cache.loaded:
+        raise StoreUnavailable("bindings not loaded yet and Redis did not answer")
+    resolutions = [resolve(role, record.binding, record.version, key, stale=stale,
+                           attributes=attributes or None)
+                   for role, record in sorted(records.items()) if may_act_on(role)]
+    bodies = _bodies(resolutions) if include else None
+    payload = json.dumps({"flags": [evaluation(r, bodies) for r in resolutions]},
+                         separators=(",", ":")).encode()
+    # The tag covers the answer itself, so it changes exactly when a role, a
+    # stage, a share or a rule moves this context's evaluations.
+    tag = etag(payload)
+    if etag_matches(request.headers.get("If-None-Match"), tag):
+        response = current_app.response_class(status=304)
+    else:
+        response = current_app.response_class(payload, mimetype="application/json")
+    response.headers["ETag"] = tag
+    return response
+
+
+@bp.get("/ofrep/v1/configuration")
+@require("caller", "gatekeeper")
+def configuration() -> ResponseReturnValue:
+    """OFREP's optional provider configuration: rolegate's name, and that it answers polling."""
+    return _json({
+        "name": "rolegate",
+        "capabilities": {
+            "cacheInvalidation": {"polling": {"enabled": True,
+                                              "minPollingIntervalMs": MIN_POLLING_MS}},
+            "flagEvaluation": {"supportedTypes": ["string"]},
+        },
+    })
+
+
+@bp.errorhandler(OfrepError)
+def _ofrep_error(exc: OfrepError) -> Response:
+    return _json(failure(_flag_key(), exc), exc.status)
+
+
+@bp.errorhandler(RolegateError)
+def _rolegate_error(exc: RolegateError) -> Response:
+    # rolegate's own refusals, in OFREP's words: what a provider reads.
+    if isinstance(exc, NotFound | Archived):
+        error = OfrepError(404, "FLAG_NOT_FOUND", exc.message)
+    elif isinstance(exc, StoreUnavailable):
+        error = OfrepError(500, "GENERAL", exc.message)
+    elif exc.status in (401, 403):
+        # OFREP gives these no body; the details still help a human reading the log.
+        return _json({"errorDetails": exc.message}, exc.status)
+    else:
+        error = OfrepError(exc.status, "GENERAL", exc.message)
+    g.error = {"code": exc.code, "details": exc.details}
+    return _json(failure(_flag_key(), error), error.status)
+
+
+def _flag_key() -> str | None:
+    """The flag key of a single evaluation (errors name it); None for bulk."""
+    args = request.view_args or {}
+    role = args.get("role")
+    return role if isinstance(role, str) else None
