@@ -1,6 +1,7 @@
 """`rolegate serve`: the router under gunicorn, with an embedded Redis when none is given.
 
-`serve` replaces itself with gunicorn running `deploy/gunicorn.conf.py`, so
+`serve` replaces itself with gunicorn running the packaged settings
+(`router/server/gunicorn_conf.py`, also reachable as deploy/gunicorn.conf.py), so
 signals (and systemd's notify socket) reach gunicorn's master directly. The
 config's hooks call `master_starting` and `master_exiting` here: with REDIS_URL
 unset the master starts one embedded server before its workers fork and hands
@@ -36,11 +37,8 @@ _embedded: EmbeddedRedis | None = None
 
 
 def default_config() -> Path:
-    """deploy/gunicorn.conf.py of this checkout, else of the working directory."""
-    beside_package = Path(__file__).resolve().parent.parent / "deploy" / "gunicorn.conf.py"
-    if beside_package.is_file():
-        return beside_package
-    return Path("deploy") / "gunicorn.conf.py"
+    """The gunicorn settings that ship in the package, wherever it is installed."""
+    return Path(__file__).resolve().parent.parent / "server" / "gunicorn_conf.py"
 
 
 def load_binding_file(path: str | os.PathLike[str]) -> BindingFile:
@@ -107,7 +105,8 @@ def master_exiting(log: logging.Logger | Any) -> None:
 @click.option("--workers", type=click.IntRange(1, 256), default=None,
               help="Worker processes (default: the config's, one per core).")
 @click.option("--config", "config_path", type=click.Path(exists=True, dir_okay=False),
-              default=None, help="Gunicorn config file (default: deploy/gunicorn.conf.py).")
+              default=None,
+              help="Gunicorn config file (default: the packaged router/server/gunicorn_conf.py).")
 @click.option("--data-dir", envvar="ROLEGATE_DATA_DIR", default=".rolegate", show_default=True,
               help="Where the embedded Redis keeps its data (used when REDIS_URL is unset).")
 @click.option("--seed", type=click.Path(exists=True, dir_okay=False), envvar="ROLEGATE_SEED_FILE",
