@@ -210,7 +210,7 @@ def memory_costs(redis_url: str) -> tuple[float, float]:
         for key in client.scan_iter(match="rolegate:{*}:traces:*", count=1000):
             stream_bytes += int(client.memory_usage(key, samples=0) or 0)
             stream_len += int(client.xlen(key))
-        run_keys = [key for key, _ in zip(client.scan_iter(match="rolegate:{*}:run:*",
+        run_keys = [key for key, _ in zip(client.scan_iter(match="rolegate:{*}:claims:*",
                                                            count=1000), range(200))]
         run_bytes = sum(int(client.memory_usage(key) or 0) for key in run_keys)
         return stream_bytes / max(stream_len, 1), run_bytes / max(len(run_keys), 1)

@@ -35,6 +35,8 @@ COST = "cost:"
 TOOL = "tool:"
 FORBID = "forbid:"
 LOST = "lost:"
+#: Not an increment of a trace: the ingest script counts run-id clashes into the window.
+CLASHES = "clashes"
 
 MICROS = 1_000_000
 #: Cost histogram resolution: significant digits kept (rounded up), so a p95 read
@@ -156,6 +158,11 @@ class WindowStats:
     def blocking(self) -> int:
         """Traces with a zero-tolerance breach (forbidden call or lost required tool)."""
         return self._get("blocking")
+
+    @property
+    def clashes(self) -> int:
+        """Traces stored under a run id another reporter had sent first (`store.trace_ingest`)."""
+        return self._get(CLASHES)
 
     @property
     def calls(self) -> int:

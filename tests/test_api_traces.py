@@ -215,7 +215,10 @@ def test_retried_breach_trips_again_in_same_stage(client: FlaskClient) -> None:
     make_role(client, share=0.1)
     store = client.application.extensions["rolegate.traces"]
     binding = client.application.extensions["rolegate"].store.get("summarizer").binding
-    bad = Trace.model_validate(trace("b1", arm="candidate", tools=["web_write"]))
+    # Stored as the caller's own (run ids are known per reporter), as its first attempt was.
+    caller = client.application.extensions["rolegate"].tokens.lookup(CALLER).name
+    bad = Trace.model_validate(trace("b1", arm="candidate", tools=["web_write"],
+                                     reporter=caller))
     store.add([Checked(bad, check(bad, binding.gate.invariants), epoch_of(binding))])
     r = post(client, trace("b1", arm="candidate", tools=["web_write"]))
     assert r.json["results"][0]["status"] == "duplicate"

@@ -48,7 +48,7 @@ def _role(client: FlaskClient) -> None:
 def _nothing_stored(client: FlaskClient, redis_conn: redis.Redis) -> None:
     """No trace of role summarizer reached Redis: no stream, no run id, no aggregate."""
     assert redis_conn.keys("rolegate:{summarizer}:traces:*") == []
-    assert redis_conn.keys("rolegate:{summarizer}:run:*") == []
+    assert redis_conn.keys("rolegate:{summarizer}:claims:*") == []
     assert redis_conn.keys("rolegate:{summarizer}:window:*") == []
     assert redis_conn.keys("rolegate:{summarizer}:pending:*") == []
     gate = client.get("/v1/roles/summarizer/gate", headers=OP)

@@ -294,7 +294,7 @@ def test_run_id_ttl_comes_from_the_setting(cluster_url: str) -> None:
         assert c.post("/v1/traces", headers=auth(CALLER),
                       json=trace("ttl", "cfg-a", "current", 1, "t")).status_code == 200
         connection = app.extensions["rolegate"].redis
-        assert 60 < connection.ttl("rolegate:{ttl}:run:ttl-t-current-1") <= 120
+        assert 60 < connection.ttl("rolegate:{ttl}:claims:ttl-t-current-1") <= 120
     finally:
         app.extensions["rolegate"].cache.stop()
         close_client(app.extensions["rolegate"].redis)

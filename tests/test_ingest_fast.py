@@ -164,7 +164,7 @@ def test_over_the_quota_the_fast_path_hands_on_a_429(redis_url: str,
         assert second.status_code == 429 and second.json["error"]["code"] == "quota_exceeded"
         assert second.json["error"]["details"]["used"] == 2  # counted once, by the script
         assert int(second.headers["Retry-After"]) >= 1
-        assert redis_conn.exists("rolegate:{summarizer}:run:q2") == 0
+        assert redis_conn.exists("rolegate:{summarizer}:claims:q2") == 0
     finally:
         app.extensions["rolegate"].cache.stop()
         app.extensions["rolegate"].redis.close()

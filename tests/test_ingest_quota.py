@@ -59,7 +59,7 @@ def _post(client: FlaskClient, body: dict[str, Any]) -> Any:
 
 
 def _runs(conn: redis.Redis) -> list[bytes]:
-    return sorted(conn.keys("rolegate:{role-a}:run:*"))
+    return sorted(conn.keys("rolegate:{role-a}:claims:*"))
 
 
 def test_the_third_single_trace_in_a_second_is_429_and_not_stored(
@@ -74,7 +74,7 @@ def test_the_third_single_trace_in_a_second_is_429_and_not_stored(
     assert r.json["error"]["details"] == {"limit": 2, "used": 3, "what": "traces",
                                           "retry_after_s": 1}
     assert r.headers["Retry-After"] == "1"
-    assert _runs(redis_conn) == [b"rolegate:{role-a}:run:r1", b"rolegate:{role-a}:run:r2"]
+    assert _runs(redis_conn) == [b"rolegate:{role-a}:claims:r1", b"rolegate:{role-a}:claims:r2"]
     assert int(redis_conn.get(quota_key("agent-a", "traces", 1_000_000))) == 3
 
 

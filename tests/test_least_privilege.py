@@ -76,7 +76,7 @@ def test_a_token_scoped_to_role_a_cannot_touch_role_b(scoped: FlaskClient,
     r = scoped.post("/v1/traces", headers=token, json=_trace("b2", "role-b"))
     assert r.status_code == 403 and r.json["error"]["code"] == "forbidden"
     assert redis_conn.keys("rolegate:{role-b}:traces:*") == []
-    assert redis_conn.keys("rolegate:{role-b}:run:*") == []
+    assert redis_conn.keys("rolegate:{role-b}:claims:*") == []
     b = scoped.get("/v1/bindings/role-b", headers=auth(OPERATOR)).json
     assert (b["version"], b["binding"]["stage"]) == (1, "canary")
 
@@ -103,7 +103,7 @@ def test_ingest_beyond_the_quota_is_429_with_retry_after(redis_url: str,
     r = client.post("/v1/traces", headers=auth(SCOPED), json=batch)
     assert r.status_code == 429 and r.json["error"]["code"] == "quota_exceeded"
     assert int(r.headers["Retry-After"]) >= 1
-    assert redis_conn.keys("rolegate:{role-a}:run:*") == []
+    assert redis_conn.keys("rolegate:{role-a}:claims:*") == []
     app.extensions["rolegate"].cache.stop()
     app.extensions["rolegate"].redis.close()
 
@@ -176,7 +176,8 @@ def test_forged_evidence_from_an_untrusted_reporter_does_not_promote(trusted_app
     candidate = view["arms"]["candidate"]
     assert candidate["n"] == 0 and candidate["verdict"] == "insufficient_data"
     assert candidate["by_reporter"] == {"forger": {"n": 50, "pass_rate": 1.0,
-                                                  "forbidden_rate": 0.0, "counted": False}}
+                                                  "forbidden_rate": 0.0, "clashes": 0,
+                                                  "counted": False}}
     with werkzeug_server(trusted_app) as url:
         api = ApiClient(url, GATEKEEPER, attempts=2)
         try:

@@ -17,7 +17,7 @@ from bindings.connection import Connection
 from bindings.errors import Conflict, NotFound
 from bindings.store import _redis_errors, load_stored
 from gatekeeper.checks.golden import Feedback
-from gatekeeper.store.trace_keys import run_key
+from gatekeeper.store.trace_keys import claims_key, legacy_run_key
 
 FEEDBACK_KEY_TEMPLATE = "rolegate:{{{role}}}:feedback:{run_id}"
 FEEDBACK_INDEX_TEMPLATE = "rolegate:{{{role}}}:feedback"
@@ -76,7 +76,7 @@ class FeedbackStore:
         with _redis_errors():
             pipe = self.connection.pipeline(transaction=False)
             for role in candidates:
-                pipe.exists(run_key(role, run_id))
+                pipe.exists(claims_key(role, run_id), legacy_run_key(role, run_id))
             found = [role for role, hit in zip(candidates, pipe.execute()) if hit]
         if not found:
             raise NotFound(f"no trace with run_id {run_id!r}", run_id=run_id)

@@ -6,10 +6,21 @@ at most `traces.MAX_TRACES_PER_SCRIPT` traces so no call blocks Redis for long
 caller says which run ids it expects to be known already (none, at first); the
 script checks every run-id key, and if the guess was wrong it writes nothing
 and answers which are known, so the caller sums the increments of the new ones
-and calls again. Otherwise it appends each new trace, sets its run-id key and
-adds the group's summed increments to the aggregate, all in one atomic step. A
-client retrying a run id therefore never counts twice, and the common all-new
-batch costs one round trip carrying one summed set of increments.
+and calls again. Otherwise it appends each new trace, records it in its run
+id's claims and adds the group's summed increments to the aggregate, all in one
+atomic step. A client retrying a run id therefore never counts twice, and the
+common all-new batch costs one round trip carrying one summed set of increments.
+
+Run ids are known per reporter (the token that sent the trace): a run id is a
+hash of reporter -> location (`trace_keys.CLAIMS_KEY_TEMPLATE`). Ids are often
+predictable (`eval-<role>-<n>`), and a dedupe on the bare id let one token post
+passing traces under another's run ids so the real runs came back `duplicate`
+and were never counted. Now each reporter's run is stored and counted in its
+own window whoever claimed the id first; a run id already claimed by another
+reporter is a clash: stored and counted as its reporter's like any new run,
+answered `C` with the earlier claimants, and counted in the window's `clashes`
+field. A clash changes no count of the earlier claim, so it never raises a pass
+rate; with `trusted_reporters` an untrusted claimant counts nowhere, as always.
 
 Which stage a trace counts in is the authoritative binding's, not a worker's
 copy (refreshed every 0.2 s): a caller that checked a trace against binding
@@ -34,10 +45,10 @@ from bindings.store import binding_key
 from gatekeeper.checks.invariants import TraceVerdict
 from gatekeeper.store.trace_keys import (
     Location,
+    claims_key,
     configs_key,
     pending_key,
     reporters_key,
-    run_key,
     stream_key,
     tally_key,
     window_key,
@@ -47,7 +58,7 @@ from gatekeeper.window import TOOL, increments
 from rolegate.trace import Trace
 
 # KEYS: stream, window hash, tally hash, configs set, binding hash, the window's
-#       pending list and reporters set (`window_fold`), then one run-id key per
+#       pending list and reporters set (`window_fold`), then one claims hash per
 #       trace, then (when ARGV[10] is set) the token's quota counters of traces
 #       and of bytes for this second
 # ARGV: maxlen, run ttl, window ttl, location prefix, config, n traces,
@@ -60,8 +71,11 @@ from rolegate.trace import Trace
 # Returns {"Q", "traces"|"bytes", used} without storing when the charge went over
 # a limit (the charge still counts); {"V", version or ""} without writing when
 # the binding is at another version; {"R", "0"|"1" per trace} without writing
-# when the expectation was wrong; else {"OK", per trace "N<location>" when
-# stored or "D<location>" when known}. The quota is charged before anything
+# when the expectation was wrong (known: this reporter claimed the run id);
+# else {"OK", per trace "N<location>" when stored, "C<location>\n<reporter>..."
+# when stored under a run id other reporters claimed first (their names, one a
+# line), or "D<location>" when known}. Clashes add a "clashes" field to the
+# window entry. The quota is charged before anything
 # else is looked at, so a caller re-sending a group after "V" or "R" leaves the
 # charge out: it counted once. The window's increments go to its pending list
 # as one entry, folded into the window hashes every FOLD_AT entries, or at once
@@ -91,7 +105,7 @@ if ARGV[8] ~= '' then
 end
 local known, wrong = {}, false
 for i = 1, n do
-  known[i] = redis.call('GET', KEYS[7 + i])
+  known[i] = redis.call('HGET', KEYS[7 + i], ARGV[9])
   if (known[i] ~= false) ~= (ARGV[11 + 3 * i] == '1') then wrong = true end
 end
 if wrong then
@@ -99,16 +113,24 @@ if wrong then
   for i = 1, n do flags[i + 1] = known[i] and '1' or '0' end
   return flags
 end
-local out, added = {'OK'}, 0
+local out, added, clashes = {'OK'}, 0, 0
 for i = 1, n do
   if known[i] then
     out[i + 1] = 'D' .. known[i]
   else
+    local claims = KEYS[7 + i]
+    local others = redis.call('HKEYS', claims)
     local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*',
                           't', ARGV[9 + 3 * i], 'v', ARGV[10 + 3 * i])
     local location = ARGV[4] .. id .. '"}'
-    redis.call('SET', KEYS[7 + i], location, 'EX', ARGV[2])
-    out[i + 1] = 'N' .. location
+    redis.call('HSET', claims, ARGV[9], location)
+    redis.call('EXPIRE', claims, ARGV[2])
+    if #others > 0 then
+      out[i + 1] = 'C' .. location .. '\\n' .. table.concat(others, '\\n')
+      clashes = clashes + 1
+    else
+      out[i + 1] = 'N' .. location
+    end
     added = added + 1
   end
 end
@@ -118,6 +140,7 @@ if added > 0 then
   end
   redis.call('SADD', KEYS[4], ARGV[5])
   local entry = #ARGV[9] .. ':' .. ARGV[9] .. ARGV[7]
+  if clashes > 0 then entry = entry .. 'clashes\\n' .. clashes .. '\\n' end
   local waiting = redis.call('RPUSH', KEYS[6], entry)
   if waiting >= FOLD_AT or #entry > FOLD_NOW_BYTES then
     fold(KEYS[6], KEYS[2], KEYS[7], ARGV[3])
@@ -140,11 +163,16 @@ return out
 
 @dataclass(frozen=True)
 class Stored:
-    """The outcome of storing one trace: new or a duplicate of a known run id."""
+    """The outcome of storing one trace: new or a duplicate of a run id its reporter sent before.
+
+    `clash` names the other reporters that claimed the run id before this new
+    trace did (empty for most runs; a duplicate is never a clash).
+    """
 
     run_id: str
     duplicate: bool
     location: Location
+    clash: tuple[str, ...] = ()
 
 
 
@@ -255,6 +283,11 @@ class IngestGroup:
                 # Stored just now under this group's location: only the id is new.
                 where = Location(self.config, self.arm, self.epoch, text[start:-2])
                 results[index] = Stored(items[index].trace.run_id, False, where)
+            elif text[0] == "C":
+                stored, *others = text.split("\n")
+                where = Location(self.config, self.arm, self.epoch, stored[start:-2])
+                results[index] = Stored(items[index].trace.run_id, False, where,
+                                        tuple(others))
             else:
                 results[index] = Stored(items[index].trace.run_id, True,
                                         Location.parse(text[1:]))
@@ -282,7 +315,7 @@ class IngestGroup:
                     for name, value in increments(item.trace, item.verdict).items():
                         totals[name] = totals.get(name, 0) + value
         keys = [*_group_keys(role, config, self.arm, self.epoch)]
-        keys += [run_key(role, item.trace.run_id) for item in items]
+        keys += [claims_key(role, item.trace.run_id) for item in items]
         if charge is not None:
             keys += [charge.traces_key, charge.bytes_key]
         args: list[Any] = [retention, run_ttl_s, window_ttl_s, self.prefix,

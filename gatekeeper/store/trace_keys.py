@@ -14,7 +14,13 @@ from bindings.models import Binding
 
 STREAM_KEY_TEMPLATE = "rolegate:{{{role}}}:traces:{config}:{arm}"
 WINDOW_KEY_TEMPLATE = "rolegate:{{{role}}}:window:{config}:{arm}:{epoch}"
-RUN_KEY_TEMPLATE = "rolegate:{{{role}}}:run:{run_id}"
+#: Which reporters sent a run id, and where each one's trace is stored (a hash:
+#: reporter name, "" for an unstamped trace -> location JSON). Dedupe is per
+#: reporter: another token's trace under the same run id never shadows one's own.
+CLAIMS_KEY_TEMPLATE = "rolegate:{{{role}}}:claims:{run_id}"
+#: Before run ids were claimed per reporter: one string, the location. Still read
+#: (never written) until the last of these expires, RUN_TTL_S after an upgrade.
+LEGACY_RUN_KEY_TEMPLATE = "rolegate:{{{role}}}:run:{run_id}"
 TALLY_KEY_TEMPLATE = "rolegate:{{{role}}}:tools:{config}"
 CONFIGS_KEY_TEMPLATE = "rolegate:{{{role}}}:configs"
 #: One reporter's share of a stage's window, and the set of reporters that have one.
@@ -50,9 +56,14 @@ def pending_key(role: str, config: str, arm: str, epoch: str) -> str:
     return PENDING_KEY_TEMPLATE.format(role=role, config=config, arm=arm, epoch=epoch)
 
 
-def run_key(role: str, run_id: str) -> str:
-    """Where a run id's location is kept (it makes ingest idempotent)."""
-    return RUN_KEY_TEMPLATE.format(role=role, run_id=run_id)
+def claims_key(role: str, run_id: str) -> str:
+    """Where each reporter's trace of a run id is kept (it makes ingest idempotent per reporter)."""
+    return CLAIMS_KEY_TEMPLATE.format(role=role, run_id=run_id)
+
+
+def legacy_run_key(role: str, run_id: str) -> str:
+    """A run id's location as stored before claims were per reporter (read only)."""
+    return LEGACY_RUN_KEY_TEMPLATE.format(role=role, run_id=run_id)
 
 
 def tally_key(role: str, config: str) -> str:

@@ -8,7 +8,7 @@ touches a single slot)::
     rolegate:{role}:window:...:{epoch}:by:{name}   hash: the same, of one reporter's traces
     rolegate:{role}:reporters:{config}:{arm}:{epoch}  set: reporters with a window
     rolegate:{role}:pending:{config}:{arm}:{epoch} list: increments not yet in the window
-    rolegate:{role}:run:{run_id}                   string: where the run is stored (JSON)
+    rolegate:{role}:claims:{run_id}                hash: reporter -> where its run is stored
     rolegate:{role}:tools:{config}                 hash: all-time tool tally, plus n
     rolegate:{role}:configs                        set: configs that reported traces
 
@@ -55,11 +55,12 @@ from gatekeeper.store.trace_ingest import (
 )
 from gatekeeper.store.trace_keys import (
     Location,
+    claims_key,
     configs_key,
+    legacy_run_key,
     pending_key,
     reporter_window_key,
     reporters_key,
-    run_key,
     stream_id_time,
     stream_key,
     tally_key,
@@ -226,7 +227,6 @@ class TraceStore:
                 "EVALSHA", self._ingest.sha, len(keys), *keys, *args)
         return self._kept.call("EVALSHA", self._ingest.sha, len(keys), *keys, *args)
 
-
     def window(self, role: str, config: str, arm: str, epoch: str) -> WindowStats:
         """The running aggregate of one (role, config, arm) over one stage."""
         return self.windows(role, [(config, arm)], epoch)[0]
@@ -324,18 +324,40 @@ class TraceStore:
         with _redis_errors():
             return int(self.connection.xlen(stream_key(role, config, arm)))
 
-    def location(self, role: str, run_id: str) -> Location:
-        """Where a run id is stored; NotFound if it is unknown (or its key expired)."""
+    def claims(self, role: str, run_id: str) -> dict[str, Location]:
+        """Where each reporter's trace of a run id is stored, by reporter name ("" unstamped).
+
+        More than one entry is a clash: several tokens sent traces under this run
+        id. Empty when the run id is unknown (or its key expired). A run stored
+        before claims were kept per reporter is read from its old key, under "".
+        """
         with _redis_errors():
-            raw = self.connection.get(run_key(role, run_id))
-        if raw is None:
+            pipe = self.connection.pipeline(transaction=False)
+            pipe.hgetall(claims_key(role, run_id))
+            pipe.get(legacy_run_key(role, run_id))
+            raw, legacy = pipe.execute()
+        found = {_text(name): Location.parse(_text(where)) for name, where in raw.items()}
+        if not found and legacy is not None:
+            found[""] = Location.parse(_text(legacy))
+        return found
+
+    def location(self, role: str, run_id: str, reporter: str | None = None) -> Location:
+        """Where a run id is stored; NotFound if it is unknown (or its key expired).
+
+        Of a run id several reporters sent: `reporter`'s trace when it sent one,
+        else the one stored first.
+        """
+        found = self.claims(role, run_id)
+        if not found:
             raise NotFound(f"no trace with run_id {run_id!r} for role {role!r}",
                            role=role, run_id=run_id)
-        return Location.parse(raw.decode() if isinstance(raw, bytes) else raw)
+        if reporter is not None and reporter in found:
+            return found[reporter]
+        return min(found.values(), key=lambda where: _stream_order(where.id))
 
-    def lookup(self, role: str, run_id: str) -> StoredTrace:
-        """The stored trace of a run id; NotFound if unknown or already trimmed away."""
-        where = self.location(role, run_id)
+    def lookup(self, role: str, run_id: str, reporter: str | None = None) -> StoredTrace:
+        """The stored trace of a run id (see `location`); NotFound if unknown or trimmed away."""
+        where = self.location(role, run_id, reporter)
         with _redis_errors():
             entries = cast(StreamEntries, self.connection.xrange(
                 stream_key(role, where.config, where.arm), min=where.id, max=where.id))
@@ -362,8 +384,6 @@ class TraceStore:
         return out
 
 
-
-
 #: What XRANGE answers: (stream id, {field: value}) per entry.
 StreamEntries = list[tuple[bytes, dict[bytes, bytes]]]
 
@@ -376,6 +396,11 @@ def _stored_trace(entry_id: bytes | str, fields: dict[bytes, bytes]) -> StoredTr
         trace=load_stored(Trace, fields[b"t"], f"stored trace {ident}"),
         verdict=TraceVerdict.from_json(json.loads(fields[b"v"])),
     )
+
+
+def _stream_order(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq)
 
 
 def _plus(stored: Counter[str], pending: Counter[str]) -> Counter[str]:

@@ -16,10 +16,14 @@ def arms_section(ctx: GateContext) -> dict[str, Any]:
     `by_reporter` names each token that reported traces for the arm in this stage
     with its own n, pass rate and forbidden-call rate, and whether it counts
     (every reporter does unless the policy names `trusted_reporters`).
+    `clashes` counts the arm's traces (any reporter's, counted or not) stored
+    under a run id another reporter had sent first, and each reporter's own
+    `clashes` the ones it sent: someone reporting under another's run ids.
     """
     policy = ctx.record.binding.gate
     trusted = policy.trusted_reporters
     return {arm: {"config": config, **evaluate(window, policy).to_json(),
+                  "clashes": sum(own.clashes for own in ctx.by_reporter.get(arm, {}).values()),
                   "by_reporter": {
                       name: {**_evidence(own), "counted": trusted is None or name in trusted}
                       for name, own in ctx.by_reporter.get(arm, {}).items()}}
@@ -29,7 +33,8 @@ def arms_section(ctx: GateContext) -> dict[str, Any]:
 def _evidence(window: WindowStats) -> dict[str, Any]:
     """One reporter's share of an arm's window, in the gate's own figures."""
     figures = evaluate(window, GatePolicy()).to_json()
-    return {key: figures.get(key) for key in ("n", "pass_rate", "forbidden_rate")}
+    return {**{key: figures.get(key) for key in ("n", "pass_rate", "forbidden_rate")},
+            "clashes": window.clashes}
 
 
 def comparison_section(ctx: GateContext) -> dict[str, Any]:

@@ -161,7 +161,9 @@ class IngestFastPath:
         if not isinstance(outcome, Stored):
             environ[answers.QUOTA_COUNTED] = True  # the binding moved: the view re-reads it
             return None
-        body = answers.single_answer(answers.stored_result(0, item, outcome.duplicate),
+        if outcome.clash:
+            answers.note_clash(item, outcome)
+        body = answers.single_answer(answers.stored_result(0, item, outcome),
                                     int(outcome.duplicate)).encode()
         request_id = logs.request_id_from(environ.get("HTTP_X_REQUEST_ID"))
         start_response("200 OK", [("Content-Type", "application/json"),

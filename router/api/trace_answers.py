@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 
 from bindings.models import Binding
-from gatekeeper.store.trace_ingest import Checked
+from gatekeeper.store.trace_ingest import Checked, Stored
+from router.server import logs, metrics
 
 #: Where router.api.traces.init_app keeps the app's TraceStore (beside the core Services).
 EXTENSION = "rolegate.traces"
@@ -25,11 +26,28 @@ def bound(config: str, binding: Binding) -> bool:
     return config == binding.current or config == binding.candidate
 
 
-def stored_result(index: int, item: Checked, duplicate: bool) -> str:
-    """The JSON text of one stored trace's result (its verdict as the store encoded it)."""
-    status = "duplicate" if duplicate else "accepted"
+def stored_result(index: int, item: Checked, outcome: Stored) -> str:
+    """The JSON text of one stored trace's result (its verdict as the store encoded it).
+
+    A trace stored under a run id another reporter sent first says `"clash":true`
+    (accepted and counted as its reporter's; the other reporters are not named).
+    """
+    status = "duplicate" if outcome.duplicate else "accepted"
+    clash = ',"clash":true' if outcome.clash else ""
     return (f'{{"index":{index},"run_id":{json.dumps(item.trace.run_id)},'
-            f'"status":"{status}","verdict":{item.verdict.json_text}}}')
+            f'"status":"{status}"{clash},"verdict":{item.verdict.json_text}}}')
+
+
+def note_clash(item: Checked, outcome: Stored) -> None:
+    """Log and count a trace stored under a run id other reporters claimed first.
+
+    Run ids are often predictable; a token reporting under another's ids is how
+    someone would try to shadow the runs a gate counts (`store.trace_ingest`).
+    """
+    trace = item.trace
+    metrics.count_clash(trace.role, trace.reporter or "")
+    logs.emit("run_id_clash", role=trace.role, run_id=trace.run_id, config=trace.config,
+              arm=trace.arm, reporter=trace.reporter, claimed_by=list(outcome.clash))
 
 
 def single_answer(result: str, duplicates: int) -> str:

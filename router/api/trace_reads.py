@@ -1,7 +1,8 @@
 """Reading stored traces back.
 
     GET /v1/traces/<run_id>          one stored trace with its verdict (?role= when two
-                                     roles know the run id)
+                                     roles know the run id, ?reporter= when two tokens
+                                     sent traces under it: `claimed_by` names them)
     GET /v1/roles/<role>/traces      the role's newest traces across its live configs and
                                      arms, oldest first (?since_id=&limit=&config=&arm=)
 
@@ -19,11 +20,12 @@ from typing import Any
 from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
+from bindings.errors import NotFound
 from gatekeeper.store.traces import StoredTrace
 from router.api.feedback import role_of_run
 from router.api.params import int_arg, role_param
 from router.api.traces import trace_store
-from router.server.auth import require
+from router.server.auth import principal, require
 from router.server.errors import BadRequest
 
 bp = Blueprint("trace_reads", __name__)
@@ -48,8 +50,18 @@ def get_trace(run_id: str) -> ResponseReturnValue:
     """One stored trace: the trace as reported (plus `time`), its verdict, when it arrived."""
     # Checked like every per-role read: a role-limited token reads its roles' runs only.
     role = role_of_run(run_id, request.args.get("role"))
-    stored = trace_store().lookup(role, run_id)
-    return jsonify(_entry(role, stored))
+    store = trace_store()
+    claims = store.claims(role, run_id)
+    named = request.args.get("reporter")
+    if named is not None and named not in claims:
+        raise NotFound(f"no trace with run_id {run_id!r} from reporter {named!r} for role "
+                       f"{role!r}", role=role, run_id=run_id, reporter=named)
+    # Several tokens sent traces under this run id (a clash): the named one's, else the
+    # caller's own, else the first stored; `claimed_by` says there are others.
+    body = _entry(role, store.lookup(role, run_id, named or principal().name))
+    if len(claims) > 1:
+        body["claimed_by"] = sorted(claims)
+    return jsonify(body)
 
 
 def _streams(role: str) -> list[tuple[str, str]]:

@@ -59,6 +59,7 @@ from router.api.trace_answers import (
     EXTENSION,
     QUOTA_COUNTED,
     bound,
+    note_clash,
     single_answer,
     stored_result,
 )
@@ -222,9 +223,11 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
     duplicates = 0
     for index, item, outcome in zip(positions, checked, stored):
         duplicates += outcome.duplicate
+        if outcome.clash:
+            note_clash(item, outcome)
         # Serialized here, with the verdict text the store already built: a batch
         # answer holds one of these per trace, and jsonify would encode them again.
-        results[index] = stored_result(index, item, outcome.duplicate)
+        results[index] = stored_result(index, item, outcome)
     return duplicates, trips
 
 

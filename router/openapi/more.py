@@ -121,11 +121,18 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "/v1/traces/{run_id}": {"get": {
         "summary": "One stored trace as reported, with its verdict and arrival time.",
-        "description": "The run id is looked up among the roles; name the role (?role=) "
-                       "when two know it (409 otherwise).",
+        "description": "The run id is looked up among the roles the token may act on; name "
+                       "the role (?role=) when two know it (409 otherwise). When several "
+                       "reporters sent traces under the run id (a clash), `claimed_by` names "
+                       "them and ?reporter= picks one (default: the caller's own, else the "
+                       "first stored).",
         "scopes": ("caller", "gatekeeper"),
-        "parameters": [ROLE_QUERY],
-        "responses": {"200": json_response("The stored trace.", STORED_TRACE)},
+        "parameters": [ROLE_QUERY, {"name": "reporter", "in": "query", "required": False,
+                                    "schema": {"type": "string", "minLength": 1}}],
+        "responses": {"200": json_response("The stored trace.", {
+            **STORED_TRACE, "properties": {
+                **STORED_TRACE["properties"],
+                "claimed_by": {"type": "array", "items": {"type": "string"}}}})},
         "errors": (400, *AUTH, 404, 409, 503),
     }},
     "/v1/roles/{role}/traces": {"get": {

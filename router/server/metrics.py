@@ -60,6 +60,10 @@ REDIS_REFUSALS = Counter("rolegate_redis_refusals",
                          "Requests answered 503 because Redis refused (OOM, READONLY, "
                          "NOREPLICAS, BUSY, ...), by condition.",
                          ["condition"], registry=REGISTRY)
+CLASHES = Counter("rolegate_run_id_clashes",
+                  "Traces stored under a run id another reporter had sent first, by role and "
+                  "reporter (someone may be reporting under another's run ids).",
+                  ["role", "reporter"], registry=REGISTRY)
 REQUESTS = Counter("rolegate_http_requests", "HTTP requests answered, by status class.",
                    ["status"], registry=REGISTRY)
 
@@ -100,6 +104,11 @@ def count_ingest(role: str, arm: str, new: int) -> None:
 def count_traces(role: str, arm: str, n: int = 1) -> None:
     """Count `n` traces of `role` accepted for `arm`."""
     TRACES.labels(role, arm).inc(n)
+
+
+def count_clash(role: str, reporter: str) -> None:
+    """Count one trace `reporter` sent under a run id of `role` another reporter had claimed."""
+    CLASHES.labels(role, reporter).inc()
 
 
 def count_verdict(role: str, source: str, verdict: str) -> None:
