@@ -235,3 +235,16 @@ def check(trace: Trace, invariants: Invariants) -> TraceVerdict:
         missing_artifacts=missing,
         tools_reported=reported,
     )
+
+
+def offered_breaches(invariants: Invariants, offered: tuple[str, ...]) -> tuple[str, ...]:
+    """The tools of `offered` (a config body's tool names) that a run may not call.
+
+    Each tool on the forbidden list or outside the allowlist, in `offered` order.
+    A framework that hides forbidden tools from the model never calls them, so its
+    runs never trip the wire: the config is refused before it runs, not after.
+    """
+    policy = _compile(invariants)
+    return tuple(t for t in dict.fromkeys(offered)
+                 if t in policy.forbidden or (policy.allowed is not None
+                                              and t not in policy.allowed))

@@ -6,7 +6,10 @@ GET  /v1/roles/<role>/offline/<config> one config's verdict
 
 A role whose gate policy sets `require_offline_pass` may enter shadow only with a
 passing verdict for its candidate (`require_offline_pass()`, called from the
-transition path in api_bindings).
+transition path in api_bindings). And no candidate whose registered body offers a
+tool the role's invariants forbid (or that its allowlist lacks) runs on real jobs
+(`refuse_offered_breaches()`): a framework that hides such a tool from the model
+would never call it, so no run would ever trip the wire.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from flask.typing import ResponseReturnValue
 from bindings.errors import Conflict, NotFound
 from bindings.models import Binding, Stage
 from bindings.offline import OfflineStore, OfflineVerdict
+from gatekeeper.checks.invariants import offered_breaches
+from gatekeeper.store.configs import ConfigStore
 from router.api.bodies import json_body, parse
 from router.api.params import role_param
 from router.server.auth import actor, require
@@ -66,7 +71,26 @@ def guard_live_candidate(role: str, old: Binding | None, new: Binding) -> None:
         return
     if old is not None and old.stage in _LIVE and old.candidate == new.candidate:
         return
+    refuse_offered_breaches(role, new)
     require_offline_pass(role, new)
+
+
+def refuse_offered_breaches(role: str, binding: Binding) -> None:
+    """Raise Conflict (409) if the candidate's registered body offers a tool its runs may not call."""
+    if binding.candidate is None:
+        return
+    configs: ConfigStore = current_app.extensions["rolegate_configs"]
+    body = configs.bodies([binding.candidate]).get(binding.candidate)
+    offered = tuple(str(tool.get("name")) for tool in (body or {}).get("tools", ()))
+    refused = offered_breaches(binding.gate.invariants, offered)
+    if refused:
+        raise Conflict(
+            f"role {role!r} may not run candidate {binding.candidate!r}: its body offers "
+            f"{refused} (forbidden by the role's invariants or outside its allowed_tools); "
+            "remove them from the config's body or change the role's gate",
+            role=role, candidate=binding.candidate, refused="offered_tools",
+            tools=list(refused),
+        )
 
 
 def require_offline_pass(role: str, binding: Binding) -> None:
