@@ -225,14 +225,30 @@ class Gatekeeper:
         never keeps the real leader from acting).
         """
         if not self.dry_run and not self.acquire():
+            self.beat([], [])
             return []
         decisions = tick(self.api, self.clock(), dry_run=self.dry_run,
                          notifier=self.notifier, alerted=self.alerted)
         self.ticks += 1
+        self.beat(decisions, [f"{role}: its gate view failed" for role in unjudged(decisions)])
         if self.echo is not None:
             for decision in decisions:
                 self.echo(decision)
         return decisions
+
+    def beat(self, decisions: list[Decision], errors: list[str]) -> None:
+        """Tell the router this process ticked (`gatekeeper.heartbeat`); never fails a tick.
+
+        A standby (the lease is another's) beats too, as `leader: false`, so the
+        dashboard can list it; only a leader's beat says someone is judging.
+        """
+        body = {"holder": self.holder, "leader": self.leader and not self.dry_run,
+                "interval_s": max(self.interval, 0.01), "roles_judged": len(decisions),
+                "errors": [e[:500] for e in errors[:50]], "dry_run": self.dry_run}
+        try:
+            self.api.post("/v1/gatekeeper/heartbeat", body)
+        except (ApiError, OSError) as exc:
+            log.info("heartbeat not recorded: %s", exc)
 
     def run(self, *, max_ticks: int | None = None) -> None:
         """Loop until asked to stop (or after `max_ticks`), then release the lease."""
@@ -245,6 +261,7 @@ class Gatekeeper:
                 except (ApiError, OSError) as exc:
                     # A router hiccup costs one tick, not the process; the next retries.
                     log.warning("tick failed: %s", exc)
+                    self.beat([], [f"tick failed: {exc}"])
                 ticks += 1
                 if max_ticks is not None and ticks >= max_ticks:
                     break

@@ -19,9 +19,11 @@ import requests
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from gatekeeper.loop import Gatekeeper
 from gatekeeper.store.configs import config_key
+from rolegate.http import ApiClient
 from router import create_app
-from tests.conftest import CALLER, OPERATOR, TOKENS, auth
+from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
 from tests.dashboard_seed import STAMPS, seed
 
 CHROMIUM = "/usr/bin/chromium"
@@ -272,3 +274,30 @@ def test_role_page_says_what_next_and_keeps_a_rollbacks_evidence(page: Page, liv
     expect(page.locator("#gate-table tbody tr").nth(1)).not_to_contain_text("60")
     expect(page.locator("#what-next")).to_contain_text("rolled back")
     _shot(page, shots, "dashboard-rolled-back.png")
+
+
+def test_no_gatekeeper_banner_appears_and_clears(page: Page, live: str, shots: Path) -> None:
+    """Overview and role page: a banner while nobody ticks; gone after a gatekeeper's tick."""
+    _load_roles(page, live, CALLER)
+    banner = page.locator("#gatekeeper-status")
+    expect(banner).to_have_attribute("data-status", "absent")
+    expect(banner).to_contain_text("No gatekeeper is judging")
+    page.goto(f"{live}/roles/summarizer")
+    expect(page.locator("#gatekeeper-status")).to_contain_text("No gatekeeper is judging")
+    expect(page.locator("#what-next")).not_to_contain_text("at the gatekeeper's next tick")
+    _shot(page, shots, "dashboard-no-gatekeeper.png")
+
+    api = ApiClient(live, GATEKEEPER)
+    keeper = Gatekeeper(api, interval=30.0, holder="gk-browser", dry_run=False)
+    try:
+        keeper.once()
+        page.reload()
+        banner = page.locator("#gatekeeper-status")
+        expect(banner).to_have_attribute("data-status", "ok")
+        expect(banner).to_contain_text("gatekeeper gk-browser leads; last tick")
+        expect(banner).not_to_contain_text("No gatekeeper is judging")
+        page.goto(f"{live}/")
+        expect(page.locator("#gatekeeper-status")).to_have_attribute("data-status", "ok")
+    finally:
+        keeper.release()
+        api.close()

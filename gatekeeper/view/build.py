@@ -10,7 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from bindings.store import BindingStore
+from gatekeeper import heartbeat
 from gatekeeper.store.configs import ConfigStore
+from gatekeeper.store.heartbeat import HeartbeatStore
 from gatekeeper.store.traces import TraceStore
 from gatekeeper.view.arms import arms_section, comparison_section
 from gatekeeper.view.context import gate_context, view_header
@@ -31,6 +33,9 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["drift"] = drift_section(ctx)
     view["rollout"] = rollout_section(store, ctx)
     view["previous"] = previous_section(store, traces, ctx.record, now)
-    # Last: it reads the sections above, as the gatekeeper's decide() does.
-    view["next"] = next_view_section(store, ctx.record, view, now)
+    view["gatekeeper"] = HeartbeatStore(traces.connection).summary()
+    # Last: it reads the sections above, as the gatekeeper's decide() does; it says
+    # plainly when no gatekeeper is there to take the step it names.
+    view["next"] = heartbeat.annotate_next(next_view_section(store, ctx.record, view, now),
+                                           view["gatekeeper"])
     return view

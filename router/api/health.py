@@ -28,7 +28,9 @@ from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 from redis.cluster import RedisCluster
 
+from bindings.errors import RolegateError
 from bindings.redis_errors import refusal_condition
+from gatekeeper.store.heartbeat import HeartbeatStore
 from router.server.auth import bearer_token
 from router.server.tokens import TokenTable
 
@@ -45,6 +47,17 @@ def _may_see_details() -> bool:
         return True
     presented = bearer_token()
     return presented is not None and table.lookup(presented) is not None
+
+
+def _gatekeeper_check() -> dict[str, Any]:
+    """Whether a gatekeeper is judging. Informational: it never fails the router's probe
+    (a router with no gatekeeper still serves every resolve), so alert on it instead."""
+    try:
+        summary = HeartbeatStore(current_app.extensions["rolegate"].redis).summary()
+    except RolegateError as exc:
+        return {"ok": False, "status": "unknown", "error": exc.message}
+    return {"ok": summary["status"] == "ok", "status": summary["status"],
+            "leader": summary["leader"], "age_s": summary["age_s"], "text": summary["text"]}
 
 
 @bp.get("/healthz")
@@ -79,5 +92,6 @@ def healthz() -> ResponseReturnValue:
             "redis": redis_check,
             "bindings": {"ok": cache.loaded, "stale": cache.stale,
                          "generation": cache.generation},
+            "gatekeeper": _gatekeeper_check(),
         }
     return jsonify(body), 503 if status == "failing" else 200

@@ -109,6 +109,9 @@ def render(view: dict[str, Any]) -> list[str]:
     what_next = (view.get("next") or {}).get("lines") or []
     for index, line in enumerate(what_next):
         lines.append(f"  {'what next' if index == 0 else '':<10} {line}")
+    keeper = view.get("gatekeeper")
+    if keeper:
+        lines.append(f"  {'gatekeeper':<10} {keeper.get('text', keeper.get('status'))}")
     return lines
 
 
@@ -199,6 +202,10 @@ def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: f
             echo_json({"roles": views})
         for view in [] if as_json else views:
             click.echo(one_line(view))
+        if not as_json:
+            keeper = views[0]["gatekeeper"] if views and "gatekeeper" in views[0] else \
+                api.get("/v1/gatekeeper/heartbeat")
+            click.echo(f"gatekeeper: {keeper.get('text', keeper.get('status'))}")
         return
     if not (watch or wait):
         view = api.get(gate_path(role))

@@ -29,6 +29,7 @@ from flask.typing import ResponseReturnValue
 
 from bindings.errors import NotFound, RolegateError
 from bindings.models import Stage, validate_role_name
+from gatekeeper.store.heartbeat import HeartbeatStore
 from router.api.traces import trace_store
 from router.dashboard.data import overview, role_detail
 from router.dashboard.svg import bar_chart, line_chart
@@ -129,7 +130,11 @@ def actions(binding: Any) -> list[tuple[str, str]]:
 def _overview_fragment() -> str:
     services = current_app.extensions["rolegate"]
     rows = overview(services.store, trace_store(), time.time(), visible=may_act_on)
-    return render_template("_roles.html", rows=rows, actions=actions)
+    try:
+        keeper = HeartbeatStore(services.redis).summary()
+    except RolegateError:
+        keeper = None
+    return render_template("_roles.html", rows=rows, actions=actions, keeper=keeper)
 
 
 def _role_fragment(role: str) -> str:

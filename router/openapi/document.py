@@ -28,7 +28,7 @@ from router.api.bindings import CanaryRequest, PutRequest, RollbackRequest
 from router.api.bindings import _Action as ActionRequest
 from router.api.configs import CheckRequest, PutConfig
 from router.api.feedback import FeedbackRequest
-from router.api.lease import LeaseRequest, ReleaseRequest
+from router.api.lease import HeartbeatRequest, LeaseRequest, ReleaseRequest
 from router.openapi.more import MORE_PATHS
 from router.openapi.ofrep import OFREP_PATHS
 from router.openapi.operator import ARCHIVED, OPERATOR_PATHS, answers_archived
@@ -63,6 +63,7 @@ MODELS: list[tuple[type[BaseModel], Any]] = [
     (StoredOfflineVerdict, "serialization"),
     (LeaseRequest, "validation"),
     (ReleaseRequest, "validation"),
+    (HeartbeatRequest, "validation"),
 ]
 #: Every described operation: {path: {method: operation}}.
 OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {}

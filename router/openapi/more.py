@@ -42,6 +42,10 @@ FEEDBACK = _obj("role", "run_id", "tier", "feedback",
                 feedback={"type": "array", "items": OBJECT})
 LEASE = _obj("holder", "ttl_ms", holder={"type": ["string", "null"]},
              ttl_ms={"type": ["integer", "null"]})
+HEARTBEAT = _obj("status", "leader", "last_tick", "age_s", "text",
+                 status={"enum": ["ok", "late", "absent"]}, leader={"type": ["string", "null"]},
+                 last_tick={"type": ["number", "null"]}, age_s={"type": ["number", "null"]},
+                 text={"type": "string"})
 ROLE_QUERY = {"name": "role", "in": "query", "required": False,
               "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"}}
 STORED_TRACE = _obj("id", "received", "role", "trace", "verdict",
@@ -260,6 +264,21 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
             "summary": "Who holds the lease and for how many more milliseconds.",
             "scopes": ("caller", "gatekeeper"),
             "responses": {"200": json_response("The lease.", LEASE)},
+            "errors": (*AUTH, 503),
+        },
+    },
+    "/v1/gatekeeper/heartbeat": {
+        "post": {
+            "summary": "A gatekeeper's tick: who, leader or not, roles judged, errors.",
+            "scopes": ("gatekeeper",),
+            "requestBody": json_body(ref("HeartbeatRequest"), required=True),
+            "responses": {"200": json_response("Recorded; the summary after it.", HEARTBEAT)},
+            "errors": (400, *AUTH, 413, 422, 503),
+        },
+        "get": {
+            "summary": "Is anyone judging: the leader, its last tick (Redis's clock), status.",
+            "scopes": ("caller", "reviewer", "gatekeeper"),
+            "responses": {"200": json_response("The heartbeat summary.", HEARTBEAT)},
             "errors": (*AUTH, 503),
         },
     },

@@ -31,7 +31,9 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from bindings.errors import RolegateError
 from bindings.models import Stage
+from gatekeeper.store.heartbeat import HeartbeatStore
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -243,6 +245,37 @@ class BindingCollector(Collector):
                                 value=float(cache.generation))
 
 
+class GatekeeperCollector(Collector):
+    """The gatekeepers' last leading tick, read from Redis at scrape time.
+
+    `time() - rolegate_gatekeeper_last_tick_timestamp_seconds` is what an alert rule
+    pages on (docs/operations.md): it grows while nobody promotes or rolls back.
+    """
+
+    def __init__(self, app: Flask) -> None:
+        self.store = HeartbeatStore(app.extensions["rolegate"].redis)
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the heartbeat gauges; nothing when Redis cannot be read."""
+        try:
+            summary = self.store.summary()
+        except RolegateError:
+            return
+        if summary["last_tick"] is not None:
+            yield GaugeMetricFamily("rolegate_gatekeeper_last_tick_timestamp_seconds",
+                                    "Unix time (Redis's clock) of the leading gatekeeper's "
+                                    "last tick.", value=float(summary["last_tick"]))
+            yield GaugeMetricFamily("rolegate_gatekeeper_roles_judged",
+                                    "Roles the leading gatekeeper judged on its last tick.",
+                                    value=float(summary["roles_judged"] or 0))
+            yield GaugeMetricFamily("rolegate_gatekeeper_tick_errors",
+                                    "Errors the leading gatekeeper met on its last tick.",
+                                    value=float(len(summary["errors"])))
+        yield GaugeMetricFamily("rolegate_gatekeeper_up",
+                                "1 while a leading gatekeeper ticked within a few of its "
+                                "intervals.", value=1.0 if summary["status"] == "ok" else 0.0)
+
+
 class _Forward(Collector):
     """Hands one registry's metrics to another (single-process mode)."""
 
@@ -262,6 +295,7 @@ def scrape_registry(app: Flask) -> CollectorRegistry:
     else:
         registry.register(_Forward(REGISTRY))
     registry.register(BindingCollector(app))
+    registry.register(GatekeeperCollector(app))
     return registry
 
 
