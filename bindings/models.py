@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from rolegate.config_ids import STORED, ConfigId
 from rolegate.routing import Stage
 
-__all__ = ["Binding", "BindingFile", "CanaryStep", "DriftPolicy", "Frozen", "GatePolicy",
+__all__ = ["Approval", "Binding", "BindingFile", "CanaryStep", "DriftPolicy", "Frozen", "GatePolicy",
            "HistoryEntry", "Invariants", "Rule", "Stage", "Step", "Thresholds", "VersionedBinding",
            "step_share", "validate_role_name"]
 
@@ -141,6 +141,9 @@ class CanaryStep(Frozen):
 
     share: float = Field(gt=0.0, le=1.0)
     min_seconds: float | None = Field(None, ge=0.0)
+    #: Hold the rollout at this step, once the gate passes, until an operator approves
+    #: (Argo's `pause: {}`, Flagger's confirm-promotion). Rollback never waits for it.
+    approval: bool = False
 
 
 #: A step of `steps`: a bare share, or a share with its own minimum duration.
@@ -150,6 +153,14 @@ Step = float | CanaryStep
 def step_share(step: Step) -> float:
     """The canary share a step of the ladder routes to the candidate."""
     return step.share if isinstance(step, CanaryStep) else step
+
+
+class Approval(Frozen):
+    """An operator's approval of the stage a binding is in, so it may advance past it."""
+
+    actor: str = Field(min_length=1, max_length=200)
+    time: float
+    reason: str = Field(min_length=1, max_length=2000)
 
 
 class Rule(Frozen):
@@ -196,6 +207,9 @@ class Binding(Frozen):
     rules: tuple[Rule, ...] = Field((), max_length=MAX_RULES)
     #: When the current stage (or canary step) began, in epoch seconds.
     stage_since: float | None = None
+    #: The approval of the current stage, when its step asks for one; any stage move
+    #: clears it (an approval is for one step, never the next).
+    approved: Approval | None = None
     description: str = Field("", max_length=2000)
 
     @field_validator("share")
@@ -254,9 +268,26 @@ class Binding(Frozen):
                 return step.min_seconds
         return None
 
+    def needs_approval(self) -> bool:
+        """Whether the step the binding stands on holds for an operator's approval."""
+        if self.stage is Stage.CANARY:
+            share = self.share
+        elif self.stage is Stage.FULL:
+            share = 1.0
+        else:
+            return False
+        return any(isinstance(step, CanaryStep) and step.approval and step.share == share
+                   for step in self.steps)
+
     def with_changes(self, **changes: Any) -> Binding:
-        """Return a copy with `changes` applied and every invariant checked again."""
+        """Return a copy with `changes` applied and every invariant checked again.
+
+        A change of stage, share or stage start drops the approval: it was given for
+        the step the binding stood on.
+        """
         data = self.model_dump()
+        if {"stage", "share", "stage_since"} & set(changes) and "approved" not in changes:
+            data["approved"] = None
         data.update(changes)
         # Its config ids were accepted when it was written; a move only reorders them.
         return Binding.model_validate(data, context={STORED: True})

@@ -114,6 +114,8 @@ def title(event: Mapping[str, Any]) -> str:
         return f"rolegate: drift alarm on {role} ({event.get('arm', '?')}, {event.get('metric')})"
     if kind == "refused":
         return f"rolegate: {event.get('action', 'move')} of {role} refused"
+    if kind == "approval_needed":
+        return f"rolegate: {role} waits for approval ({event.get('stage', '?')})"
     return f"rolegate: {role} {str(kind).replace('_', ' ')}"
 
 

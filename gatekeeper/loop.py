@@ -25,7 +25,14 @@ from urllib.parse import quote
 
 from bindings.models import VersionedBinding
 from gatekeeper.machine.decide import Action, Decision, decide, evidence_from_view
-from gatekeeper.webhooks import ALARM, REFUSED, ROLLBACK, STAGE_CHANGE, Notifier
+from gatekeeper.webhooks import (
+    ALARM,
+    APPROVAL_NEEDED,
+    REFUSED,
+    ROLLBACK,
+    STAGE_CHANGE,
+    Notifier,
+)
 from rolegate.http import ApiClient, ApiError
 
 log = logging.getLogger("rolegate.gatekeeper")
@@ -80,6 +87,7 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
         decision = decide(role, record, evidence_from_view(view), now)
         decisions.append(_act(api, decision, dry_run=dry_run, notifier=notifier))
         _alert(decision, view, notifier, alerted)
+        _ask_approval(decision, notifier, alerted)
         _relay_tripwire(record, now, notifier, alerted)
     return decisions
 
@@ -152,6 +160,20 @@ def _alert(decision: Decision, view: dict[str, Any], notifier: Notifier | None,
             report = drift.get(alarm.get("arm"), {}).get(alarm.get("metric"), {})
             notifier.emit(ALARM, decision.role, arm=alarm.get("arm"), config=config,
                           metric=alarm.get("metric"), cusum=report)
+
+
+def _ask_approval(decision: Decision, notifier: Notifier | None,
+                  alerted: set[str] | None) -> None:
+    """Tell people once (per role and version) that a passed step waits for their approval."""
+    if notifier is None or not decision.details.get("awaiting_approval"):
+        return
+    key = f"{decision.role}|approval|{decision.version}"
+    if alerted is not None:
+        if key in alerted:
+            return
+        alerted.add(key)
+    notifier.emit(APPROVAL_NEEDED, decision.role, action="approve", version=decision.version,
+                  stage=decision.stage, reason=decision.reason, details=decision.details)
 
 
 def default_holder() -> str:

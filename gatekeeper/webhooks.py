@@ -29,6 +29,8 @@ STAGE_CHANGE = "stage_change"
 ROLLBACK = "rollback"
 ALARM = "alarm"
 REFUSED = "refused"
+#: A step asking for approval passed its gate and waits for an operator.
+APPROVAL_NEEDED = "approval_needed"
 
 QUEUE_SIZE = 1000
 

@@ -25,6 +25,8 @@ from rolegate.http import ApiClient
 from router import create_app
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
 from tests.dashboard_seed import STAMPS, seed
+from tests.population import Population
+from tests.servers import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 EXAMPLE = Path(__file__).resolve().parent.parent / "bindings.example.json"
@@ -301,3 +303,52 @@ def test_no_gatekeeper_banner_appears_and_clears(page: Page, live: str, shots: P
     finally:
         keeper.release()
         api.close()
+
+
+def test_an_approval_step_waits_and_the_button_approves(page: Page, live: str,
+                                                          shots: Path) -> None:
+    """A passed approval step holds; Approve (operator, with a reason) lets the rollout go on."""
+    policy = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.9, "alpha": 0.01,
+                             "min_stage_seconds": 0.2, "bake_seconds": 0.4},
+              "invariants": {"artifact_exists": ["out.md"]}}
+    binding = {"current": "cfg-a", "candidate": "cfg-good", "stage": "canary", "share": 0.3,
+               "steps": [0.3, {"share": 0.6, "approval": True}], "gate": policy}
+    requests.put(f"{live}/v1/bindings/approver", json=binding, headers=auth(OPERATOR),
+                 timeout=5).raise_for_status()
+    api = ApiClient(live, GATEKEEPER)
+    keeper = Gatekeeper(api, interval=0.05, holder="gk-approve-page")
+
+    def state() -> dict:
+        return requests.get(f"{live}/v1/roles/approver/gate", headers=auth(CALLER),
+                            timeout=5).json()
+
+    try:
+        with Population(live, ["approver"]):
+            def waiting() -> bool:
+                keeper.once()
+                return bool(state()["next"]["state"] == "awaiting_approval")
+            wait_for(waiting, 40, "the approval step to pass its gate", interval=0.1)
+            page.goto(f"{live}/roles/approver")
+            page.fill("#token-input", OPERATOR)
+            page.click("#token-save")
+            expect(page.locator("#what-next")).to_contain_text("awaits an operator's approval")
+            _shot(page, shots, "dashboard-awaiting-approval.png")
+            page.locator('#content button[data-action="approve"]').click()
+            page.fill("#action-reason", "canary tables checked by hand")
+            page.click("#action-confirm")
+            expect(page.locator("#action-dialog")).to_be_hidden()
+
+            def moved_on() -> bool:
+                keeper.once()
+                return state()["stage"] in ("full", "stable")
+            wait_for(moved_on, 40, "the rollout to continue after approval", interval=0.1)
+        page.reload()
+        expect(page.locator("#stage")).not_to_have_text("canary")
+    finally:
+        keeper.release()
+        api.close()
+    entries = requests.get(f"{live}/v1/bindings/approver/history", headers=auth(CALLER),
+                           timeout=5).json()["entries"]
+    approvals = [e for e in entries if e["action"] == "approve"]
+    assert approvals and approvals[0]["actor"] == "alice"
+    assert approvals[0]["reason"] == "canary tables checked by hand"

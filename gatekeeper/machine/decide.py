@@ -175,8 +175,18 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     worse = _worse_than_current(evidence, level)
     if worse is not None:
         return make(Action.ROLLBACK, worse)
+    if binding.needs_approval() and binding.approved is None:
+        # The gate passed; the step asks a human before it is left (rollback never waits).
+        return make(Action.HOLD, f"{AWAITING_APPROVAL}: the gate passed on {evidence.n} traces; "
+                    f"an operator approves with `rolegate approve {role} --reason ...`",
+                    awaiting_approval=True, elapsed_s=round(elapsed, 3),
+                    sequential=combined.as_dict())
     return make(Action.ADVANCE, f"gate passed on {evidence.n} traces after {elapsed:.0f}s",
                 elapsed_s=round(elapsed, 3), sequential=combined.as_dict())
+
+
+#: How a hold for a step's approval starts its reason (next_step, the loop and pages key on it).
+AWAITING_APPROVAL = "awaiting approval"
 
 
 #: Reason codes that fail a stage at once, at any n (zero tolerance).

@@ -31,6 +31,8 @@ from gatekeeper.machine.stages import Event, apply
 
 #: What a role's rollout is doing, as one word a script can branch on.
 WAITING, ADVANCING, ROLLING_BACK, PAUSED = "waiting", "advancing", "rolling_back", "paused"
+#: The gate passed on a step that asks a human first (`{"share": 0.5, "approval": true}`).
+AWAITING_APPROVAL = "awaiting_approval"
 STABLE, ROLLED_BACK, NOT_STARTED = "stable", "rolled_back", "not_started"
 
 
@@ -103,6 +105,11 @@ def explain(decision: Decision, binding: Binding, evidence: Evidence, now: float
         return NextStep(decision.action.value, ROLLING_BACK,
                         f"rolls back at the gatekeeper's next tick: {decision.reason}",
                         then, (), decision.reason)
+    if decision.action is Action.HOLD and decision.details.get("awaiting_approval"):
+        text = (f"awaits an operator's approval to advance to {then}: the gate passed; "
+                f"`rolegate approve {decision.role} --reason ...` or the page's Approve button")
+        return NextStep(decision.action.value, AWAITING_APPROVAL, text, then,
+                        (Wait("approval", None, 0, 1, text),), decision.reason)
     if decision.action is Action.HOLD:
         waits = waits_of(binding, evidence, now)
         if not waits:

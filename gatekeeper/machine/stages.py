@@ -1,7 +1,8 @@
 """The rollout stage machine: a table of legal moves, and a pure function applying one.
 
 shadow → canary at each step of the role's ladder → full → stable, one step per
-`advance`; any live stage → rolled_back on `rollback`. The table below is the
+`advance`; any live stage → rolled_back on `rollback`; `approve` records an
+operator's approval of a step that asks for one (`{"share": 0.5, "approval": true}`). The table below is the
 whole truth about which move is legal from where; `apply` consults it and either
 returns a new binding or raises IllegalTransition leaving the old one untouched.
 """
@@ -12,7 +13,7 @@ import enum
 from dataclasses import dataclass
 
 from bindings.errors import IllegalTransition, InvalidInput
-from bindings.models import Binding, Stage
+from bindings.models import Approval, Binding, Stage
 
 
 class Event(str, enum.Enum):
@@ -23,6 +24,7 @@ class Event(str, enum.Enum):
     SET_SHARE = "set_share"    # an operator sets the canary share directly
     PAUSE = "pause"
     RESUME = "resume"
+    APPROVE = "approve"        # an operator lets a step that asks for approval advance
 
 
 #: The legal moves, as data. `None` as a source means "any stage".
@@ -65,10 +67,16 @@ def next_share(binding: Binding) -> float:
     return 1.0
 
 
-def apply(binding: Binding, event: Event, now: float, *, share: float | None = None) -> Move:
-    """Apply `event` to `binding` at time `now`; raise IllegalTransition if the table forbids it."""
+def apply(binding: Binding, event: Event, now: float, *, share: float | None = None,
+          actor: str | None = None, reason: str | None = None) -> Move:
+    """Apply `event` to `binding` at time `now`; raise IllegalTransition if the table forbids it.
+
+    `actor` and `reason` are the approval's (APPROVE only).
+    """
     if event in FLAG_EVENTS:
         return _flip_pause(binding, event, now)
+    if event is Event.APPROVE:
+        return _approve(binding, now, actor or "anonymous", reason or "approved")
     allowed = TRANSITIONS.get((binding.stage, event))
     if allowed is None:
         raise IllegalTransition(
@@ -119,3 +127,17 @@ def _flip_pause(binding: Binding, event: Event, now: float) -> Move:
             f"role is already {'paused' if want else 'running'}", event=event.value
         )
     return Move(binding.with_changes(paused=want), "paused" if want else "resumed")
+
+
+def _approve(binding: Binding, now: float, actor: str, reason: str) -> Move:
+    if not binding.needs_approval():
+        where = binding.stage.value + (f" {binding.share:g}" if binding.stage is Stage.CANARY
+                                       else "")
+        raise IllegalTransition(f"nothing to approve: the step {where} asks for no approval",
+                                stage=binding.stage.value, event=Event.APPROVE.value)
+    if binding.approved is not None:
+        raise IllegalTransition(f"this step is already approved by {binding.approved.actor}",
+                                stage=binding.stage.value, event=Event.APPROVE.value)
+    approval = Approval(actor=actor, time=now, reason=reason)
+    return Move(binding.with_changes(approved=approval.model_dump()),
+                f"{binding.candidate}: {binding.stage.value} approved by {actor}")

@@ -157,7 +157,8 @@ def _transition(role: str, event: Event, body: _Action, *, share: float | None =
                 action: str | None = None) -> ResponseReturnValue:
     store = _store()
     current = _current(role)
-    move = apply(current.binding, event, time.time(), share=share)
+    move = apply(current.binding, event, time.time(), share=share, actor=actor(),
+                 reason=body.reason)
     # A role may demand an offline suite pass before its candidate runs on real jobs.
     guard_live_candidate(role, current.binding, move.binding)
     details = {"summary": move.summary, **body.details}
@@ -217,6 +218,14 @@ def pause(role: str) -> ResponseReturnValue:
 def resume(role: str) -> ResponseReturnValue:
     """Let the gatekeeper move this role again."""
     return _transition(role, Event.RESUME, parse(_Action, json_body()))
+
+
+@bp.post("/v1/bindings/<role>/approve")
+@require()
+@idempotent(_written)
+def approve(role: str) -> ResponseReturnValue:
+    """Approve the step the role stands on, so the gatekeeper may advance past it."""
+    return _transition(role, Event.APPROVE, parse(_Action, json_body()))
 
 
 @bp.get("/v1/bindings/<role>/history")

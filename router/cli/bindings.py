@@ -1,7 +1,7 @@
 """Operator commands over the binding table, all through the HTTP API.
 
 `rolegate bindings list|show|history|import|export`, and the rollout moves
-`canary`, `rollback`, `promote`, `pause`, `resume`, plus `resolve` to ask the
+`canary`, `rollback`, `promote`, `pause`, `resume`, `approve`, plus `resolve` to ask the
 router what a job key gets. Exit codes: see `router.cli.common`.
 """
 
@@ -110,7 +110,8 @@ READ_BACK_ATTEMPTS = 4
 READ_BACK_PAUSE_S = 1.0
 #: The history actions each move records.
 MOVE_ACTIONS = {"canary": {"canary"}, "rollback": {"rollback", "restore"},
-                "promote": {"promote"}, "pause": {"pause"}, "resume": {"resume"}}
+                "promote": {"promote"}, "pause": {"pause"}, "resume": {"resume"},
+                "approve": {"approve"}}
 
 
 @click.group()
@@ -254,6 +255,8 @@ def _move(name: str, help_text: str) -> click.Command:
 promote = _move("promote", "Advance ROLE's rollout one step (shadow, canary steps, full, stable).")
 pause = _move("pause", "Stop the gatekeeper from moving ROLE.")
 resume = _move("resume", "Let the gatekeeper move ROLE again.")
+approve = _move("approve", "Approve the step ROLE stands on (one with \"approval\": true), so "
+                           "the gatekeeper may advance past it once the gate passes.")
 
 
 @click.command()
@@ -276,5 +279,5 @@ def resolve(api: ApiClient, role: str, key: str | None, attrs: tuple[str, ...]) 
 def register(main: click.Group) -> None:
     """Add the binding commands to the `rolegate` command group."""
     main.add_command(bindings)
-    for command in (canary, rollback, promote, pause, resume, resolve):
+    for command in (canary, rollback, promote, pause, resume, approve, resolve):
         main.add_command(command)

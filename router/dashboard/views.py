@@ -50,7 +50,7 @@ STAGE_ACTIONS = {
     Stage.FULL: ("promote", "rollback"),
 }
 ACTION_LABELS = {"rollback": "Roll back", "pause": "Pause", "resume": "Resume",
-                 "promote": "Promote"}
+                 "promote": "Promote", "approve": "Approve"}
 
 
 @bp.app_template_filter("when")
@@ -123,7 +123,9 @@ def actions(binding: Any) -> list[tuple[str, str]]:
     if binding.candidate is None and "promote" in names:
         names.remove("promote")
     names.append("resume" if binding.paused else "pause")
-    order = ("rollback", "pause", "resume", "promote")
+    if binding.needs_approval() and binding.approved is None:
+        names.append("approve")
+    order = ("rollback", "pause", "resume", "approve", "promote")
     return [(name, ACTION_LABELS[name]) for name in order if name in names]
 
 

@@ -183,6 +183,9 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "Stop the gatekeeper from moving this role.", "_Action", ())},
     "/v1/bindings/{role}/resume": {"post": _action(
         "Let the gatekeeper move this role again.", "_Action", ())},
+    "/v1/bindings/{role}/approve": {"post": _action(
+        "Approve the step the role stands on (one with approval: true), so the gatekeeper "
+        "may advance past it once the gate passes.", "_Action", ())},
     "/v1/bindings/{role}/history": {"get": {
         "summary": "The role's changes, newest first.",
         "scopes": ("caller", "gatekeeper"),
