@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -130,6 +130,13 @@ class GatePolicy(Frozen):
     #: the safe direction, and a reporter can only cause one by reporting for a role
     #: its token is scoped to.
     trusted_reporters: tuple[str, ...] | None = Field(None, min_length=1, max_length=100)
+    #: How each criterion key of the config's spec is gated (`gatekeeper.stats.criteria_gate`):
+    #: "gated" (the default for a key not named: a sequential test against current),
+    #: "blocking" (zero tolerance: one failing candidate run rolls back) or "observed"
+    #: (shown, never acting).
+    criteria: dict[Annotated[str, Field(min_length=1, max_length=300)],
+                   Literal["gated", "blocking", "observed"]] = Field(
+        default_factory=dict, max_length=200)
 
 
 class CanaryStep(Frozen):

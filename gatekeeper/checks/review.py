@@ -97,6 +97,28 @@ def regressions(
     return sorted(out, key=lambda r: (-(r.lost - r.gained), r.key))
 
 
+def paired_flips(baseline: Mapping[str, Verdicts],
+                 candidate: Mapping[str, Verdicts]) -> dict[str, tuple[int, int]]:
+    """Per criterion key over cases both sides scored: (lost, gained).
+
+    Lost: the baseline passed and the candidate failed; gained: the reverse. A key
+    scored on some paired case with neither is listed at (0, 0).
+    """
+    out: dict[str, list[int]] = {}
+    for case in baseline.keys() & candidate.keys():
+        before, after = baseline[case], candidate[case]
+        for key in before.keys() & after.keys():
+            b, a = before[key], after[key]
+            if b is None or a is None:
+                continue
+            slot = out.setdefault(key, [0, 0])
+            if b and not a:
+                slot[0] += 1
+            elif a and not b:
+                slot[1] += 1
+    return {key: (lost, gained) for key, (lost, gained) in sorted(out.items())}
+
+
 def describe_loss(key: str, count: int, criterion: Criterion | None = None) -> str:
     """A one-line human reading of a loss: "12 cases lost the verifyIdentity call"."""
     # Readers show the key beside the message, so the message names the behaviour.

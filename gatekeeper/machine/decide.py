@@ -4,8 +4,8 @@ The rule, in order (the first that applies wins):
 
 1. no live rollout (no candidate, or stable / rolled back) or a paused role: skip;
 2. a zero-tolerance gate reason (a forbidden call with `max_forbidden_rate` 0,
-   a lost required tool; in shadow a pair that lost a required tool) fails it at
-   once, at any n: roll back;
+   a lost required tool; in shadow a pair that lost a required tool; a failed
+   criterion the policy marks blocking) fails it at once, at any n: roll back;
 3. a drift detector alarms on the candidate (CUSUM over the stage's runs against
    current's p0, h derived for the p0 at hand): roll back;
 4. the rollout's sequential evidence reaches its share of alpha: roll back. One
@@ -15,7 +15,9 @@ The rule, in order (the first that applies wins):
    `rollout` section carries the earlier stages, `gatekeeper.stats.rollout`): valid
    however often it is read, so it is read at every tick from the first run,
    before `min_samples` (a candidate failing half its runs is rolled back within
-   a few dozen);
+   a few dozen); then each gated criterion key's own sequential test, candidate
+   against current, at its share of alpha (`gatekeeper.stats.criteria_gate`):
+   roll back naming the key;
 5. hold: too few traces (`min_samples`; in shadow `min_shadow_pairs` pairs), the
    stage has not lasted its minimum (`gatekeeper.machine.durations`: min_stage_seconds, a
    step's own min_seconds, full: bake_seconds), or the pass
@@ -40,8 +42,9 @@ from statistics import NormalDist
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
-from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, Combined, final_alpha
 from gatekeeper.machine.durations import stage_minimum
+from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, Combined, final_alpha
+from gatekeeper.stats.criteria_gate import KeyCounts, KeyVerdict, acting, criteria_tests
 from gatekeeper.stats.rollout import LIVE_STAGES, Carried, StageCounts, rollout_evidence
 from gatekeeper.stats.sequential import flips_of, upper_p0
 from gatekeeper.stats.statistics import difference_interval, mcnemar_exact
@@ -86,6 +89,8 @@ class Evidence:
     #: Metrics whose CUSUM alarms on the candidate, and on the current arm.
     candidate_alarms: tuple[str, ...] = ()
     current_alarms: tuple[str, ...] = ()
+    #: Per criterion key of the judged arm against current (the view's by_criterion.gate).
+    criteria: tuple[KeyCounts, ...] = ()
     #: Extra figures to keep in the history entry.
     figures: Mapping[str, Any] = field(default_factory=dict)
 
@@ -138,9 +143,12 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     if binding.paused:
         return make(Action.SKIP, "paused by an operator")
     blocking, rated = split_reasons(evidence, thresholds)
+    by_key = criterion_verdicts(binding, evidence)
+    zero, rejected = acting(by_key)
+    blocking += [v.reason() for v in zero]
     if blocking:
         return make(Action.ROLLBACK, "gate failed: " + "; ".join(blocking),
-                    gate_reasons=list(blocking))
+                    gate_reasons=list(blocking), **_criteria_details(zero))
     if evidence.candidate_alarms:
         return make(Action.ROLLBACK,
                     f"drift alarm on candidate {binding.candidate}: "
@@ -157,6 +165,9 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     if combined.reject:
         return make(Action.ROLLBACK, _rejected(combined, evidence, paired),
                     sequential={**combined.as_dict(), "p0": rate_p0(evidence)})
+    if rejected:
+        return make(Action.ROLLBACK, "; ".join(v.reason() for v in rejected),
+                    **_criteria_details(rejected))
     hold = _hold(binding, evidence, paired, rated, now)
     if hold is not None:
         reason, extra = hold
@@ -225,6 +236,16 @@ def sequential_evidence(binding: Binding, evidence: Evidence) -> Combined:
         flips = flips_of(evidence.paired)
     counts = StageCounts(stage, evidence.n, evidence.passes, flips)
     return rollout_evidence(binding, counts, evidence.carried, rate_p0(evidence))
+
+
+def criterion_verdicts(binding: Binding, evidence: Evidence) -> list[KeyVerdict]:
+    """Each criterion key's test on the evidence, at the stage alpha (acting ones first)."""
+    return criteria_tests(evidence.criteria, binding.gate.criteria,
+                          binding.gate.thresholds.alpha)
+
+
+def _criteria_details(verdicts: list[KeyVerdict]) -> dict[str, Any]:
+    return {"criteria": [v.as_dict() for v in verdicts]} if verdicts else {}
 
 
 def rate_p0(evidence: Evidence) -> float | None:
@@ -318,7 +339,9 @@ def _numbers(evidence: Evidence) -> dict[str, Any]:
 def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
     """Read decide()'s evidence out of the JSON of GET /v1/roles/<role>/gate."""
     arms = view.get("arms", {})
-    arm = arms.get("shadow" if view.get("stage") == Stage.SHADOW.value else "candidate", {})
+    judged = "shadow" if view.get("stage") == Stage.SHADOW.value else "candidate"
+    arm = arms.get(judged, {})
+    keys = ((view.get("by_criterion") or {}).get("gate") or {}).get(judged) or []
     current = arms.get("current", {})
     drift = view.get("drift") or {}
     alarms = drift.get("alarms", [])
@@ -341,6 +364,7 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
         candidate_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "candidate"),
         current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),
         carried=Carried.from_view(view.get("rollout")),
+        criteria=tuple(KeyCounts.from_dict(k) for k in keys if isinstance(k, Mapping)),
     )
 
 

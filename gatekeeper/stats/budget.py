@@ -5,7 +5,7 @@ rollout rolls back a candidate that is no worse than current (nor under
 `min_pass_rate`), all tests together. It is split once, in the open, instead
 of each test taking the whole alpha:
 
-- SEQUENTIAL_SHARE (0.8) for the tests read at every tick, combined as one
+- SEQUENTIAL_SHARE (0.7) for the tests read at every tick, combined as one
   e-value: the weighted average of the sequential failure-rate test against
   current's p0, the sequential McNemar test over the shadow flips and the
   pass-rate floor test. Each is a nonnegative supermartingale under its null,
@@ -20,6 +20,10 @@ of each test taking the whole alpha:
   in-control ARL of CUSUM_HORIZON_RUNS / (share * alpha) runs at the p0 at hand
   (`cusum_arl`), so over a stage of up to CUSUM_HORIZON_RUNS candidate runs its
   false-alarm chance stays within its share.
+- CRITERIA_SHARE (0.1) for the per-criterion tests (`gatekeeper.stats.criteria_gate`):
+  each deterministic criterion of the spec, candidate against current, read at
+  every tick as the pass rate is; split evenly (Bonferroni) over the gated
+  criterion keys, so one key's test names the key that failed.
 - FINAL_SHARE (0.1) for the fixed-sample looks taken once, on the tick that
   advances or rolls back: the unpaired comparison with current over the stage,
   and in shadow the exact McNemar test (half each in shadow).
@@ -45,13 +49,15 @@ from bindings.models import Stage
 #: must sum to at most 1 (checked on import), and the module docstring says what each
 #: one buys. Read a share as `SHARES[name] * alpha`.
 SHARES: dict[str, float] = {
-    "sequential": 0.8,
+    "sequential": 0.7,
+    "criteria": 0.1,
     "cusum": 0.1,
     "final": 0.1,
 }
 if sum(SHARES.values()) > 1.0 + 1e-12:
     raise ValueError(f"the alpha shares sum to {sum(SHARES.values())} > 1: {SHARES}")
 SEQUENTIAL_SHARE = SHARES["sequential"]
+CRITERIA_SHARE = SHARES["criteria"]
 CUSUM_SHARE = SHARES["cusum"]
 FINAL_SHARE = SHARES["final"]
 #: Candidate runs per stage the CUSUM's share is sized for.
@@ -80,6 +86,11 @@ def weights(stage: Stage, *, floor: bool) -> dict[str, float]:
 def cusum_arl0(alpha: float) -> float:
     """The in-control ARL the candidate's CUSUM is calibrated to at stage alpha `alpha`."""
     return CUSUM_HORIZON_RUNS / (CUSUM_SHARE * alpha)
+
+
+def criteria_alpha(alpha: float, keys: int) -> float:
+    """The level of each gated criterion's test: CRITERIA_SHARE of the stage alpha over `keys`."""
+    return CRITERIA_SHARE * alpha / max(1, keys)
 
 
 def final_alpha(alpha: float, stage: Stage) -> float:

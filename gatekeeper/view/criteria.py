@@ -7,6 +7,10 @@ against current criterion by criterion: paired by job key where both arms ran
 the same jobs (shadow), so a lost call shows as "12 cases lost the
 verifyIdentity call"; otherwise as a drop in rate whose 95% interval lies wholly
 below zero.
+
+`gate` is the per-key evidence decide() gates on (`gatekeeper.stats.criteria_gate`):
+for each arm against current, every deterministic criterion's counts (paired flips
+where the arms share jobs), its mode from the role's `gate.criteria` and its test.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from typing import Any, cast
 
 from bindings.store import _redis_errors
 from gatekeeper.checks.criteria import Criterion, evaluate
-from gatekeeper.checks.review import Tally, regressions, tally
+from gatekeeper.checks.review import Tally, describe_loss, paired_flips, regressions, tally
+from gatekeeper.stats.criteria_gate import KeyCounts, criteria_tests
 from gatekeeper.stats.statistics import difference_interval
 from gatekeeper.store.configs import ConfigStore
 from gatekeeper.store.trace_keys import stream_key
@@ -87,6 +92,7 @@ def criteria_section(ctx: GateContext, configs: ConfigStore) -> dict[str, Any]:
         arms[arm] = {"config": config, "spec": record is not None, "n": len(stored),
                      "criteria": {k: t.as_dict() for k, t in rates[arm].items()}}
     found: dict[str, Any] = {}
+    gate: dict[str, Any] = {}
     for arm in arms:
         if arm == "current" or not by_arm[arm]:
             continue
@@ -96,9 +102,34 @@ def criteria_section(ctx: GateContext, configs: ConfigStore) -> dict[str, Any]:
             found[arm] = [{**r.as_dict(), "paired": True} for r in losses]
         else:
             found[arm] = _rate_drops(rates["current"], rates[arm])
+        gate[arm] = gate_counts(known, rates["current"], rates[arm],
+                                paired_flips(by_arm["current"], by_arm[arm]) if paired else None)
     return {"sample": SAMPLE, "arms": arms,
             "descriptions": {k: c.description for k, c in sorted(known.items())},
-            "regressions": found}
+            "regressions": found, "gate": gate_section(ctx, gate)}
+
+
+def gate_counts(known: dict[str, Criterion], current: dict[str, Tally], arm: dict[str, Tally],
+                flips: dict[str, tuple[int, int]] | None) -> list[KeyCounts]:
+    """Per deterministic criterion key: the arm's and current's counts, and paired flips."""
+    out = []
+    for key, criterion in sorted(known.items()):
+        if not criterion.deterministic:
+            continue  # judge criteria are counted from the judges' verdicts
+        mine, theirs = arm.get(key, Tally()), current.get(key, Tally())
+        lost, gained = (None, None) if flips is None else flips.get(key, (0, 0))
+        message = describe_loss(key, lost, criterion) if lost else ""
+        out.append(KeyCounts(key, mine.passed, mine.failed, theirs.passed, theirs.failed,
+                             lost, gained, "spec", message))
+    return out
+
+
+def gate_section(ctx: GateContext, counts: dict[str, list[KeyCounts]]) -> dict[str, Any]:
+    """The `gate` part of by_criterion: per arm, each key's counts, mode and test."""
+    gate = ctx.record.binding.gate
+    return {arm: [v.as_dict() for v in criteria_tests(keys, gate.criteria,
+                                                      gate.thresholds.alpha)]
+            for arm, keys in counts.items()}
 
 
 def _from_aggregates(ctx: GateContext) -> dict[str, Any]:
@@ -111,7 +142,7 @@ def _from_aggregates(ctx: GateContext) -> dict[str, Any]:
             for arm, (config, window) in ctx.arms.items()}
     found = {arm: _rate_drops(rates["current"], rates[arm])
              for arm in arms if arm != "current" and arms[arm]["n"]}
-    return {"sample": None, "arms": arms, "descriptions": {}, "regressions": found}
+    return {"sample": None, "arms": arms, "descriptions": {}, "regressions": found, "gate": {}}
 
 
 def _rate_drops(current: dict[str, Tally], other: dict[str, Tally]) -> list[dict[str, Any]]:

@@ -69,6 +69,43 @@ def arm_line(arm: str, figures: dict[str, Any]) -> list[str]:
     return lines
 
 
+def criteria_lines(view: dict[str, Any]) -> list[str]:
+    """Every criterion of the shown arms: each arm's passes of n, its mode and its test.
+
+    The gated keys (`by_criterion.gate`, `gatekeeper.stats.criteria_gate`) show their
+    mode and the evidence against the threshold; the invariants' own criteria, gated
+    through the pass rate, show their arms' counts alone.
+    """
+    section = view.get("by_criterion") or {}
+    shown = [arm for arm in SHOWN_ARMS.get(str(view.get("stage")), ("current",))
+             if arm in (section.get("arms") or {})]
+    tallies = {arm: (section["arms"][arm].get("criteria") or {}) for arm in shown}
+    judged = shown[-1] if len(shown) > 1 else None
+    tests = {k["key"]: k for k in ((section.get("gate") or {}).get(judged) or [])}
+    keys = sorted({key for counts in tallies.values() for key in counts} | set(tests))
+    if not keys:
+        return []
+    width = min(40, max(len(key) for key in keys))
+    lines = [f"  criteria   {' / '.join(shown)}, passed of scored"]
+    for key in keys:
+        cells = []
+        for arm in shown:
+            t = tallies[arm].get(key) or {}
+            cells.append(f"{t.get('passed', 0)}/{t.get('n', 0)}" if t else "-")
+        line = f"{'':13}{key:<{width}}  {'  '.join(f'{c:>7}' for c in cells)}"
+        test = tests.get(key)
+        if test is not None:
+            line += f"  {test['mode']}"
+            if test.get("test") in ("paired", "rate"):
+                line += f" e^{test['log_e']:.2f} of e^{test['threshold']:.2f}"
+            if test.get("message"):
+                line += f": {test['message']}"
+            if test.get("acts"):
+                line += "  FAILS"
+        lines.append(line.rstrip())
+    return lines
+
+
 def clock(moment: float | None) -> str:
     """An epoch time as "2026-12-01 12:05 UTC"."""
     if moment is None:
@@ -95,6 +132,7 @@ def render(view: dict[str, Any]) -> list[str]:
     for arm in SHOWN_ARMS.get(str(view.get("stage")), ("current",)):
         if arm in arms:
             lines += arm_line(arm, arms[arm])
+    lines += criteria_lines(view)
     previous = view.get("previous")
     if previous:
         rollback = previous["rollback"]
