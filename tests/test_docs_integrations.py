@@ -43,13 +43,19 @@ def example_router(app: Flask) -> Iterator[str]:
             r = requests.put(f"{url}/v1/bindings/{role}", json=binding, headers=auth(OPERATOR),
                              timeout=5)
             assert r.status_code == 201, r.text
+        # The pages register the summarizer's config bodies first (examples/bodies/).
+        for body in sorted((ROOT / "examples" / "bodies").glob("*.json")):
+            r = requests.put(f"{url}/v1/configs/{body.stem}", data=body.read_bytes(),
+                             headers={**auth(OPERATOR), "Content-Type": "application/json"},
+                             timeout=5)
+            assert r.status_code == 201, r.text
         yield url
 
 
 def test_every_integration_has_a_page_with_a_runnable_example() -> None:
     """One page per integration, each with an example marking its glue."""
     assert {page.stem for page in PAGES} == {"pydantic-ai", "openai-agents", "google-adk",
-                                             "opentelemetry"}
+                                             "langgraph", "opentelemetry"}
     for page in PAGES:
         assert example(page)[0]
 
