@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from bindings.models import GatePolicy
+from gatekeeper.stats.confidence import confidence_sequence
 from gatekeeper.stats.statistics import difference_interval, wilson_interval
 from gatekeeper.window import WindowStats
 
@@ -107,6 +108,8 @@ def metrics(window: WindowStats) -> dict[str, Any]:
         "passes": window.passes,
         "pass_rate": _rate(window.passes, n),
         "pass_rate_interval": [low, high] if n else None,
+        # Always-valid (a confidence sequence): what a person reading at every look may use.
+        "pass_rate_cs": list(confidence_sequence(window.passes, n)) if n else None,
         "forbidden": window.forbidden,
         "forbidden_rate": _rate(window.forbidden, n),
         "forbidden_tools": window.forbidden_tools(),

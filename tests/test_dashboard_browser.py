@@ -352,3 +352,23 @@ def test_an_approval_step_waits_and_the_button_approves(page: Page, live: str,
     approvals = [e for e in entries if e["action"] == "approve"]
     assert approvals and approvals[0]["actor"] == "alice"
     assert approvals[0]["reason"] == "canary tables checked by hand"
+
+
+def test_role_page_intervals_say_what_they_are(page: Page, live: str) -> None:
+    """Each pass rate shows the always-valid interval and the one-look Wilson one, labelled."""
+    _load_roles(page, live, CALLER)
+    page.click('tr[data-role="summarizer"] a.role-link')
+    table = page.locator("#gate-table")
+    expect(table.locator(".interval-cs").first).to_have_attribute(
+        "title", "always-valid 95%: holds however often you look")
+    expect(table.locator(".interval-fixed").first).to_have_attribute(
+        "title", "fixed-sample 95% Wilson: valid for one look only")
+    legend = page.locator("p.legend").first
+    expect(legend).to_contain_text("always-valid 95%")
+    expect(legend).to_contain_text("holds however often you look")
+    expect(legend).to_contain_text("valid for a single look only")
+    view = requests.get(f"{live}/v1/roles/summarizer/gate", headers=auth(CALLER),
+                        timeout=5).json()
+    low, high = view["arms"]["candidate"]["pass_rate_cs"]
+    shown = table.locator(".interval-cs").nth(1).inner_text()
+    assert shown == f"[{low:.3g}, {high:.3g}]"

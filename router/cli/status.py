@@ -59,8 +59,11 @@ def _percent(rate: float | None) -> str:
 
 def arm_line(arm: str, figures: dict[str, Any]) -> list[str]:
     """One arm's verdict with its numbers, then its reasons, indented."""
-    interval = figures.get("pass_rate_interval")
-    ci = "" if not interval else f" (95% CI {_percent(interval[0])}-{_percent(interval[1])})"
+    # The always-valid interval: a person running `status` again and again looks many
+    # times, and a fixed-sample 95% CI would mislead one of those looks in twenty.
+    interval = figures.get("pass_rate_cs") or figures.get("pass_rate_interval")
+    kind = "always-valid 95%" if figures.get("pass_rate_cs") else "95% CI"
+    ci = "" if not interval else f" ({kind} {_percent(interval[0])}-{_percent(interval[1])})"
     lines = [(f"  {arm:<10} {figures.get('config', '-')}  {figures.get('verdict', '-')}  "
              f"n={figures.get('n', 0)}  pass {_percent(figures.get('pass_rate'))}{ci}")]
     for reason in figures.get("reasons", []):
