@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # name configs and route with them too.
 from rolegate.config_ids import STORED, ConfigId
 from rolegate.routing import Stage
+from rolegate.trace import JsonInt, JsonNumber
 
 __all__ = ["Approval", "Binding", "BindingFile", "CanaryStep", "DriftPolicy", "Frozen", "GatePolicy",
            "HistoryEntry", "Invariants", "Rule", "Stage", "Step", "Thresholds", "VersionedBinding",
@@ -50,28 +51,28 @@ class Frozen(BaseModel):
 class Thresholds(Frozen):
     """The numbers the regression gate compares a window of traces against."""
 
-    min_pass_rate: float = Field(0.9, ge=0.0, le=1.0)
-    max_forbidden_rate: float = Field(0.0, ge=0.0, le=1.0)
-    p95_step_ceiling: int | None = Field(None, ge=1)
-    max_mean_cost_usd: float | None = Field(None, ge=0.0)
+    min_pass_rate: JsonNumber = Field(0.9, ge=0.0, le=1.0)
+    max_forbidden_rate: JsonNumber = Field(0.0, ge=0.0, le=1.0)
+    p95_step_ceiling: JsonInt | None = Field(None, ge=1)
+    max_mean_cost_usd: JsonNumber | None = Field(None, ge=0.0)
     #: Traces a stage needs before it may advance (promotion only: evidence that
     #: already excludes the threshold rolls back before it).
-    min_samples: int = Field(50, ge=1)
+    min_samples: JsonInt = Field(50, ge=1)
     #: The stage alpha: each stage of the ladder adds this much to the chance a
     #: rollout rolls back a candidate no worse than current, all its tests together
     #: (split in `gatekeeper.stats.budget`; the sequential tests spend the rollout's sum at
     #: once, `gatekeeper.stats.rollout`). 0.0025 over the default ladder's four stages
     #: keeps a rollout's false rollbacks within 1%.
-    alpha: float = Field(0.0025, gt=0.0, lt=1.0)
+    alpha: JsonNumber = Field(0.0025, gt=0.0, lt=1.0)
     #: Paired shadow runs needed before shadow may pass (None: min_samples). Size it
     #: for power against the smallest drop worth catching before users see it.
-    min_shadow_pairs: int | None = Field(None, ge=1)
+    min_shadow_pairs: JsonInt | None = Field(None, ge=1)
     #: A stage must last at least this long before the gatekeeper advances it
     #: (15 minutes: a stage sees more than one burst of traffic).
-    min_stage_seconds: float = Field(900.0, ge=0.0)
+    min_stage_seconds: JsonNumber = Field(900.0, ge=0.0)
     #: How long the full stage bakes before the candidate becomes stable (2 hours:
     #: slow regressions and daily traffic shapes show before current is replaced).
-    bake_seconds: float = Field(7200.0, ge=0.0)
+    bake_seconds: JsonNumber = Field(7200.0, ge=0.0)
 
 
 class Invariants(Frozen):
@@ -87,8 +88,8 @@ class Invariants(Frozen):
     #: None means "no allowlist"; an empty tuple means "no tool may be called".
     allowed_tools: tuple[str, ...] | None = None
     required_tools: tuple[str, ...] = ()
-    max_steps: int | None = Field(None, ge=0)
-    max_cost_usd: float | None = Field(None, ge=0.0)
+    max_steps: JsonInt | None = Field(None, ge=0)
+    max_cost_usd: JsonNumber | None = Field(None, ge=0.0)
 
     @model_validator(mode="after")
     def _no_tool_both_required_and_forbidden(self) -> Invariants:
@@ -108,13 +109,13 @@ class DriftPolicy(Frozen):
     """Bernoulli CUSUM settings: alarm when a rate rises by `shift` above p0."""
 
     enabled: bool = True
-    shift: float = Field(0.05, gt=0.0, lt=1.0)
+    shift: JsonNumber = Field(0.05, gt=0.0, lt=1.0)
     #: The alarm level; None (the default) derives it per p0 from the stage alpha
     #: (an in-control ARL target, `gatekeeper.stats.cusum_arl`), a fixed h alarms falsely
     #: at very different rates at different base rates.
-    h: float | None = Field(None, gt=0.0)
+    h: JsonNumber | None = Field(None, gt=0.0)
     #: Fixed baseline rates per metric; otherwise p0 comes from the current arm.
-    baseline: dict[str, float] = Field(default_factory=dict)
+    baseline: dict[str, JsonNumber] = Field(default_factory=dict)
 
 
 class GatePolicy(Frozen):
@@ -146,15 +147,15 @@ class CanaryStep(Frozen):
     Argo canary step pauses for a duration); None keeps the gate's.
     """
 
-    share: float = Field(gt=0.0, le=1.0)
-    min_seconds: float | None = Field(None, ge=0.0)
+    share: JsonNumber = Field(gt=0.0, le=1.0)
+    min_seconds: JsonNumber | None = Field(None, ge=0.0)
     #: Hold the rollout at this step, once the gate passes, until an operator approves
     #: (Argo's `pause: {}`, Flagger's confirm-promotion). Rollback never waits for it.
     approval: bool = False
 
 
 #: A step of `steps`: a bare share, or a share with its own minimum duration.
-Step = float | CanaryStep
+Step = JsonNumber | CanaryStep
 
 
 def step_share(step: Step) -> float:
@@ -166,7 +167,7 @@ class Approval(Frozen):
     """An operator's approval of the stage a binding is in, so it may advance past it."""
 
     actor: str = Field(min_length=1, max_length=200)
-    time: float
+    time: JsonNumber
     reason: str = Field(min_length=1, max_length=2000)
 
 
@@ -206,14 +207,14 @@ class Binding(Frozen):
     current: ConfigId
     candidate: ConfigId | None = None
     stage: Stage = Stage.STABLE
-    share: float = 0.0
+    share: JsonNumber = 0.0
     steps: tuple[Step, ...] = DEFAULT_STEPS
     paused: bool = False
     gate: GatePolicy = Field(default_factory=GatePolicy)
     #: Targeting rules, in order: the first whose attributes match picks the arm.
     rules: tuple[Rule, ...] = Field((), max_length=MAX_RULES)
     #: When the current stage (or canary step) began, in epoch seconds.
-    stage_since: float | None = None
+    stage_since: JsonNumber | None = None
     #: The approval of the current stage, when its step asks for one; any stage move
     #: clears it (an approval is for one step, never the next).
     approved: Approval | None = None
@@ -317,9 +318,9 @@ class VersionedBinding(Frozen):
     """A binding as stored: with the version its compare-and-set works against."""
 
     role: str
-    version: int = Field(ge=1)
+    version: JsonInt = Field(ge=1)
     binding: Binding
-    updated_at: float
+    updated_at: JsonNumber
     updated_by: str
 
 
@@ -327,8 +328,8 @@ class HistoryEntry(Frozen):
     """One append-only record of a change: who, when, why, and the whole result."""
 
     role: str
-    version: int = Field(ge=1)
-    time: float
+    version: JsonInt = Field(ge=1)
+    time: JsonNumber
     actor: str
     action: str
     reason: str

@@ -17,6 +17,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    Strict,
     StringConstraints,
     model_validator,
 )
@@ -59,6 +60,9 @@ def _json_whole_number(value: Any) -> Any:
 
 #: An integer as JSON means it: a number with no fractional part (3 or 3.0), never a bool.
 JsonInt = Annotated[int, BeforeValidator(_json_whole_number)]
+#: A number as JSON means it: an integer or a fraction, never true/false or numeric
+#: text ("0.5"), which pydantic's lax float takes as 1.0/0.0 and 0.5.
+JsonNumber = Annotated[float, Strict()]
 #: A tool name: 1-200 characters, no line break (the ingest script reads its
 #: increments as "field\nvalue" lines).
 ToolName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TOOL_NAME,

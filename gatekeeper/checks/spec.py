@@ -66,7 +66,8 @@ class Clause(Frozen):
     def _value_fits_operator(self) -> Clause:
         if self.op == "in" and not isinstance(self.value, list):
             raise ValueError(f"op 'in' needs a list value, got {type(self.value).__name__}")
-        if self.op in ("gt", "ge", "lt", "le") and not isinstance(self.value, int | float):
+        if self.op in ("gt", "ge", "lt", "le") and (
+                not isinstance(self.value, int | float) or isinstance(self.value, bool)):
             raise ValueError(f"op {self.op!r} needs a numeric value")
         return self
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bindings.errors import Conflict, NotFound, PreconditionRequired
 from bindings.models import Binding, VersionedBinding
 from gatekeeper.machine.stages import Event, apply
+from rolegate.trace import JsonInt, JsonNumber
 from router.api.bodies import json_body, parse
 from router.api.configs import snapshot_json
 from router.api.idempotency import current as idempotency
@@ -38,13 +39,13 @@ class _Action(BaseModel):
 class RollbackRequest(_Action):
     """Body of POST .../rollback: zero the canary, or restore `to_version`."""
 
-    to_version: int | None = Field(None, ge=1)
+    to_version: JsonInt | None = Field(None, ge=1)
 
 
 class CanaryRequest(_Action):
     """Body of POST .../canary: set the candidate's share directly."""
 
-    share: float = Field(gt=0.0, le=1.0)
+    share: JsonNumber = Field(gt=0.0, le=1.0)
 
 
 class PutRequest(BaseModel):

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bindings.errors import Conflict
 from bindings.lease import LeaseStore
 from gatekeeper.store.heartbeat import HeartbeatStore
+from rolegate.trace import JsonNumber
 from router.api.bodies import json_body, parse
 from router.server.auth import require
 
@@ -35,7 +36,7 @@ class LeaseRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     holder: str = Field(min_length=1, max_length=200)
-    ttl_s: float = Field(15.0, gt=0.0, le=3600.0)
+    ttl_s: JsonNumber = Field(15.0, gt=0.0, le=3600.0)
 
 
 class ReleaseRequest(BaseModel):
