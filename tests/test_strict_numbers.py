@@ -11,6 +11,7 @@ union), sends a boolean and a numeric string there, and holds the answer to
 from __future__ import annotations
 
 import copy
+import itertools
 from collections.abc import Iterator
 from typing import Any
 
@@ -97,7 +98,7 @@ def with_value(base: Any, path: tuple[Any, ...], value: Any) -> Any:
     """A copy of `base` with `value` at `path` (objects and lists made on the way)."""
     body = copy.deepcopy(base)
     node = body
-    for here, after in zip(path, path[1:]):
+    for here, after in itertools.pairwise(path):
         kind = list if isinstance(after, int) else dict
         if isinstance(here, int):
             if not node or not isinstance(node[0], kind):
