@@ -19,12 +19,18 @@ from __future__ import annotations
 
 from rolegate.async_client import AsyncClient
 from rolegate.client import Client
-from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUnavailable
+from rolegate.errors import (
+    InvalidToken,
+    NotFound,
+    RolegateError,
+    SnapshotTooOld,
+    SnapshotUnavailable,
+)
 from rolegate.recorder import Recorder
 from rolegate.report_stats import ReportStats
 from rolegate.routing import Resolution, Stage
 from rolegate.trace import RunError, Stamps, Step, Trace
 
-__all__ = ["AsyncClient", "Client", "NotFound", "Recorder", "ReportStats", "Resolution",
+__all__ = ["AsyncClient", "Client", "InvalidToken", "NotFound", "Recorder", "ReportStats", "Resolution",
            "RolegateError", "RunError", "SnapshotTooOld", "SnapshotUnavailable", "Stage",
            "Stamps", "Step", "Trace"]

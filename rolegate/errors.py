@@ -6,7 +6,8 @@ errors (`bindings.errors`, which subclasses `RolegateError`) with one handler::
     RolegateError        500  base; never raised directly
     ├── NotFound         404  no such role, version or run
     ├── SnapshotTooOld   503  the client's snapshot is older than max_age
-    └── SnapshotUnavailable 503  the client has no snapshot (yet): no answer, no bootstrap
+    ├── SnapshotUnavailable 503  the client has no snapshot (yet): no answer, no bootstrap
+    └── InvalidToken     401  a token that cannot be sent (also a ValueError); never quoted
 """
 
 from __future__ import annotations
@@ -45,3 +46,14 @@ class SnapshotUnavailable(RolegateError):
 
     status = 503
     code = "snapshot_unavailable"
+
+
+class InvalidToken(RolegateError, ValueError):
+    """A bearer token with a space or control character inside: it cannot be sent.
+
+    Raised before any request; the message says where the bad character is and
+    never quotes the token.
+    """
+
+    status = 401
+    code = "invalid_token"

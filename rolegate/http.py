@@ -24,6 +24,8 @@ from tenacity import (
     wait_random,
 )
 
+from rolegate.errors import InvalidToken
+
 RETRYABLE = (requests.ConnectionError, requests.Timeout)
 
 
@@ -59,6 +61,27 @@ def retry_after(response: requests.Response) -> float | None:
     return min(max(0.0, when - time.time()), MAX_RETRY_AFTER_S)
 
 
+def bearer_token(token: str | None) -> str | None:
+    """`token` as it goes in the Authorization header; InvalidToken if it cannot.
+
+    The whitespace around it is dropped: a token read from a file keeps the
+    file's final newline (or CR LF, from Windows) in `$(cat file)` or
+    `open(...).read()`, and the router strips its own tokens the same way. A
+    space or control character inside is refused, naming its position only:
+    the token never appears in an error, a log line or a traceback.
+    """
+    if token is None:
+        return None
+    stripped = token.strip()
+    for index, char in enumerate(stripped):
+        if not ("!" <= char <= "~"):
+            raise InvalidToken(
+                f"the token has a space, control or non-ASCII character at position "
+                f"{index + 1} of {len(stripped)}; a token is printable ASCII with no spaces "
+                f"(was it pasted with a quote or line break inside?)", position=index + 1)
+    return stripped or None
+
+
 class ApiClient:
     """Calls rolegate's HTTP API with bounded, jittered retries on connection trouble."""
 
@@ -75,6 +98,8 @@ class ApiClient:
         self.timeout = timeout
         self.attempts = attempts
         self.max_delay = max_delay
+        # Checked before the session exists: nothing below ever sees a bad token.
+        token = bearer_token(token)
         self.session = requests.Session()
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"

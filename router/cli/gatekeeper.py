@@ -20,12 +20,13 @@ from gatekeeper.machine.decide import Decision
 from gatekeeper.webhooks import Notifier, parse_urls
 from rolegate.http import ApiClient
 from router.cli.common import (
-    DEFAULT_URL,
     EXIT_OK,
     EXIT_REFUSED,
     api_command,
     api_errors,
     echo_json,
+    token_option,
+    url_option,
 )
 from router.server.auth import ACTOR_HEADER
 
@@ -49,10 +50,8 @@ def _echo(decision: Decision) -> None:
 @click.option("--public-url", envvar="ROLEGATE_PUBLIC_URL", default=None,
               help="The router's URL as people reach it, for links in alerts "
                    "[env ROLEGATE_PUBLIC_URL].")
-@click.option("--url", envvar="ROLEGATE_URL", default=DEFAULT_URL, show_default=True,
-              help="rolegate API [env ROLEGATE_URL].")
-@click.option("--token", envvar="ROLEGATE_TOKEN", default=None,
-              help="Gatekeeper-scope bearer token [env ROLEGATE_TOKEN].")
+@url_option()
+@token_option("Gatekeeper-scope bearer token [env ROLEGATE_TOKEN].")
 @click.option("-v", "--verbose", is_flag=True, help="Log every lease and move.")
 @click.pass_context
 def gatekeeper(ctx: click.Context, once: bool, dry_run: bool, interval: float,

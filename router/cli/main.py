@@ -14,7 +14,7 @@ import click
 
 # Defined in cli_common so command modules need not import this module (which
 # imports them). Re-exported here for existing callers.
-from router.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from router.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, global_options
 
 __all__ = ["COMMAND_MODULES", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "main"]
 
@@ -34,6 +34,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="rolegate")
+@global_options
 def main() -> None:
     """rolegate: staged rollouts and config bindings for AI agents."""
 

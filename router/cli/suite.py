@@ -33,7 +33,7 @@ from gatekeeper.suite.runner import SuiteRunner
 from gatekeeper.suite.scenario import WEIGHT_REPEATS, load_config, load_suite
 from gatekeeper.suite.verdict import RESULT_FORMAT, SuiteResult, evaluate_run
 from rolegate.http import ApiClient, ApiError
-from router.cli.common import DEFAULT_URL
+from router.cli.common import token_option, url_option
 
 EXIT_PASSED = 0
 EXIT_GATE_FAILED = 1
@@ -143,10 +143,8 @@ def _common(func: Any) -> Any:
                      help="Where to write the JSON, Markdown and HTML reports."),
         click.option("--post", is_flag=True, help="Send the verdict to the router (--role)."),
         click.option("--role", default=None, help="The role the verdict is for."),
-        click.option("--url", envvar="ROLEGATE_URL", default=DEFAULT_URL, show_default=True,
-                     help="rolegate API for --post [env ROLEGATE_URL]."),
-        click.option("--token", envvar="ROLEGATE_TOKEN", default=None,
-                     help="Bearer token for --post [env ROLEGATE_TOKEN]."),
+        url_option("rolegate API for --post [env ROLEGATE_URL]."),
+        token_option("Bearer token for --post [env ROLEGATE_TOKEN]."),
         click.option("--quiet", is_flag=True, help="No progress bar."),
     ]
     for option in reversed(options):
