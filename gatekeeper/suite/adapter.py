@@ -63,12 +63,14 @@ def split_command(command: str) -> list[str]:
     """The agent command as argv (shell-like quoting, no shell).
 
     The agent runs inside its workspace, so any word naming an existing path
-    relative to where the suite was started is made absolute.
+    relative to where the suite was started is made absolute. Absolute, not
+    resolved: a venv's `bin/python` is a symlink to the base interpreter, and
+    only under its own path does it find the venv's packages.
     """
     argv = shlex.split(command)
     if not argv:
         raise ValueError("the agent command is empty")
-    return [str(Path(word).resolve()) if not os.path.isabs(word) and os.sep in word
+    return [os.path.abspath(word) if not os.path.isabs(word) and os.sep in word
             and Path(word).exists() else word for word in argv]
 
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from bindings.errors import InvalidInput
 from bindings.models import Invariants
 from rolegate.body import AgentBody, CompletionBody, parse_body
+from rolegate.config_ids import config_id_problem
 
 SCENARIO_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 #: Seed 000 budgets repeats by the weight of the change.
@@ -137,8 +138,29 @@ class Suite:
     tools: ToolCatalog
 
     def seed_source(self, scenario: Scenario, target: str) -> Path:
-        """The suite file that seeds `target` in `scenario`'s workspace."""
-        return self.root / scenario.seed_files[target]
+        """The suite file that seeds `target` in `scenario`'s workspace (inside the suite)."""
+        source = scenario.seed_files[target]
+        problem = seed_problem(self.root, source)
+        if problem is not None:
+            raise SuiteError(f"{scenario.id}: seed_files.{target}: {problem}",
+                             field=f"seed_files.{target}")
+        return self.root / source
+
+
+def seed_problem(root: Path, source: str) -> str | None:
+    """Why seed file `source` is not a file inside `root` once links are resolved, or None.
+
+    A symlink in the suite (`seed/notes.txt -> /etc/passwd`) would otherwise copy
+    whatever it points at into every run's workspace, and from there into
+    results.json: the suite directory is the boundary, whatever its links say.
+    """
+    resolved = (root / source).resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        return (f"seed file {source!r} resolves to {str(resolved)!r}, outside the suite "
+                f"directory {str(root)!r} (a symbolic link?); seed files must stay inside it")
+    if not resolved.is_file():
+        return f"seed file {source!r} not found in {root}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -187,10 +209,10 @@ def load_scenario(path: Path, root: Path | None = None) -> Scenario:
         raise SuiteError(f"{path}: {field}: {message}", file=str(path), field=field) from None
     if root is not None:
         for target, source in scenario.seed_files.items():
-            if not (root / source).is_file():
+            problem = seed_problem(root, source)
+            if problem is not None:
                 field = f"seed_files.{target}"
-                raise SuiteError(f"{path}: {field}: seed file {source!r} not found in {root}",
-                                 file=str(path), field=field)
+                raise SuiteError(f"{path}: {field}: {problem}", file=str(path), field=field)
     return scenario
 
 
@@ -232,9 +254,13 @@ def load_config(path: Path | str) -> AgentConfig:
         raise SuiteError(f"{path}: a config must be a JSON object", file=str(path),
                          field="(file)")
     name = data.get("name", path.stem)
-    if not isinstance(name, str) or not SCENARIO_ID_PATTERN.fullmatch(name):
-        raise SuiteError(f"{path}: name: must be 1-128 letters, digits, '_', '.', '-'",
-                         file=str(path), field="name")
+    # The config id rule of bindings and traces (rolegate.config_ids): the name is
+    # stamped on every trace and the verdict is posted for it, so any id a binding
+    # takes (`summarizer@2026-10-02`) must be a name here too.
+    problem = (config_id_problem(name) if isinstance(name, str)
+               else f"must be a string, not {type(name).__name__}")
+    if problem is not None:
+        raise SuiteError(f"{path}: name: {problem}", file=str(path), field="name")
     if data.get("body") is not None:
         try:
             parse_body(data["body"])

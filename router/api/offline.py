@@ -36,9 +36,16 @@ def _store() -> OfflineStore:
 @bp.post("/v1/roles/<role>/offline")
 @require("gatekeeper")
 def post_verdict(role: str) -> ResponseReturnValue:
-    """Store a suite verdict for (role, config); the latest one for a config wins."""
+    """Store a suite verdict for (role, config); the latest one for a config wins.
+
+    The config must be one of the role's arms (its current or its candidate):
+    a verdict for a config the role does not run would guard nothing, and a
+    typo in --role or the config's name would otherwise be stored without a word.
+    """
     verdict = parse(OfflineVerdict, json_body(allow_empty=False))
-    stored = _store().put(role_param(role), verdict, actor())
+    role = role_param(role)
+    refuse_stray_verdict(role, verdict.config)
+    stored = _store().put(role, verdict, actor())
     return jsonify(stored.model_dump(mode="json")), 201
 
 
@@ -55,6 +62,21 @@ def list_verdicts(role: str) -> ResponseReturnValue:
 def get_verdict(role: str, config: str) -> ResponseReturnValue:
     """One config's stored verdict (404 when none was posted)."""
     return jsonify(_store().get(role_param(role), config).model_dump(mode="json"))
+
+
+def refuse_stray_verdict(role: str, config: str) -> None:
+    """Raise Conflict (409) unless `config` is the role's current or candidate (404: no role)."""
+    binding = current_app.extensions["rolegate"].store.get(role).binding
+    arms = {"current": binding.current, "candidate": binding.candidate}
+    if config in arms.values():
+        return
+    raise Conflict(
+        f"role {role!r} runs neither arm on config {config!r} (current {binding.current!r}, "
+        f"candidate {binding.candidate!r}): a verdict is stored only for one of them; set "
+        f"the config as the candidate first (rolegate bindings set {role} "
+        f"candidate={config}), or post for the right role",
+        role=role, config=config, refused="not_an_arm", **arms,
+    )
 
 
 #: Stages in which a candidate runs on real jobs (shadow included: it sees real input).
