@@ -19,12 +19,14 @@ with the calls made so far and the one that raised.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
+from google.genai import types
 
+from rolegate.integrations._body import body_tools
 from rolegate.integrations._common import (
     ACTIVE,
     ACTIVE_ATTRIBUTE,
@@ -210,6 +212,38 @@ def _callbacks(value: Any) -> list[Any]:
     if value is None:
         return []
     return list(value) if isinstance(value, list) else [value]
+
+
+class _BodyTool(BaseTool):
+    """An ADK tool declared with a config body's JSON schema instead of a Python signature."""
+
+    def __init__(self, name: str, description: str, parameters: dict[str, Any],
+                 function: Callable[..., Any]) -> None:
+        super().__init__(name=name, description=description)
+        self.parameters = parameters
+        self.function = function
+
+    def _get_declaration(self) -> types.FunctionDeclaration:
+        return types.FunctionDeclaration(name=self.name, description=self.description,
+                                         parameters_json_schema=self.parameters)
+
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> Any:
+        result = self.function(**args)
+        return await result if inspect.isawaitable(result) else result
+
+
+def tools(body: Mapping[str, Any] | None,
+          implementations: Mapping[str, Callable[..., Any]]) -> list[BaseTool]:
+    """The tools a config body offers, declared to the model with the body's own schemas.
+
+    ADK's `FunctionTool` builds a declaration from a Python signature and
+    docstring; these tools declare the body's name, description and `parameters`
+    JSON schema instead (`parameters_json_schema`), and call
+    `implementations[name]` with the model's arguments as keywords. A function the
+    body does not name is not offered; a body tool with no function is a ValueError.
+    """
+    return [_BodyTool(t.name, t.description, t.parameters, t.function)
+            for t in body_tools(body, implementations)]
 
 
 def _abort(active: Active, error: BaseException) -> None:

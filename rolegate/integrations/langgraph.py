@@ -34,6 +34,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt import ToolNode
 
+from rolegate.integrations._body import body_tools
 from rolegate.integrations._common import (
     ACTIVE,
     ACTIVE_ATTRIBUTE,
@@ -59,21 +60,10 @@ def tools(body: Mapping[str, Any] | None, implementations: Mapping[str, Callable
     in `implementations` the body does not name is not offered: the config decides
     what the agent may call. A body tool without an implementation is a ValueError.
     """
-    if not body:
-        raise ValueError("the resolution has no body: register the config's body "
-                         "(PUT /v1/configs/<id>) or build the tools yourself")
-    built: list[BaseTool] = []
-    for schema in body.get("tools", ()):
-        name = schema["name"]
-        func = implementations.get(name)
-        if func is None:
-            raise ValueError(f"the config's body offers tool {name!r} but no implementation "
-                             f"was given (have: {', '.join(sorted(implementations)) or 'none'})")
-        built.append(StructuredTool.from_function(
-            func=func, name=name, description=schema.get("description") or name,
-            args_schema=dict(schema.get("parameters") or {"type": "object"}),
-            infer_schema=False))
-    return built
+    return [StructuredTool.from_function(func=t.function, name=t.name,
+                                         description=t.description, args_schema=t.parameters,
+                                         infer_schema=False)
+            for t in body_tools(body, implementations)]
 
 
 def _model_id(model: Any) -> str:

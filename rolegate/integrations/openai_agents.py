@@ -18,10 +18,10 @@ recorded from the exception's run data when it leaves the `guard` block.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from agents import Agent, FunctionTool
+from agents import Agent, FunctionTool, function_tool
 from agents.items import (
     HandoffCallItem,
     HandoffOutputItem,
@@ -40,6 +40,7 @@ from agents.tool_guardrails import (
     ToolInputGuardrailData,
 )
 
+from rolegate.integrations._body import body_tools
 from rolegate.integrations._common import (
     ACTIVE,
     ACTIVE_ATTRIBUTE,
@@ -250,6 +251,25 @@ def _watch_failures(tool: FunctionTool) -> None:
     set_function_tool_failure_error_function(tool, noted)
 
 
+def tools(body: Mapping[str, Any] | None,
+          implementations: Mapping[str, Callable[..., Any]]) -> list[FunctionTool]:
+    """The tools a config body offers, as function tools the model sees with the body's schemas.
+
+    Each is `function_tool(implementations[name])` (so failures are handled as
+    for any decorated tool) renamed and described as in the body, its
+    `params_json_schema` replaced by the body's `parameters` (not strict: the
+    body's schema is taken as written). The SDK still validates the arguments
+    against the function's signature, so the two must agree.
+    """
+    made: list[FunctionTool] = []
+    for each in body_tools(body, implementations):
+        tool = function_tool(each.function, name_override=each.name,
+                             description_override=each.description, strict_mode=False)
+        tool.params_json_schema = each.parameters
+        made.append(tool)
+    return made
+
+
 def _abort(active: Active, error: BaseException) -> None:
     record(active.run, error)
 
@@ -259,4 +279,4 @@ def guard(client: Any, run: Any) -> Guarding:
     return Guarding(client, run, on_abort=_abort)
 
 
-__all__ = ["GUARDRAIL", "REFUSED", "guard", "protect", "record", "stamps"]
+__all__ = ["GUARDRAIL", "REFUSED", "guard", "protect", "record", "stamps", "tools"]

@@ -18,11 +18,11 @@ the exception leaves `run_sync`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_ai import RunContext
+from pydantic_ai import RunContext, Tool
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import (
     ModelMessage,
@@ -34,6 +34,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.tools import ToolDefinition
 
+from rolegate.integrations._body import body_tools
 from rolegate.integrations._common import (
     ACTIVE,
     ACTIVE_ATTRIBUTE,
@@ -183,6 +184,20 @@ class Guard(AbstractCapability[Any]):
         if active is not None:
             record(active.run, active.history or ctx.messages, error=error)
         raise error
+
+
+def tools(body: Mapping[str, Any] | None,
+          implementations: Mapping[str, Callable[..., Any]]) -> list[Tool[Any]]:
+    """The tools a config body offers, as pydantic-ai `Tool`s with the body's JSON schemas.
+
+    `Tool.from_schema`: the model is offered the body's name, description and
+    `parameters`; `implementations[name]` runs with the arguments as keywords. A
+    function the body does not name is not offered; a body tool with no function
+    is a ValueError.
+    """
+    return [Tool.from_schema(t.function, name=t.name, description=t.description,
+                             json_schema=t.parameters)
+            for t in body_tools(body, implementations)]
 
 
 def guard(client: Any, run: Any) -> Guarding:
