@@ -118,6 +118,12 @@ class DriftPolicy(Frozen):
     baseline: dict[str, JsonNumber] = Field(default_factory=dict)
 
 
+#: decide()'s rules that can roll back, as `gate.responses` names them
+#: (`gatekeeper.machine.responses` says what each is).
+RESPONSE_RULES = ("gate", "drift", "shadow", "sequential", "criteria", "stage_end", "mcnemar",
+                  "vs_current")
+
+
 class GatePolicy(Frozen):
     """How a role's candidate is judged: thresholds plus per-run invariants."""
 
@@ -131,6 +137,12 @@ class GatePolicy(Frozen):
     #: the safe direction, and a reporter can only cause one by reporting for a role
     #: its token is scoped to.
     trusted_reporters: tuple[str, ...] | None = Field(None, min_length=1, max_length=100)
+    #: Graded responses (`gatekeeper.machine.responses`): per rule that would roll back
+    #: (`sequential`, `drift`, `criterion:<key>`, ...), "rollback" (the default), "hold"
+    #: (stop and wait for a human) or "warn" (record and notify, no effect). A forbidden
+    #: tool is a rollback whatever this says.
+    responses: dict[str, Literal["rollback", "hold", "warn"]] = Field(default_factory=dict,
+                                                                      max_length=64)
     #: How each criterion key of the config's spec is gated (`gatekeeper.stats.criteria_gate`):
     #: "gated" (the default for a key not named: a sequential test against current),
     #: "blocking" (zero tolerance: one failing candidate run rolls back) or "observed"
@@ -138,6 +150,16 @@ class GatePolicy(Frozen):
     criteria: dict[Annotated[str, Field(min_length=1, max_length=300)],
                    Literal["gated", "blocking", "observed"]] = Field(
         default_factory=dict, max_length=200)
+
+    @field_validator("responses")
+    @classmethod
+    def _responses_name_rules(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if key not in RESPONSE_RULES and not (
+                    key.startswith("criterion:") and len(key) > len("criterion:")):
+                raise ValueError(f"responses: {key!r} is not a rule; use one of "
+                                 f"{', '.join(RESPONSE_RULES)} or criterion:<key>")
+        return value
 
 
 class CanaryStep(Frozen):

@@ -36,7 +36,7 @@ FORMATS = ("rolegate", "generic", "slack", "teams", "discord")
 #: The severity of each event kind; a kind not listed is `info`, an event's own
 #: `severity` field wins (a hold, say, is posted as a stage event with severity warn).
 KIND_SEVERITY = {"rollback": ERROR, "alarm": ERROR, "refused": WARN, "hold": WARN,
-                 "approval_needed": WARN, "stage_change": INFO}
+                 "warning": WARN, "approval_needed": WARN, "stage_change": INFO}
 
 _SPEC = re.compile(r"^(?P<format>[a-z]+)(?:\.(?P<severity>[a-z]+))?=(?P<url>.+)$")
 
@@ -114,6 +114,10 @@ def title(event: Mapping[str, Any]) -> str:
         return f"rolegate: drift alarm on {role} ({event.get('arm', '?')}, {event.get('metric')})"
     if kind == "refused":
         return f"rolegate: {event.get('action', 'move')} of {role} refused"
+    if kind == "hold":
+        return f"rolegate: {role} held for a human ({event.get('from_stage', '?')})"
+    if kind == "warning":
+        return f"rolegate: {role} warning: {event.get('rule')} would roll back"
     if kind == "approval_needed":
         return f"rolegate: {role} waits for approval ({event.get('stage', '?')})"
     return f"rolegate: {role} {str(kind).replace('_', ' ')}"

@@ -28,9 +28,11 @@ from gatekeeper.machine.decide import Action, Decision, decide, evidence_from_vi
 from gatekeeper.webhooks import (
     ALARM,
     APPROVAL_NEEDED,
+    HOLD_EVENT,
     REFUSED,
     ROLLBACK,
     STAGE_CHANGE,
+    WARNING,
     Notifier,
 )
 from rolegate.http import ApiClient, ApiError
@@ -88,6 +90,7 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
         decisions.append(_act(api, decision, dry_run=dry_run, notifier=notifier))
         _alert(decision, view, notifier, alerted)
         _ask_approval(decision, notifier, alerted)
+        _warn(decision, notifier, alerted)
         _relay_tripwire(record, now, notifier, alerted)
     return decisions
 
@@ -108,13 +111,20 @@ def _relay_tripwire(record: VersionedBinding, now: float, notifier: Notifier | N
                   candidate=record.binding.candidate)
 
 
+def held_by_policy(decision: Decision) -> bool:
+    """A hold that gate.responses chose: the gatekeeper pauses the role for a human."""
+    response = decision.details.get("response") or {}
+    return decision.action is Action.HOLD and response.get("applied") == "hold"
+
+
 def _act(api: ApiClient, decision: Decision, *, dry_run: bool,
          notifier: Notifier | None) -> Decision:
-    if decision.action not in (Action.ADVANCE, Action.ROLLBACK):
+    held = held_by_policy(decision)
+    if decision.action not in (Action.ADVANCE, Action.ROLLBACK) and not held:
         return decision
     if dry_run:
         return dataclasses.replace(decision, details={**decision.details, "outcome": "dry_run"})
-    verb = "promote" if decision.action is Action.ADVANCE else "rollback"
+    verb = "pause" if held else "promote" if decision.action is Action.ADVANCE else "rollback"
     body = {"reason": f"gatekeeper: {decision.reason}"[:2000],
             "details": {"gatekeeper": decision.details}}
     try:
@@ -134,7 +144,8 @@ def _act(api: ApiClient, decision: Decision, *, dry_run: bool,
     log.info("%s %s: %s (now version %s)", verb, decision.role, decision.reason,
              written.get("version"))
     if notifier is not None:
-        kind = STAGE_CHANGE if decision.action is Action.ADVANCE else ROLLBACK
+        kind = HOLD_EVENT if held else STAGE_CHANGE if decision.action is Action.ADVANCE \
+            else ROLLBACK
         notifier.emit(kind, decision.role, action=verb, from_stage=decision.stage,
                       to_stage=binding.get("stage"), share=binding.get("share"),
                       version=written.get("version"), reason=decision.reason,
@@ -174,6 +185,22 @@ def _ask_approval(decision: Decision, notifier: Notifier | None,
         alerted.add(key)
     notifier.emit(APPROVAL_NEEDED, decision.role, action="approve", version=decision.version,
                   stage=decision.stage, reason=decision.reason, details=decision.details)
+
+
+def _warn(decision: Decision, notifier: Notifier | None, alerted: set[str] | None) -> None:
+    """Notify once (per role, version and rule) of a rule gate.responses only warns on."""
+    for warning in decision.details.get("warnings", []):
+        key = f"{decision.role}|warn|{decision.version}|{warning.get('rule')}"
+        if alerted is not None:
+            if key in alerted:
+                continue
+            alerted.add(key)
+        log.warning("%s: %s would roll back, warned only (%s): %s", decision.role,
+                    warning.get("rule"), warning.get("policy"), warning.get("reason"))
+        if notifier is not None:
+            notifier.emit(WARNING, decision.role, rule=warning.get("rule"),
+                          policy=warning.get("policy"), reason=warning.get("reason"),
+                          version=decision.version, stage=decision.stage)
 
 
 def default_holder() -> str:

@@ -31,6 +31,10 @@ ALARM = "alarm"
 REFUSED = "refused"
 #: A step asking for approval passed its gate and waits for an operator.
 APPROVAL_NEEDED = "approval_needed"
+#: gate.responses held the rollout (the gatekeeper paused it for a human).
+HOLD_EVENT = "hold"
+#: gate.responses only warns on a rule that would have rolled back.
+WARNING = "warning"
 
 QUEUE_SIZE = 1000
 

@@ -372,3 +372,35 @@ def test_role_page_intervals_say_what_they_are(page: Page, live: str) -> None:
     low, high = view["arms"]["candidate"]["pass_rate_cs"]
     shown = table.locator(".interval-cs").nth(1).inner_text()
     assert shown == f"[{low:.3g}, {high:.3g}]"
+
+
+def test_a_policy_hold_holds_and_the_page_says_why(page: Page, live: str, shots: Path) -> None:
+    """gate.responses hold: a broken candidate is paused, not rolled back; the page says why."""
+    policy = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.9, "alpha": 0.01,
+                             "min_stage_seconds": 0.2},
+              "invariants": {"artifact_exists": ["out.md"]},
+              "responses": {rule: "hold" for rule in ("drift", "sequential", "vs_current",
+                                                      "stage_end", "criteria")}}
+    binding = {"current": "cfg-a", "candidate": "cfg-broken", "stage": "canary", "share": 0.5,
+               "steps": [0.5], "gate": policy}
+    requests.put(f"{live}/v1/bindings/holder", json=binding, headers=auth(OPERATOR),
+                 timeout=5).raise_for_status()
+    api = ApiClient(live, GATEKEEPER)
+    keeper = Gatekeeper(api, interval=0.05, holder="gk-hold-page")
+    try:
+        with Population(live, ["holder"]):
+            def paused() -> bool:
+                keeper.once()
+                return bool(requests.get(f"{live}/v1/bindings/holder", headers=auth(CALLER),
+                                         timeout=5).json()["binding"]["paused"])
+            wait_for(paused, 40, "the policy hold to pause the role", interval=0.1)
+    finally:
+        keeper.release()
+        api.close()
+    page.goto(f"{live}/roles/holder")
+    page.fill("#token-input", CALLER)
+    page.click("#token-save")
+    expect(page.locator("#stage")).to_have_text("canary")
+    expect(page.locator(".paused").first).to_be_visible()
+    expect(page.locator("#what-next")).to_contain_text("held by policy (gate.responses[")
+    _shot(page, shots, "dashboard-held.png")

@@ -36,13 +36,14 @@ the fixed-sample ones (rule 6) are read exactly once.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
 from gatekeeper.machine.durations import stage_minimum
+from gatekeeper.machine.responses import HELD, HOLD, WARN, Responder, response_details
 from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, Combined, final_alpha
 from gatekeeper.stats.criteria_gate import KeyCounts, KeyVerdict, acting, criteria_tests
 from gatekeeper.stats.rollout import LIVE_STAGES, Carried, StageCounts, rollout_evidence
@@ -134,9 +135,27 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     alerts = tuple(f"drift on current {binding.current}: {m}" for m in evidence.current_alarms)
     numbers = _numbers(evidence)
 
+    responder = Responder(binding.gate.responses,
+                          forbidden="forbidden_rate" in evidence.reason_codes
+                          and thresholds.max_forbidden_rate == 0)
+
     def make(action: Action, reason: str, **extra: Any) -> Decision:
+        warned = {"warnings": list(responder.warnings)} if responder.warnings else {}
         return Decision(role, action, record.version, binding.stage.value, reason,
-                        {**numbers, **extra}, alerts)
+                        {**numbers, **warned, **extra}, alerts)
+
+    def fail(rule: str, reason: str, keys: Iterable[str] = (),
+             **extra: Any) -> Decision | None:
+        """Roll back, hold or (None) only warn, as gate.responses says for `rule` (and the
+        criterion `keys` it names)."""
+        applied, source = responder.response(rule, keys)
+        if applied == WARN:
+            responder.warn(rule, source, reason)
+            return None
+        details = {**response_details(rule, applied, source), **extra}
+        if applied == HOLD:
+            return make(Action.HOLD, f"{HELD} ({source}): {reason}", **details)
+        return make(Action.ROLLBACK, reason, **details)
 
     if binding.candidate is None or binding.stage not in LIVE_STAGES:
         return make(Action.SKIP, f"no rollout in progress (stage {binding.stage.value})")
@@ -146,28 +165,30 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     by_key = criterion_verdicts(binding, evidence)
     zero, rejected = acting(by_key)
     blocking += [v.reason() for v in zero]
-    if blocking:
-        return make(Action.ROLLBACK, "gate failed: " + "; ".join(blocking),
-                    gate_reasons=list(blocking), **_criteria_details(zero))
-    if evidence.candidate_alarms:
-        return make(Action.ROLLBACK,
-                    f"drift alarm on candidate {binding.candidate}: "
-                    + ", ".join(evidence.candidate_alarms),
-                    drift_alarms=list(evidence.candidate_alarms))
+    if blocking and (failed := fail("gate", "gate failed: " + "; ".join(blocking),
+                                    [v.counts.key for v in zero], gate_reasons=list(blocking),
+                                    **_criteria_details(zero))):
+        return failed
+    if evidence.candidate_alarms and (failed := fail(
+            "drift", f"drift alarm on candidate {binding.candidate}: "
+            + ", ".join(evidence.candidate_alarms),
+            drift_alarms=list(evidence.candidate_alarms))):
+        return failed
     paired = evidence.paired if binding.stage is Stage.SHADOW else None
     # A pair that lost a required tool fails at once; so does a failing report that
     # does not say why (no McNemar figures). A McNemar failure waits for the look.
     if paired is not None and paired.get("verdict") == "fail" and (
-            paired.get("blocking") or "mcnemar" not in paired):
-        return make(Action.ROLLBACK, "shadow comparison failed: "
-                    + "; ".join(paired.get("reasons", [])))
+            paired.get("blocking") or "mcnemar" not in paired) and (failed := fail(
+                "shadow", "shadow comparison failed: " + "; ".join(paired.get("reasons", [])))):
+        return failed
     combined = sequential_evidence(binding, evidence)
-    if combined.reject:
-        return make(Action.ROLLBACK, _rejected(combined, evidence, paired),
-                    sequential={**combined.as_dict(), "p0": rate_p0(evidence)})
-    if rejected:
-        return make(Action.ROLLBACK, "; ".join(v.reason() for v in rejected),
-                    **_criteria_details(rejected))
+    if combined.reject and (failed := fail(
+            "sequential", _rejected(combined, evidence, paired),
+            sequential={**combined.as_dict(), "p0": rate_p0(evidence)})):
+        return failed
+    if rejected and (failed := fail("criteria", "; ".join(v.reason() for v in rejected),
+                                    [v.counts.key for v in rejected], **_criteria_details(rejected))):
+        return failed
     hold = _hold(binding, evidence, paired, rated, now)
     if hold is not None:
         reason, extra = hold
@@ -175,17 +196,17 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     # The stage's one look at the fixed-sample tests: this tick advances or rolls back.
     elapsed = now - (binding.stage_since if binding.stage_since is not None else now)
     late = [r for code, r in rated if code != "pass_rate"]
-    if late:
-        return make(Action.ROLLBACK, "gate failed at the stage's end: " + "; ".join(late),
-                    gate_reasons=late)
+    if late and (failed := fail("stage_end", "gate failed at the stage's end: "
+                                + "; ".join(late), gate_reasons=late)):
+        return failed
     level = final_alpha(thresholds.alpha, binding.stage)
     if paired is not None:
         worse_paired = _mcnemar_worse(paired, level)
-        if worse_paired is not None:
-            return make(Action.ROLLBACK, worse_paired)
+        if worse_paired is not None and (failed := fail("mcnemar", worse_paired)):
+            return failed
     worse = _worse_than_current(evidence, level)
-    if worse is not None:
-        return make(Action.ROLLBACK, worse)
+    if worse is not None and (failed := fail("vs_current", worse)):
+        return failed
     if binding.needs_approval() and binding.approved is None:
         # The gate passed; the step asks a human before it is left (rollback never waits).
         return make(Action.HOLD, f"{AWAITING_APPROVAL}: the gate passed on {evidence.n} traces; "

@@ -10,6 +10,8 @@ next advance goes ("next: canary 0.5").
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import time
 from collections.abc import Mapping
@@ -33,6 +35,8 @@ from gatekeeper.machine.stages import Event, apply
 WAITING, ADVANCING, ROLLING_BACK, PAUSED = "waiting", "advancing", "rolling_back", "paused"
 #: The gate passed on a step that asks a human first (`{"share": 0.5, "approval": true}`).
 AWAITING_APPROVAL = "awaiting_approval"
+#: gate.responses held the rollout: a rule would have rolled it back.
+HELD = "held"
 STABLE, ROLLED_BACK, NOT_STARTED = "stable", "rolled_back", "not_started"
 
 
@@ -68,21 +72,26 @@ class NextStep:
     waits: tuple[Wait, ...]
     #: decide()'s own reason, verbatim.
     reason: str
+    #: Rules that would have rolled back and that gate.responses only warns on.
+    warnings: tuple[str, ...] = ()
+    #: The graded response decide() applied, when gate.responses chose one.
+    response: dict[str, Any] | None = None
 
     def lines(self) -> list[str]:
         """The explanation as lines for a terminal or a page: the waits, then what's next."""
         then = [] if self.then is None else [f"next: {self.then}"]
         if self.state == WAITING:
-            return [*(wait.text for wait in self.waits), *then]
+            return [*(wait.text for wait in self.waits), *then, *self.warnings]
         if self.state == PAUSED:
-            return [self.summary, *(wait.text for wait in self.waits), *then]
-        return [self.summary]
+            return [self.summary, *(wait.text for wait in self.waits), *then, *self.warnings]
+        return [self.summary, *self.warnings]
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the `next` section of the gate view."""
         return {"action": self.action, "state": self.state, "summary": self.summary,
                 "then": self.then, "waits": [w.as_dict() for w in self.waits],
-                "reason": self.reason, "lines": self.lines()}
+                "reason": self.reason, "lines": self.lines(),
+                "warnings": list(self.warnings), "response": self.response}
 
 
 def next_step(role: str, record: VersionedBinding, evidence: Evidence, now: float, *,
@@ -95,6 +104,17 @@ def next_step(role: str, record: VersionedBinding, evidence: Evidence, now: floa
 def explain(decision: Decision, binding: Binding, evidence: Evidence, now: float, *,
             paused_by: tuple[str, str] | None = None) -> NextStep:
     """Put `decision` (decide()'s answer on `evidence`) into plain words."""
+    step = _explain(decision, binding, evidence, now, paused_by=paused_by)
+    warnings = tuple(f"warning only ({w.get('policy')}): {w.get('reason')}"
+                     for w in decision.details.get("warnings", []))
+    response = decision.details.get("response")
+    if not warnings and response is None:
+        return step
+    return dataclasses.replace(step, warnings=warnings, response=response)
+
+
+def _explain(decision: Decision, binding: Binding, evidence: Evidence, now: float, *,
+             paused_by: tuple[str, str] | None = None) -> NextStep:
     then = destination(binding, now)
     if decision.action is Action.ADVANCE:
         # decide()'s reason names the seconds elapsed; the summary stays put while it ticks.
@@ -110,6 +130,11 @@ def explain(decision: Decision, binding: Binding, evidence: Evidence, now: float
                 f"`rolegate approve {decision.role} --reason ...` or the page's Approve button")
         return NextStep(decision.action.value, AWAITING_APPROVAL, text, then,
                         (Wait("approval", None, 0, 1, text),), decision.reason)
+    if decision.action is Action.HOLD and (decision.details.get("response") or {}).get(
+            "applied") == "hold":
+        return NextStep(decision.action.value, HELD,
+                        f"{decision.reason}; the gatekeeper pauses the role for a human, who "
+                        f"promotes, rolls back or resumes it", then, (), decision.reason)
     if decision.action is Action.HOLD:
         waits = waits_of(binding, evidence, now)
         if not waits:

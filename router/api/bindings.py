@@ -206,7 +206,9 @@ def promote(role: str) -> ResponseReturnValue:
 
 
 @bp.post("/v1/bindings/<role>/pause")
-@require()
+# The gatekeeper pauses a role that gate.responses holds for a human (resume stays an
+# operator's: the human decides).
+@require("gatekeeper")
 @idempotent(_written)
 def pause(role: str) -> ResponseReturnValue:
     """Stop the gatekeeper from moving this role."""

@@ -180,7 +180,7 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/bindings/{role}/promote": {"post": _action(
         "Advance the rollout one step.", "_Action", ("gatekeeper",))},
     "/v1/bindings/{role}/pause": {"post": _action(
-        "Stop the gatekeeper from moving this role.", "_Action", ())},
+        "Stop the gatekeeper from moving this role.", "_Action", ("gatekeeper",))},
     "/v1/bindings/{role}/resume": {"post": _action(
         "Let the gatekeeper move this role again.", "_Action", ())},
     "/v1/bindings/{role}/approve": {"post": _action(
