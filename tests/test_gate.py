@@ -220,3 +220,10 @@ def test_compare_with_empty_side_has_no_figures() -> None:
     cmp = compare(WindowStats(), window(10))
     assert cmp.difference is None and cmp.to_json()["interval"] is None
     assert not cmp.sufficient and cmp.current_pass_rate == 1.0
+
+
+@pytest.mark.parametrize("n", [1, 7, 20, 200, 1000, 99_999])
+def test_wilson_bounds_at_the_ends_are_exact(n: int) -> None:
+    """No successes: the lower bound is exactly 0 (not 2.78e-17); all: the upper is exactly 1."""
+    assert wilson_interval(0, n)[0] == 0.0
+    assert wilson_interval(n, n)[1] == 1.0

@@ -150,10 +150,13 @@ class _Bindings:
 
 def _not_bound(trace: Trace, record: VersionedBinding) -> str:
     binding = record.binding
-    candidate = ("it has no candidate" if binding.candidate is None
-                 else f"its candidate {binding.candidate!r}")
-    return (f"config {trace.config!r} is neither role {trace.role!r}'s current config "
-            f"{binding.current!r} nor {candidate} (binding version {record.version}); "
+    if binding.candidate is None:
+        placed = (f"is not role {trace.role!r}'s current config {binding.current!r}, and the "
+                  "role has no candidate")
+    else:
+        placed = (f"is neither role {trace.role!r}'s current config {binding.current!r} nor "
+                  f"its candidate {binding.candidate!r}")
+    return (f"config {trace.config!r} {placed} (binding version {record.version}); "
             "its trace would count in no arm")
 
 
