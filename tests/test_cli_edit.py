@@ -131,7 +131,8 @@ def test_edit_opens_the_editor_validates_and_writes(live_url: str, tmp_path: Pat
 def test_edit_refuses_broken_json_and_invalid_bindings(live_url: str, tmp_path: Path) -> None:
     """A saved file that is not JSON, or not a valid binding, exits 1 and writes nothing."""
     broken = _editor(tmp_path, "import sys\nopen(sys.argv[1], 'w').write('{not json')\n")
-    assert run(live_url, "bindings", "edit", "summarizer", EDITOR=broken).exit_code == 1
+    assert run(live_url, "bindings", "edit", "summarizer", EDITOR=broken,
+               TMPDIR=str(tmp_path)).exit_code == 1
     invalid = _editor(tmp_path, "import json, sys\np = sys.argv[1]\nd = json.load(open(p))\n"
                       "d['share'] = 0\njson.dump(d, open(p, 'w'))\n")
     result = run(live_url, "bindings", "edit", "summarizer", EDITOR=invalid)

@@ -21,7 +21,14 @@ from pydantic import ValidationError
 
 from bindings.models import Binding, BindingFile
 from rolegate.http import ApiClient, ApiError
-from router.cli.common import EXIT_REFUSED, EXIT_USAGE, api_command, echo_json
+from router.cli.common import (
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    api_command,
+    echo_json,
+    field_errors,
+    percent_hint,
+)
 
 #: Fields the server sets itself; an import neither sends nor compares them.
 SERVER_FIELDS = frozenset({"stage_since"})
@@ -36,6 +43,20 @@ def same_binding(stored: Binding, wanted: Binding) -> bool:
     """True when `wanted` would change nothing in `stored` (server-set fields aside)."""
     return stored.model_dump(exclude=set(SERVER_FIELDS)) == wanted.model_dump(
         exclude=set(SERVER_FIELDS))
+
+
+def load_bindings_or_exit(path: str) -> BindingFile:
+    """Read a `{"roles": {...}}` file, or exit 1 naming each wrong field (no pydantic dump)."""
+    try:
+        return BindingFile.model_validate_json(Path(path).read_bytes())
+    except ValidationError as exc:
+        problems = field_errors(exc)
+    except (OSError, ValueError) as exc:
+        problems = [str(exc)]
+    click.echo(f"error: {path} is not a valid bindings file:", err=True)
+    for problem in problems:
+        click.echo(f"  {problem}", err=True)
+    sys.exit(EXIT_REFUSED)
 
 
 def _summary(record: dict[str, Any]) -> str:
@@ -176,11 +197,7 @@ def import_file(api: ApiClient, path: str, reason: str | None, dry_run: bool) ->
     Idempotent: a second run prints `unchanged` for every role. Roles on the
     server but not in the file are left alone.
     """
-    try:
-        wanted = BindingFile.model_validate_json(Path(path).read_bytes())
-    except (ValidationError, ValueError) as exc:
-        click.echo(f"error: {path} is not a valid bindings file:\n{exc}", err=True)
-        sys.exit(EXIT_REFUSED)
+    wanted = load_bindings_or_exit(path)
     why = reason or f"imported from {Path(path).name}"
     stored = api.get("/v1/bindings")["roles"]
     for role, binding in wanted.roles.items():
@@ -217,9 +234,30 @@ def export(api: ApiClient, output: str | None) -> None:
         click.echo(text, nl=False)
 
 
+class ShareType(click.ParamType):
+    """A share as a fraction of 1; `10%` is refused saying that 0.1 means 10%."""
+
+    name = "share"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> float:
+        """The share as a float (0.1), or a usage error naming the fraction meant."""
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        if text.endswith("%"):
+            hint = percent_hint(text)
+            self.fail(f"{text!r}: a share is a fraction of 1{hint}", param, ctx)
+        try:
+            return float(text)
+        except ValueError:
+            self.fail(f"{text!r} is not a number (a share is a fraction of 1: 0.1 means 10%)",
+                      param, ctx)
+
+
 @click.command()
 @click.argument("role")
-@click.argument("share", type=float)
+@click.argument("share", type=ShareType())
 @click.option("--reason", default="canary share set from the CLI", show_default=True)
 @api_command
 def canary(api: ApiClient, role: str, share: float, reason: str) -> None:

@@ -9,6 +9,7 @@ error (no answer, a 5xx, a missing or rejected token).
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import sys
@@ -20,6 +21,7 @@ from urllib.parse import urlsplit, urlunsplit
 import click
 import requests
 from click.core import ParameterSource
+from pydantic import ValidationError
 
 from rolegate.errors import InvalidToken
 from rolegate.http import ApiClient, ApiError, bearer_token
@@ -126,13 +128,61 @@ def exit_code_for(error: ApiError) -> int:
     return EXIT_REFUSED
 
 
+def percent_hint(text: str) -> str:
+    """`: 0.1 means 10%` for `10%` (the fraction meant), else the general rule."""
+    try:
+        percent = float(text.removesuffix("%"))
+    except ValueError:
+        return ": 0.1 means 10%"
+    return f": {percent / 100:g} means {text}"
+
+
+def field_errors(exc: ValidationError, whole: str = "(file)") -> list[str]:
+    """`where: what` per error of a pydantic ValidationError, without its URLs and input echo.
+
+    A percentage where a fraction belongs (share=10%) says which fraction was meant.
+    """
+    lines = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or whole
+        message = str(error["msg"]).removeprefix("Value error, ")
+        given = error.get("input")
+        if isinstance(given, str) and given.strip().endswith("%"):
+            message += f" (a share or rate is a fraction of 1{percent_hint(given.strip())})"
+        lines.append(f"{where}: {message}")
+    return lines
+
+
+def unknown_role_hint(api: ApiClient, role: str) -> str | None:
+    """Which roles exist (and the likeliest meant), when `role` is not one of them."""
+    try:
+        roles = sorted(api.get("/v1/bindings")["roles"])
+    except (ApiError, requests.RequestException, KeyError, TypeError, ValueError):
+        return None
+    if role in roles:
+        return None
+    if not roles:
+        return "there are no roles yet (rolegate bindings import FILE creates them)"
+    close = difflib.get_close_matches(role, roles, n=1)
+    guess = f"; did you mean {close[0]!r}?" if close else ""
+    return f"roles that exist: {', '.join(roles)}{guess}"
+
+
 @contextmanager
-def api_errors(url: str) -> Iterator[None]:
-    """Turn API errors and connection failures into a message and the right exit code."""
+def api_errors(url: str, api: ApiClient | None = None) -> Iterator[None]:
+    """Turn API errors and connection failures into a message and the right exit code.
+
+    With `api`, a 404 for a role that does not exist also says which roles do.
+    """
     try:
         yield
     except ApiError as exc:
         click.echo(f"error: {exc.status} {exc.code}: {exc.message}", err=True)
+        role = exc.details.get("role") if isinstance(exc.details, dict) else None
+        hint = (unknown_role_hint(api, role) if api is not None and exc.status == 404
+                and isinstance(role, str) else None)
+        if hint:
+            click.echo(f"hint: {hint}", err=True)
         if exc.details:
             click.echo(f"details: {json.dumps(exc.details, sort_keys=True)}", err=True)
         sys.exit(exit_code_for(exc))
@@ -151,7 +201,7 @@ def api_command(func: F) -> F:
     def wrapper(*args: Any, url: str, token: str | None, **kwargs: Any) -> Any:
         api = ApiClient(url, token)
         try:
-            with api_errors(url):
+            with api_errors(url, api):
                 return func(api, *args, **kwargs)
         finally:
             api.close()

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from pydantic import ValidationError
 from bindings.models import Binding
 from rolegate.http import ApiClient
 from router.cli.bindings import SERVER_FIELDS, bindings, role_path
-from router.cli.common import EXIT_REFUSED, api_command
+from router.cli.common import EXIT_REFUSED, api_command, field_errors
 
 
 def parse_value(text: str) -> Any:
@@ -74,16 +76,24 @@ def diff(role: str, old: dict[str, Any], new: dict[str, Any]) -> str:
                                         f"{role} (stored)", f"{role} (new)"))
 
 
+def problems(document: Any) -> list[str]:
+    """What is wrong with `document` as a Binding (`field: message` each); [] when valid."""
+    try:
+        Binding.model_validate(document)
+    except ValidationError as exc:
+        return field_errors(exc, whole="binding")
+    return []
+
+
 def validated(role: str, document: Any) -> Binding:
     """`document` as a Binding, or exit 1 printing each field that is wrong."""
-    try:
-        return Binding.model_validate(document)
-    except ValidationError as exc:
+    wrong = problems(document)
+    if wrong:
         click.echo(f"error: the new binding of {role} is invalid:", err=True)
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"]) or "binding"
-            click.echo(f"  {where}: {error['msg']}", err=True)
+        for problem in wrong:
+            click.echo(f"  {problem}", err=True)
         sys.exit(EXIT_REFUSED)
+    return Binding.model_validate(document)
 
 
 def write(api: ApiClient, role: str, record: dict[str, Any], new: dict[str, Any],
@@ -131,18 +141,74 @@ def set_fields(api: ApiClient, role: str, assignments: tuple[str, ...], reason: 
 @click.option("--reason", default=None, help="Recorded in history (default: edited in $EDITOR).")
 @api_command
 def edit(api: ApiClient, role: str, reason: str | None) -> None:
-    """Open ROLE's binding in $EDITOR; on save, validate it and write it with If-Match."""
+    """Open ROLE's binding in $EDITOR; on save, validate it and write it with If-Match.
+
+    An edit that does not parse or validate is reopened with the errors on top
+    (as `kubectl edit` does), the edits kept; saving it unchanged, or emptying
+    it, gives up, and the edits are kept in a file whose path is printed.
+    """
     record = api.get(role_path(role))
-    text = click.edit(as_text(editable(record["binding"])), extension=".json")
-    if text is None:
-        click.echo(f"{role}: unchanged (editor closed without saving)")
-        return
+    text = as_text(editable(record["binding"]))
+    failed: str | None = None
+    while True:
+        saved = click.edit(text, extension=".json")
+        body = None if saved is None else strip_comments(saved)
+        if body is None or not body.strip() or body == failed:
+            if failed is None:
+                why = "editor closed without saving" if body is None else "emptied"
+                click.echo(f"{role}: unchanged ({why})")
+                return
+            kept = keep_copy(role, failed)
+            click.echo(f"error: edit of {role} abandoned, nothing written; your edits are "
+                       f"kept in {kept}", err=True)
+            sys.exit(EXIT_REFUSED)
+        wrong = edit_problems(body)
+        if not wrong:
+            write(api, role, record, json.loads(body), reason or "edited in $EDITOR",
+                  dry_run=False)
+            return
+        click.echo(f"error: the edited binding of {role} is invalid, reopening it:", err=True)
+        for problem in wrong:
+            click.echo(f"  {problem}", err=True)
+        failed = body
+        text = error_header(wrong) + body
+
+
+#: Lines of the reopened file that start with this are rolegate's notes, dropped on save
+#: (a line of JSON never starts with it).
+COMMENT = "#"
+
+
+def strip_comments(text: str) -> str:
+    """The saved text without the notes put on top of it."""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not line.startswith(COMMENT))
+
+
+def error_header(wrong: list[str]) -> str:
+    """The notes on top of a reopened edit: what was wrong, and how to give up."""
+    lines = ["# The edit below was not written: fix it and save, or save it unchanged",
+             "# (or empty the file) to give up. Lines starting with # are ignored.", "#"]
+    lines += [f"#   {problem}" for problem in wrong]
+    return "\n".join(lines) + "\n"
+
+
+def edit_problems(body: str) -> list[str]:
+    """What is wrong with the saved text as a binding: JSON first, then the model."""
     try:
-        new = json.loads(text)
+        document = json.loads(body)
     except ValueError as exc:
-        click.echo(f"error: the edited binding of {role} is not JSON: {exc}", err=True)
-        sys.exit(EXIT_REFUSED)
-    write(api, role, record, new, reason or "edited in $EDITOR", dry_run=False)
+        return [f"not JSON: {exc}"]
+    return problems(document)
+
+
+def keep_copy(role: str, body: str) -> str:
+    """Save the abandoned edit to a new temporary file (under $TMPDIR); return its path."""
+    handle, path = tempfile.mkstemp(prefix=f"rolegate-edit-{role}-", suffix=".json",
+                                    dir=os.environ.get("TMPDIR") or None)
+    with os.fdopen(handle, "w", encoding="utf-8") as out:
+        out.write(body)
+    return path
 
 
 @bindings.command("new")

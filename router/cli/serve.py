@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-from pydantic import ValidationError
 
 from bindings.connection import connect
 from bindings.errors import Conflict
 from bindings.models import BindingFile
 from bindings.store import BindingStore
-from router.cli.common import EXIT_REFUSED
+from router.cli.bindings import load_bindings_or_exit
 from router.server.embedded import EmbeddedRedis
 from router.server.settings import load_settings
 
@@ -116,11 +115,7 @@ def serve(host: str, port: int, workers: int | None, config_path: str | None, da
           seed: str | None) -> None:
     """Run the router under gunicorn (embedded Redis when REDIS_URL is unset)."""
     if seed:
-        try:
-            load_binding_file(seed)
-        except (ValidationError, ValueError) as exc:
-            click.echo(f"error: {seed} is not a valid bindings file: {exc}", err=True)
-            sys.exit(EXIT_REFUSED)
+        load_bindings_or_exit(seed)
     config = Path(config_path) if config_path else default_config()
     if not config.is_file():
         raise click.UsageError(f"gunicorn config {config} not found; pass --config")
