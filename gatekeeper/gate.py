@@ -120,6 +120,9 @@ def metrics(window: WindowStats) -> dict[str, Any]:
         "tool_error_rate": _rate(window.tool_errors, window.calls),
         "runs_with_tool_errors_rate": _rate(window.error_runs, n),
         "answered_rate": _rate(window.answered, n),
+        # Runs that said nothing the gate can judge: shown apart, never in n.
+        "unjudged": window.unjudged,
+        "unjudged_rate": _rate(window.unjudged, n + window.unjudged),
         "criteria": {
             name: {"passes": passes, "n": judged, "pass_rate": _rate(passes, judged)}
             for name, (passes, judged) in window.criterion_counts().items()

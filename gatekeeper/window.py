@@ -25,9 +25,10 @@ from rolegate.trace import Trace
 
 #: Scalar fields: traces, passes, traces with a forbidden call, blocking traces,
 #: answered runs, tool calls, failed calls, runs with a failed call, micro-USD,
-#: tokens, milliseconds of latency.
+#: tokens, milliseconds of latency; and runs whose record said nothing the gate can
+#: judge (`unjudged`: counted apart, in no other field, never a pass).
 SCALARS = ("n", "passes", "forbidden", "blocking", "answered", "calls", "tool_errors",
-           "error_runs", "cost_micros", "tokens", "latency_ms")
+           "error_runs", "cost_micros", "tokens", "latency_ms", "unjudged")
 CRIT_N = "crit_n:"
 CRIT_PASS = "crit_pass:"
 STEPS = "steps:"
@@ -55,6 +56,8 @@ def cost_bucket(micros: int) -> int:
 def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
     """The fields one trace adds to a window (only non-zero ones: the hash stays small)."""
     # Plain dict work: this runs once per ingested trace, on the hot path.
+    if not verdict.judged:
+        return {"unjudged": 1}
     cost = round(trace.cost_usd * MICROS)
     steps = trace.step_count
     out = {"n": 1, f"{STEPS}{steps}": 1, f"{COST}{cost_bucket(cost)}": 1}
@@ -165,6 +168,11 @@ class WindowStats:
         return self._get(CLASHES)
 
     @property
+    def unjudged(self) -> int:
+        """Runs whose record said nothing the gate can judge (not in `n`)."""
+        return self._get("unjudged")
+
+    @property
     def calls(self) -> int:
         """Tool calls (steps) over all traces."""
         return self._get("calls")
@@ -253,5 +261,6 @@ class WindowStats:
             "error_runs": self.error_runs,
             "cost_usd": self.cost_usd,
             "tokens": self.tokens,
+            "unjudged": self.unjudged,
             "steps_histogram": {str(k): v for k, v in sorted(self.steps_histogram().items())},
         }

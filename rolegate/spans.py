@@ -23,14 +23,31 @@ What is read (the GenAI semantic conventions, plus rolegate's own attributes):
 - stamps: `rolegate.agent_version`, `rolegate.instruction_hash`, `rolegate.model_id`,
   `rolegate.tool_schema_hash` (root, else resource); the model id defaults to the
   first chat span's model.
+
+OpenInference's conventions (`openinference.span.kind` TOOL/LLM/AGENT, `tool.name`,
+`llm.token_count.*`) are read as their GenAI counterparts (`rolegate.openinference`).
+A run none of whose spans follows a convention read here (and whose root names
+no `rolegate.output`) is `judged: false`: counted apart, never a pass.
+
+Order. Tool calls are listed by what the spans say before the clock: by their
+place in the span tree (a call under an earlier turn comes first), then by the
+order the issuing model turn listed them (`gen_ai.tool.call.id` in its output
+messages), then by start and end, then by the order the spans arrived (an SDK
+exports a span when it ends). Clocks stamp in ticks (the OTel JS SDK in whole
+milliseconds): two calls are parallel only when they overlap by more than one
+tick of the run's clock, never on a tie alone.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from rolegate.openinference import genai_attributes
+from rolegate.span_order import call_order, clock_tick
 
 ROLE = "rolegate.role"
 CONFIG = "rolegate.config"
@@ -145,7 +162,13 @@ def assemble(spans: Sequence[Span], *,
     Raises IncompleteRun when there is no root span or nothing names role,
     config and arm.
     """
-    by_id = {span.span_id: span for span in spans}
+    arrival: dict[str, int] = {}
+    by_id: dict[str, Span] = {}
+    for span in spans:
+        arrival.setdefault(span.span_id, len(arrival))
+        attributes = genai_attributes(span.attributes, span.name)
+        by_id[span.span_id] = (span if attributes is span.attributes
+                               else dataclasses.replace(span, attributes=attributes))
     root = root_of(by_id.values())
     if root is None:
         raise IncompleteRun("the run has no root span (a span without a parent)")
@@ -154,14 +177,14 @@ def assemble(spans: Sequence[Span], *,
     if missing:
         raise IncompleteRun(f"neither the root span nor its resource (nor an earlier span) "
                             f"has the attribute(s) {', '.join(missing)}")
-    ordered = sorted(by_id.values(), key=lambda s: (s.start_ns, s.end_ns, s.span_id))
+    ordered = sorted(by_id.values(), key=lambda s: (s.start_ns, s.end_ns, arrival[s.span_id]))
     chats = [span for span in ordered if span.operation in CHAT_OPERATIONS]
     body: dict[str, Any] = {
         "run_id": (_text(root.attributes.get(RUN_ID)) or _text((fallback or {}).get(RUN_ID))
                    or root.trace_id),
         "role": where[ROLE], "config": where[CONFIG], "arm": where[ARM],
         "key": where.get(KEY, ""),
-        "steps": _steps(ordered, by_id, chats),
+        "steps": _steps(ordered, by_id, chats, arrival),
         "latency_s": max(0, root.end_ns - root.start_ns) / 1e9,
         "stamps": _stamps(root, chats),
         "time": root.end_ns / 1e9,
@@ -176,13 +199,16 @@ def assemble(spans: Sequence[Span], *,
     if root.error:
         body["error"] = {"type": _text(root.attributes.get(ERROR_TYPE)) or "error",
                          "message": root.status_message[:4000]}
+    if OUTPUT not in root.attributes and not any(s.operation for s in ordered):
+        body["judged"] = False  # no span says what the run did: not a tool-less pass
     return body
 
 
 def _steps(ordered: list[Span], by_id: Mapping[str, Span],
-           chats: list[Span]) -> list[dict[str, Any]]:
-    calls = [span for span in ordered if span.tool is not None]
-    groups = _parallel_groups(calls)
+           chats: list[Span], arrival: Mapping[str, int]) -> list[dict[str, Any]]:
+    calls = call_order([span for span in ordered if span.tool is not None], by_id, chats,
+                       arrival)
+    groups = _parallel_groups(calls, clock_tick(ordered))
     steps = []
     for span in calls:
         step: dict[str, Any] = {"tool": span.tool, "args": _arguments(span),
@@ -212,8 +238,12 @@ def _steps(ordered: list[Span], by_id: Mapping[str, Span],
     return steps
 
 
-def _parallel_groups(calls: list[Span]) -> dict[str, str]:
-    """Calls under one parent whose times overlap were issued together: span id -> group id."""
+def _parallel_groups(calls: list[Span], tick: int = 1) -> dict[str, str]:
+    """Calls under one parent whose times overlap were issued together: span id -> group id.
+
+    Overlap means by more than one `tick` of the clock: stamps that tie (two quick
+    sequential calls in one millisecond) do not make calls parallel.
+    """
     groups: dict[str, str] = {}
     by_parent: dict[str | None, list[Span]] = {}
     for span in calls:
@@ -222,7 +252,7 @@ def _parallel_groups(calls: list[Span]) -> dict[str, str]:
         clusters: list[list[Span]] = []
         end = 0
         for span in siblings:
-            if clusters and span.start_ns < end:
+            if clusters and span.start_ns < end - tick:
                 clusters[-1].append(span)
                 end = max(end, span.end_ns)
             else:

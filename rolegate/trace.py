@@ -150,6 +150,10 @@ class Trace(BaseModel):
     time: float | None = Field(None, strict=True)
     #: Set when the run raised or was aborted instead of finishing.
     error: RunError | None = None
+    #: False when the run's record carries nothing the gate can judge (spans of
+    #: no convention rolegate reads): such a run is counted as `unjudged`, apart,
+    #: never as a pass (nor a failure), and it is left out of pairing and drift.
+    judged: bool = Field(True, strict=True)
     #: The name of the token that reported the run: stamped by the router on
     #: ingest, whatever the body said, so evidence can be told apart by reporter.
     reporter: str | None = Field(None, max_length=200)

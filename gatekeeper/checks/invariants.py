@@ -71,6 +71,8 @@ class TraceVerdict:
     required_lost: tuple[str, ...] = ()
     missing_artifacts: tuple[str, ...] = ()
     tools_reported: bool = True
+    #: False for a run whose record says nothing the gate can judge (`Trace.judged`).
+    judged: bool = True
 
     @property
     def blocking(self) -> bool:
@@ -92,11 +94,12 @@ class TraceVerdict:
         """`to_json()` serialized compactly, built once (the store and the answer share it)."""
         # Most traces of a role get one of a few verdicts: encode each once per process.
         return _verdict_text(self.passed, tuple(self.criteria.items()), self.forbidden,
-                             self.required_lost, self.missing_artifacts, self.tools_reported)
+                             self.required_lost, self.missing_artifacts, self.tools_reported,
+                             self.judged)
 
     @functools.cached_property
     def _json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "passed": self.passed,
             "blocking": self.blocking,
             "criteria": dict(self.criteria),
@@ -106,6 +109,9 @@ class TraceVerdict:
             "missing_artifacts": list(self.missing_artifacts),
             "tools_reported": self.tools_reported,
         }
+        if not self.judged:
+            out["judged"] = False
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> TraceVerdict:
@@ -117,15 +123,21 @@ class TraceVerdict:
             required_lost=tuple(data.get("required_lost", ())),
             missing_artifacts=tuple(data.get("missing_artifacts", ())),
             tools_reported=bool(data.get("tools_reported", True)),
+            judged=bool(data.get("judged", True)),
         )
+
+
+#: The verdict of every run whose record says nothing the gate can judge.
+UNJUDGED = TraceVerdict(passed=False, tools_reported=False, judged=False)
 
 
 @functools.lru_cache(maxsize=1024)
 def _verdict_text(passed: bool, criteria: tuple[tuple[str, bool], ...],
                   forbidden: tuple[str, ...], required_lost: tuple[str, ...],
-                  missing_artifacts: tuple[str, ...], tools_reported: bool) -> str:
+                  missing_artifacts: tuple[str, ...], tools_reported: bool,
+                  judged: bool = True) -> str:
     verdict = TraceVerdict(passed, dict(criteria), forbidden, required_lost, missing_artifacts,
-                           tools_reported)
+                           tools_reported, judged)
     return json.dumps(verdict._json, separators=(",", ":"))
 
 
@@ -191,7 +203,9 @@ def _compile(invariants: Invariants) -> _Compiled:
 
 
 def check(trace: Trace, invariants: Invariants) -> TraceVerdict:
-    """Judge one trace against the role's invariants."""
+    """Judge one trace against the role's invariants (an unjudged trace: no criterion, no pass)."""
+    if not trace.judged:
+        return UNJUDGED
     policy = _compile(invariants)  # ingest checks every trace: build the sets once
     criteria: dict[str, bool] = {}
     missing: tuple[str, ...] = ()

@@ -81,6 +81,10 @@ def run_of_fields(fields: Mapping[bytes, bytes]) -> Run:
     trace = json.loads(fields[b"t"])
     verdict = json.loads(fields[b"v"])
     steps = trace.get("steps") or ()
+    if verdict.get("judged") is False:
+        # An unjudged run is neither a pass nor a failure: keyless, it is never
+        # paired, and as a pass it raises no drift alarm (it is counted apart).
+        return Run(key="", passed=True)
     # The trajectory, not the raw tools: a parallel group compares as a set.
     return Run(key=str(trace.get("key", "")), passed=bool(verdict["passed"]),
                tools=canonical_tools(trace.get("tools", ()),

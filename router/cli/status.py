@@ -64,8 +64,11 @@ def arm_line(arm: str, figures: dict[str, Any]) -> list[str]:
     interval = figures.get("pass_rate_cs") or figures.get("pass_rate_interval")
     kind = "always-valid 95%" if figures.get("pass_rate_cs") else "95% CI"
     ci = "" if not interval else f" ({kind} {_percent(interval[0])}-{_percent(interval[1])})"
+    unjudged = figures.get("unjudged") or 0
+    # A run whose spans said nothing the gate can judge is no pass: shown beside n.
+    extra = f"  unjudged {unjudged}" if unjudged else ""
     lines = [(f"  {arm:<10} {figures.get('config', '-')}  {figures.get('verdict', '-')}  "
-             f"n={figures.get('n', 0)}  pass {_percent(figures.get('pass_rate'))}{ci}")]
+             f"n={figures.get('n', 0)}  pass {_percent(figures.get('pass_rate'))}{ci}{extra}")]
     for reason in figures.get("reasons", []):
         message = reason.get("message") if isinstance(reason, dict) else str(reason)
         lines.append(f"{'':13}- {message}")
