@@ -3,8 +3,9 @@
 `tick(api, now)` does one pass: for every role, read the gate view, decide, and
 (unless dry-run) apply the move with `If-Match` set to the version the decision
 was made on, so a stale leader's write, or a move racing a human's, is refused
-with 409 and dropped; a role whose gate view answers an error is held for that
-tick while the others are judged. `Gatekeeper.run()` loops: acquire or renew
+with 409 and dropped; a role whose gate view (or move) answers an error is held
+for that tick while the others are judged. Stage ages are judged on the `time`
+the gate view carries (the router's Redis TIME, `bindings.clock`), not `now`. `Gatekeeper.run()` loops: acquire or renew
 the lease, tick if leader, sleep; SIGTERM lets the current tick finish, then
 releases the lease.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import signal
 import socket
@@ -86,13 +88,31 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
                                       record.binding.stage.value,
                                       "binding changed while reading; next tick"))
             continue
-        decision = decide(role, record, evidence_from_view(view), now)
-        decisions.append(_act(api, decision, dry_run=dry_run, notifier=notifier))
+        # Stage ages are read on the router's clock (Redis TIME), never this host's:
+        # a gatekeeper whose clock runs ahead must not promote a stage early.
+        at = view_time(view, now)
+        decision = decide(role, record, evidence_from_view(view), at)
+        try:
+            decisions.append(_act(api, decision, dry_run=dry_run, notifier=notifier))
+        except ApiError as exc:
+            # The move itself failed (a 5xx): report it, and go on judging the others.
+            log.error("%s of %s failed: %s", decision.action.value, role, exc)
+            decisions.append(dataclasses.replace(decision, details={
+                **decision.details, "outcome": "failed",
+                "error": {"status": exc.status, "code": exc.code, "message": exc.message}}))
         _alert(decision, view, notifier, alerted)
         _ask_approval(decision, notifier, alerted)
         _warn(decision, notifier, alerted)
-        _relay_tripwire(record, now, notifier, alerted)
+        _relay_tripwire(record, at, notifier, alerted)
     return decisions
+
+
+def view_time(view: dict[str, Any], fallback: float) -> float:
+    """The router's clock when it built `view` (its `time`), else `fallback`."""
+    stamp = view.get("time")
+    if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and math.isfinite(stamp):
+        return float(stamp)
+    return fallback
 
 
 def _relay_tripwire(record: VersionedBinding, now: float, notifier: Notifier | None,

@@ -11,6 +11,7 @@ from typing import Any
 
 from flask import Flask
 
+from bindings.clock import redis_clock
 from bindings.connection import Connection, connect
 from bindings.store import BindingStore
 from router.api.bodies import refuse_oversized_chunked
@@ -71,7 +72,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     # Fail fast while Redis is hung, instead of every request waiting out its timeout.
     guard = breaker.Breaker()
     installed = breaker.install(connection, guard)
-    store = BindingStore(connection, min_replicas=settings.min_replicas,
+    # Stage times come from Redis, not this host: every router and gatekeeper agree (bindings.clock).
+    store = BindingStore(connection, redis_clock(connection), min_replicas=settings.min_replicas,
                          replica_wait_ms=settings.replica_wait_ms)
     tokens = TokenTable(settings.tokens, settings.tokens_file)
     if tokens.open:

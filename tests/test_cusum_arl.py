@@ -7,9 +7,14 @@ import random
 import pytest
 
 from bindings.models import DriftPolicy
-from gatekeeper.stats.budget import cusum_arl0
+from gatekeeper.stats.budget import (
+    CUSUM_DETECTORS,
+    CUSUM_HORIZON_RUNS,
+    CUSUM_SHARE,
+    cusum_arl0,
+)
 from gatekeeper.stats.cusum_arl import arl, chain_arl, h_for_arl, lattice
-from gatekeeper.stats.drift import bounded_p0, derived_h, params_for
+from gatekeeper.stats.drift import METRICS, bounded_p0, derived_h, params_for
 from gatekeeper.stats.statistics import Cusum
 from gatekeeper.window import WindowStats
 
@@ -76,3 +81,16 @@ def test_bad_arguments_are_refused() -> None:
         h_for_arl(0.1, 0.2, 1.0)
     with pytest.raises(ValueError):
         lattice(0.0)
+
+
+def test_the_candidates_cusums_split_the_cusum_share() -> None:
+    """run_failure, tool_error and forbidden_call together stay within CUSUM_SHARE of alpha."""
+    assert len(METRICS) == CUSUM_DETECTORS
+    alpha, policy = 0.0025, DriftPolicy()
+    p0s = {"run_failure": 0.1, "tool_error": 0.05, "forbidden_call": 0.01}
+    # A stage of CUSUM_HORIZON_RUNS runs alarms falsely with chance about horizon / ARL0
+    # per detector; any one alarm rolls back, so the three add up (a union bound).
+    spent = sum(CUSUM_HORIZON_RUNS / arl(p0, p0, p0 + policy.shift, derived_h(policy, p0, alpha))
+                for p0 in p0s.values())
+    assert set(p0s) == set(METRICS)
+    assert spent <= CUSUM_SHARE * alpha

@@ -16,10 +16,13 @@ of each test taking the whole alpha:
   whole rollout, not one stage (`gatekeeper.stats.rollout`), so they spend the
   share of the rollout's alpha (the stage alpha times the ladder's stages) at
   once; the weights are those of the stage the rollout began in (`weights`).
-- CUSUM_SHARE (0.1) for the candidate's CUSUM: its h is derived for an
-  in-control ARL of CUSUM_HORIZON_RUNS / (share * alpha) runs at the p0 at hand
-  (`cusum_arl`), so over a stage of up to CUSUM_HORIZON_RUNS candidate runs its
-  false-alarm chance stays within its share.
+- CUSUM_SHARE (0.1) for the candidate's CUSUMs, split equally among the
+  CUSUM_DETECTORS metrics watched (run_failure, tool_error, forbidden_call: any
+  one alarm rolls back): each h is derived for an in-control ARL of
+  CUSUM_HORIZON_RUNS / (share * alpha / CUSUM_DETECTORS) runs at its p0
+  (`cusum_arl`), so over a stage of up to CUSUM_HORIZON_RUNS candidate runs the
+  chance that any of them alarms falsely stays within the share (a union bound:
+  it holds however the metrics are correlated, e.g. tool errors that fail runs).
 - CRITERIA_SHARE (0.1) for the per-criterion tests (`gatekeeper.stats.criteria_gate`):
   each deterministic criterion of the spec, candidate against current, read at
   every tick as the pass rate is; split evenly (Bonferroni) over the gated
@@ -62,6 +65,8 @@ CUSUM_SHARE = SHARES["cusum"]
 FINAL_SHARE = SHARES["final"]
 #: Candidate runs per stage the CUSUM's share is sized for.
 CUSUM_HORIZON_RUNS = 10_000
+#: The candidate's CUSUMs that share CUSUM_SHARE (`drift.METRICS`).
+CUSUM_DETECTORS = 3
 
 RATE = "rate"
 FLIPS = "flips"
@@ -83,9 +88,10 @@ def weights(stage: Stage, *, floor: bool) -> dict[str, float]:
     return {name: w / total for name, w in chosen.items()}
 
 
-def cusum_arl0(alpha: float) -> float:
-    """The in-control ARL the candidate's CUSUM is calibrated to at stage alpha `alpha`."""
-    return CUSUM_HORIZON_RUNS / (CUSUM_SHARE * alpha)
+def cusum_arl0(alpha: float, detectors: int = CUSUM_DETECTORS) -> float:
+    """The in-control ARL each of the candidate's `detectors` CUSUMs is calibrated to at
+    stage alpha `alpha`: they split CUSUM_SHARE equally."""
+    return CUSUM_HORIZON_RUNS / (CUSUM_SHARE * alpha / detectors)
 
 
 def criteria_alpha(alpha: float, keys: int) -> float:

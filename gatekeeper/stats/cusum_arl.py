@@ -100,49 +100,92 @@ def arl(p: float, p0: float, p1: float, h: float) -> float:
     return chain_arl(p, a, m, math.floor(h * m + 1e-9))
 
 
-@lru_cache(maxsize=1024)
-def h_for_arl(p0: float, p1: float, arl0: float) -> float:
-    """The smallest h on the lattice whose in-control ARL (event probability p0) reaches arl0.
+def lorden_h(p0: float, k: float, arl0: float) -> float:
+    """An h at which the real detector's in-control ARL is at least arl0, in closed form.
 
-    ln ARL0 grows about linearly in h, so the search steps by secant on it and
-    then walks to the exact boundary: a handful of solves, not a bisection's dozen.
+    theta > 0 with p0 e^(theta (1 - k)) + (1 - p0) e^(-theta k) = 1 makes e^(theta S)
+    a martingale along the detector's walk, so by Ville's inequality one walk from
+    0 ever climbs over h with chance at most e^(-theta h); the CUSUM restarts such
+    walks, and Lorden (1971) gives ARL0 >= e^(theta h). Conservative (it ignores
+    the time spent near 0), but it needs no chain: h = ln(arl0) / theta.
+    """
+    if not 0.0 < p0 < k < 1.0:
+        raise ValueError(f"need 0 < p0 < k < 1, got p0 {p0}, k {k}")
+
+    def log_mgf(theta: float) -> float:
+        # log(p0 e^(theta (1 - k)) + (1 - p0) e^(-theta k)), without overflow.
+        up, down = math.log(p0) + theta * (1.0 - k), math.log1p(-p0) - theta * k
+        top = max(up, down)
+        return top + math.log(math.exp(up - top) + math.exp(down - top))
+
+    # The log-mgf is 0 at 0, falls first (mean p0 - k < 0), then rises: bracket its root.
+    low, high = 0.0, 1.0
+    while log_mgf(high) <= 0.0:
+        low, high = high, 2.0 * high
+    for _ in range(100):
+        middle = (low + high) / 2.0
+        if log_mgf(middle) <= 0.0:
+            low = middle
+        else:
+            high = middle
+    # `low` is under the root: e^(low S) is a supermartingale, and the bound holds.
+    return math.log(arl0) / low if low > 0.0 else math.inf
+
+
+@lru_cache(maxsize=4096)
+def h_for_arl(p0: float, p1: float, arl0: float) -> float:
+    """The smallest h on the lattice whose in-control ARL (event probability p0) reaches
+    arl0, or Lorden's closed-form h (`lorden_h`) when that is smaller.
+
+    Both are conservative for the real detector, so the smaller is taken; and the
+    lattice is searched only up to Lorden's h (and MAX_STATES): a p0 whose chain
+    would need more states than that (a k barely over p0, a k whose lattice
+    drifts up) still gets an h, never an error. ln ARL0 grows about linearly in
+    h, so the search steps by secant on it, alternating with bisection once the
+    boundary is bracketed: a handful of solves, not a bisection's dozen.
     """
     if not 0.0 < p0 < p1 < 1.0:
         raise ValueError(f"need 0 < p0 < p1 < 1, got p0 {p0}, p1 {p1}")
     if arl0 <= 1.0:
         raise ValueError(f"arl0 must be over 1, got {arl0}")
-    a, m = lattice((p0 + p1) / 2.0)
+    k = (p0 + p1) / 2.0
+    bound = lorden_h(p0, k, arl0)
+    a, m = lattice(k)
+    if a / m <= p0:
+        # The lattice chain drifts up in control: its ARL grows only linearly in h.
+        return bound
+    cap = min(MAX_STATES, math.ceil(bound * m)) if math.isfinite(bound) else MAX_STATES
     target = math.log(arl0)
 
     def log_arl(top: int) -> float:
-        if top > MAX_STATES:
-            raise ValueError(f"arl0 {arl0:g} needs too large an h at p0 {p0}, p1 {p1}")
         return math.log(chain_arl(p0, a, m, top))
 
-    low, high = 0, m
-    f_low, f_high = log_arl(low), log_arl(high)
-    for _ in range(40):
-        if f_high >= target and high - low <= 1:
-            break
-        slope = max(1e-9, (f_high - f_low) / (high - low))
-        guess = round(high + (target - f_high) / slope)
-        guess = max(guess, low + 1)
+    low, f_low = 0, log_arl(0)
+    if f_low >= target:
+        return 0.0
+    high = min(cap, m)
+    f_high = log_arl(high)
+    # Grow the bracket by secant until its top reaches the target (or the cap).
+    while f_high < target:
+        if high >= cap:
+            return bound
+        slope = (f_high - f_low) / (high - low)
+        guess = 2 * high if slope <= 0.0 else math.ceil(high + 1.1 * (target - f_high) / slope)
+        guess = min(cap, max(high + 1, guess))
+        low, f_low, high, f_high = high, f_high, guess, log_arl(guess)
+    # Close in: secant and bisection in turn (the secant alone can stall at one end).
+    secant = True
+    while high - low > 1:
+        slope = (f_high - f_low) / (high - low)
+        if secant and slope > 0.0:
+            guess = round(low + (target - f_low) / slope)
+        else:
+            guess = (low + high) // 2
+        guess = min(high - 1, max(low + 1, guess))
         f_guess = log_arl(guess)
         if f_guess >= target:
-            if guess <= high:
-                high, f_high = guess, f_guess
-            else:
-                low, f_low, high, f_high = high, f_high, guess, f_guess
+            high, f_high = guess, f_guess
         else:
             low, f_low = guess, f_guess
-            if guess >= high:
-                high, f_high = guess + 1, log_arl(guess + 1)
-        if high - low > 1 and f_high >= target:
-            # Close in from both sides once the boundary is bracketed.
-            middle = (low + high) // 2
-            f_middle = log_arl(middle)
-            if f_middle >= target:
-                high, f_high = middle, f_middle
-            else:
-                low, f_low = middle, f_middle
-    return high / m
+        secant = not secant
+    return min(high / m, bound)

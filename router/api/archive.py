@@ -9,8 +9,6 @@ the role in or out of the table together.
 
 from __future__ import annotations
 
-import time
-
 from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
@@ -63,7 +61,7 @@ def archive(role: str) -> ResponseReturnValue:
     store = _store()
     current = store.get(role)
     expected = _expected(role, current.version)
-    note = ArchiveNote(reason=body.reason, actor=actor(), time=time.time(),
+    note = ArchiveNote(reason=body.reason, actor=actor(), time=store.clock(),
                        version=expected + 1)
     record = store.write(role, current.binding, expected_version=expected, actor=note.actor,
                          action="archive", reason=body.reason, archive=note)
@@ -84,7 +82,7 @@ def restore(role: str) -> ResponseReturnValue:
                        current_version=last.version)
     expected = _expected(role, last.version)
     # A fresh window: the traces before the archive are not this stage's evidence.
-    binding = last.binding.with_changes(stage_since=time.time())
+    binding = last.binding.with_changes(stage_since=store.clock())
     record = store.write(role, binding, expected_version=expected, actor=actor(),
                          action="unarchive", reason=body.reason, archive="restore",
                          details={"archived": note.model_dump()})

@@ -6,7 +6,6 @@ Every change is a compare-and-set against the version the writer read (the
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from flask import Blueprint, Response, current_app, jsonify, request
@@ -59,6 +58,12 @@ class PutRequest(BaseModel):
 
 def _store() -> Any:
     return current_app.extensions["rolegate"].store
+
+
+def _now() -> float:
+    """The time stage starts are stamped with: the store's clock, Redis TIME (`bindings.clock`)."""
+    now: float = _store().clock()
+    return now
 
 
 def _cache() -> Any:
@@ -133,7 +138,7 @@ def put_binding(role: str) -> ResponseReturnValue:
             raise NotFound(f"no binding for role {role!r} to replace", role=role,
                            current_version=0)
         guard_live_candidate(role, None, binding)
-        binding = binding.with_changes(stage_since=time.time())
+        binding = binding.with_changes(stage_since=_now())
         return _written(store.write(role, binding, expected_version=0, actor=actor(),
                                     action="create", reason=reason,
                                     idempotency=idempotency()), 201)
@@ -149,7 +154,7 @@ def put_binding(role: str) -> ResponseReturnValue:
     guard_live_candidate(role, old, binding)
     moved = (old.stage, old.share, old.candidate) != (binding.stage, binding.share,
                                                       binding.candidate)
-    binding = binding.with_changes(stage_since=time.time() if moved else old.stage_since)
+    binding = binding.with_changes(stage_since=_now() if moved else old.stage_since)
     return _written(store.write(role, binding, expected_version=expected, actor=actor(),
                                action="replace", reason=reason, idempotency=idempotency()))
 
@@ -158,7 +163,7 @@ def _transition(role: str, event: Event, body: _Action, *, share: float | None =
                 action: str | None = None) -> ResponseReturnValue:
     store = _store()
     current = _current(role)
-    move = apply(current.binding, event, time.time(), share=share, actor=actor(),
+    move = apply(current.binding, event, _now(), share=share, actor=actor(),
                  reason=body.reason)
     # A role may demand an offline suite pass before its candidate runs on real jobs.
     guard_live_candidate(role, current.binding, move.binding)
@@ -179,7 +184,7 @@ def rollback(role: str) -> ResponseReturnValue:
     store = _store()
     current = _current(role)
     old = store.history_entry(role, body.to_version)
-    restored = old.binding.with_changes(stage_since=time.time())
+    restored = old.binding.with_changes(stage_since=_now())
     guard_live_candidate(role, current.binding, restored)
     details = {"summary": f"restored version {body.to_version}",
                "restored_version": body.to_version, **body.details}

@@ -6,8 +6,6 @@ module only authenticates, reads the role parameter and renders it.
 
 from __future__ import annotations
 
-import time
-
 from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
@@ -28,10 +26,12 @@ def gate(role: str) -> ResponseReturnValue:
     `?rule=R`: over the runs targeting rule R routed (`gatekeeper.view.by_rule`).
     """
     store = current_app.extensions["rolegate"].store
+    # The view's `time` is the one clock stage ages are read on (Redis TIME, bindings.clock).
+    now = store.clock()
     rule = request.args.get("rule")
     if rule is not None:
-        return jsonify(rule_view(store, trace_store(), role_param(role), rule, time.time()))
-    return jsonify(gate_view(store, trace_store(), role_param(role), time.time()))
+        return jsonify(rule_view(store, trace_store(), role_param(role), rule, now))
+    return jsonify(gate_view(store, trace_store(), role_param(role), now))
 
 
 @bp.get("/v1/roles/<role>/tools")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ def seed_bindings(store: BindingStore, bindings: BindingFile, source: str) -> li
     if store.roles():
         return []
     created = []
-    now = time.time()
+    now = store.clock()
     for role, binding in bindings.roles.items():
         try:
             store.write(role, binding.with_changes(stage_since=now), expected_version=0,

@@ -131,7 +131,7 @@ def actions(binding: Any) -> list[tuple[str, str]]:
 
 def _overview_fragment() -> str:
     services = current_app.extensions["rolegate"]
-    rows = overview(services.store, trace_store(), time.time(), visible=may_act_on)
+    rows = overview(services.store, trace_store(), services.store.clock(), visible=may_act_on)
     try:
         keeper = HeartbeatStore(services.redis).summary()
     except RolegateError:
@@ -141,7 +141,7 @@ def _overview_fragment() -> str:
 
 def _role_fragment(role: str) -> str:
     services = current_app.extensions["rolegate"]
-    detail = role_detail(services.store, trace_store(), role, time.time())
+    detail = role_detail(services.store, trace_store(), role, services.store.clock())
     binding = detail["binding"]
     policy = binding.gate
     charts = {
