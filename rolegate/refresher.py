@@ -1,7 +1,8 @@
 """The client's refresh thread: keeps the bindings snapshot fresh, in the background.
 
-A conditional `GET /v1/bindings` every `refresh_interval` seconds (an unchanged
-table costs a 304), or with `subscribe` the `/v1/bindings/watch` long-poll. The
+The `/v1/bindings/watch` long-poll with `subscribe` (the client's default), or a
+conditional `GET /v1/bindings` every `refresh_interval` seconds (an unchanged
+table costs a 304); a router without the watch is polled. The
 first fetch is the thread's first act, so constructing a client never has to
 wait for it (`wait_ready`). A failure keeps the last snapshot and marks it stale;
 a 429 holds the next request for its Retry-After. Each new snapshot is saved to

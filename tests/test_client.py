@@ -97,7 +97,8 @@ def test_router_stopped_keeps_answering_stale(router: LiveRouter) -> None:
     """With the router down resolves keep working from the snapshot and say stale."""
     put_role(router, "r", current="a", candidate="b")
     canary(router, "r", 0.5)
-    with Client(router.url, CALLER, refresh_interval=0.05, max_age=None) as client:
+    with Client(router.url, CALLER, refresh_interval=0.05, max_age=None,
+                subscribe=False) as client:
         before = [client.resolve("r", f"k{n}") for n in range(50)]
         assert not any(answer["stale"] for answer in before)
         router.stop()
@@ -175,7 +176,7 @@ def test_rollback_is_seen_within_the_refresh_interval(router: LiveRouter) -> Non
     put_role(router, "r", current="a", candidate="b")
     canary(router, "r", 0.5)
     interval = 0.3
-    with Client(router.url, CALLER, refresh_interval=interval) as client:
+    with Client(router.url, CALLER, refresh_interval=interval, subscribe=False) as client:
         keys = _candidate_keys(client, "r")
         assert keys
         rollback(router, "r")
@@ -200,6 +201,25 @@ def test_rollback_reaches_a_subscribed_client_under_a_second(router: LiveRouter)
             wait_for(lambda: client.resolve("r", keys[0])["stage"] == expected, step=0.002)
             assert time.monotonic() - started < 1.0
         assert client.stale is False
+
+
+def test_rollback_reaches_a_default_client_under_a_second(router: LiveRouter) -> None:
+    """With no options a client is subscribed: a rollback right after its fetch is in within 1 s.
+
+    The rollback is written just after the client's first fetch: a client that
+    polled every 2 s (the old default) would see it only at its next poll.
+    """
+    put_role(router, "r", current="a", candidate="b")
+    canary(router, "r", 0.5)
+    with Client(router.url, CALLER) as client:
+        keys = _candidate_keys(client, "r")
+        time.sleep(0.1)  # let the watch reach the router before the change
+        started = time.monotonic()
+        rollback(router, "r")
+        wait_for(lambda: all(client.resolve("r", k)["arm"] == "current" for k in keys),
+                 step=0.002)
+        assert time.monotonic() - started < 1.0
+        assert client.resolve("r", keys[0])["stage"] == "rolled_back"
 
 
 def test_watch_answers_on_change_or_304_on_timeout(router: LiveRouter) -> None:

@@ -109,8 +109,11 @@ class ChangeNotifier:
                 while not self._stop.is_set():
                     if pubsub.get_message(timeout=0.5) is not None:
                         self._bump()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if self.subscribed:
+            except Exception as exc:  # noqa: BLE001 - the listener must outlive any failure
+                # Lost Redis, or the app's client closed under it (a connection the
+                # parser finds without a socket raises TypeError): every waiting
+                # watch still answers within RECHECK_S, and this retries.
+                if self.subscribed and not self._stop.is_set():
                     log.warning("change listener lost Redis, retrying: %s", exc)
                 self.subscribed = False
                 self._stop.wait(0.5)
