@@ -10,8 +10,11 @@ import pytest
 from rolegate import Client, InvalidToken, SnapshotUnavailable
 from rolegate.http import ApiClient
 from tests.conftest import CALLER
-from tests.live import LiveRouter, put_role
-from tests.live import router as router  # noqa: F401  (the pytest fixture the tests take)
+from tests.live import (
+    LiveRouter,
+    put_role,
+    router,  # noqa: F401  (the pytest fixture the tests below take)
+)
 
 SECRET = "s3cr3t-tok"
 

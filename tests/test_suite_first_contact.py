@@ -117,8 +117,9 @@ def test_agent_command_keeps_a_venv_python_unresolved(tmp_path: Path,
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     assert python.is_symlink()
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path("
-                           "'purelib'))"], check=True, capture_output=True, text=True).stdout
+    where = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = subprocess.run([str(python), "-c", where], check=True, capture_output=True,
+                          text=True).stdout
     Path(site.strip(), "only_in_agent_venv.py").write_text("MARK = 1\n")
     wrapper = tmp_path / "agent_in_venv.py"
     wrapper.write_text("import runpy, only_in_agent_venv\n"
