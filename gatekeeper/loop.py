@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 from bindings.models import VersionedBinding
+from gatekeeper.judging import Judges, judge_tick
 from gatekeeper.machine.decide import Action, Decision, decide, evidence_from_view
 from gatekeeper.webhooks import (
     ALARM,
@@ -249,6 +250,8 @@ class Gatekeeper:
         #: Ticks this process has run (as leader, or dry).
         self.ticks = 0
         self.alerted: set[str] = set()
+        #: The online judges' breakers (`gatekeeper.judging`).
+        self.judges = Judges()
         self._stop = threading.Event()
 
     def request_stop(self, *_: Any) -> None:
@@ -296,6 +299,9 @@ class Gatekeeper:
         if not self.dry_run and not self.acquire():
             self.beat([], [])
             return []
+        if not self.dry_run:
+            # Judged verdicts first, so this tick's gate view counts them.
+            judge_tick(self.api, self.clock(), self.judges)
         decisions = tick(self.api, self.clock(), dry_run=self.dry_run,
                          notifier=self.notifier, alerted=self.alerted)
         self.ticks += 1

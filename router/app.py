@@ -42,6 +42,7 @@ BLUEPRINT_MODULES = (
     "router.api.watch",
     "router.api.configs",
     "router.api.feedback",
+    "router.api.judges",
     "router.api.trace_reads",
     "router.api.offline",
     "router.api.ofrep",

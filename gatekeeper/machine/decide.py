@@ -92,6 +92,8 @@ class Evidence:
     current_alarms: tuple[str, ...] = ()
     #: Per criterion key of the judged arm against current (the view's by_criterion.gate).
     criteria: tuple[KeyCounts, ...] = ()
+    #: Why promotion waits for the judge's evidence (the view's judges.wait), if it does.
+    judged_wait: str | None = None
     #: Extra figures to keep in the history entry.
     figures: Mapping[str, Any] = field(default_factory=dict)
 
@@ -313,6 +315,8 @@ def _hold(binding: Binding, evidence: Evidence, paired: Mapping[str, Any] | None
     if elapsed < needed:
         return (f"stage has lasted {elapsed:.0f}s of {needed:.0f}s",
                 {"elapsed_s": round(elapsed, 3), "required_s": needed})
+    if evidence.judged_wait:
+        return evidence.judged_wait, {}
     under = [r for code, r in rated if code == "pass_rate"]
     if under:
         return f"{under[0]}; not yet excluded by the floor test", {}
@@ -386,6 +390,7 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
         current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),
         carried=Carried.from_view(view.get("rollout")),
         criteria=tuple(KeyCounts.from_dict(k) for k in keys if isinstance(k, Mapping)),
+        judged_wait=(view.get("judges") or {}).get("wait"),
     )
 
 

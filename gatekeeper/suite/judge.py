@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from statistics import fmean
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -35,6 +36,7 @@ from gatekeeper.suite.verdict import ScenarioResult, SuiteResult
 from rolegate.http import ApiClient, ApiError
 from rolegate.trace import Trace
 
+T = TypeVar("T")
 DEFAULT_FLOOR = -0.3
 MAX_RESULT_CHARS = 2000
 
@@ -149,47 +151,78 @@ def parse_answer(content: str) -> JudgeAnswer:
         raise InvalidAnswer(str(exc.errors(include_url=False)[0].get("msg"))) from None
 
 
+class JudgeClient:
+    """One OpenAI-compatible chat-completions endpoint, asked until it answers in shape.
+
+    The one judge client: the offline pairwise judge (`PairwiseJudge`) and the online
+    criterion judge (`gatekeeper.judging`) both ask through it. Connection errors and
+    timeouts are retried by `ApiClient` (tenacity); an answer that is not the shape
+    asked for is asked again, at most `attempts` times, then an InvalidAnswer.
+    """
+
+    def __init__(self, url: str, api_key: str | None, *, model: str, timeout_s: float,
+                 attempts: int = 3, connection_attempts: int | None = None) -> None:
+        self.model = model
+        self.attempts = attempts
+        extra = {} if connection_attempts is None else {"attempts": connection_attempts}
+        self.client = ApiClient(url, api_key, timeout=timeout_s, **extra)
+        #: Tokens the last answer used (the endpoint's usage.total_tokens, else 0).
+        self.last_tokens = 0
+
+    def complete_once(self, messages: list[dict[str, str]]) -> str:
+        """One chat completion's assistant content; InvalidAnswer when there is none."""
+        body = {"model": self.model, "temperature": 0.0,
+                "response_format": {"type": "json_object"}, "messages": messages}
+        try:
+            reply = self.client.request("POST", "", json=body, ok=(200,)).json()
+            content = reply["choices"][0]["message"]["content"]
+            usage = reply.get("usage") if isinstance(reply, dict) else None
+            self.last_tokens = int((usage or {}).get("total_tokens") or 0)
+        except ApiError as exc:
+            raise InvalidAnswer(f"judge answered {exc.status}: {exc.message}") from None
+        except requests.RequestException as exc:
+            # ApiClient already retried the connection; the ask becomes a judge error.
+            raise InvalidAnswer(f"judge unreachable: {type(exc).__name__}") from None
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            raise InvalidAnswer(f"not a chat-completions reply: {exc!r}") from None
+        if not isinstance(content, str):
+            raise InvalidAnswer("message content is not a string")
+        return content
+
+    def ask(self, messages: list[dict[str, str]], parse: Callable[[str], T]) -> T:
+        """Ask until `parse` accepts the content, at most `attempts` times."""
+        no_wait = os.environ.get("ROLEGATE_RETRY_NO_WAIT") == "1"
+        retrying = Retrying(retry=retry_if_exception_type(InvalidAnswer),
+                            stop=stop_after_attempt(self.attempts),
+                            wait=wait_none() if no_wait else wait_exponential(0.2, max=4.0))
+        try:
+            for attempt in retrying:
+                with attempt:
+                    return parse(self.complete_once(messages))
+        except RetryError as exc:
+            last = exc.last_attempt.exception()
+            raise InvalidAnswer(f"after {self.attempts} attempts: {last}") from None
+        raise AssertionError("unreachable: tenacity either returns or raises")
+
+    def close(self) -> None:
+        """Close the HTTP session."""
+        self.client.close()
+
+
 class PairwiseJudge:
     """Asks one judge endpoint about baseline/candidate pairs, blind and order-randomized."""
 
     def __init__(self, settings: JudgeSettings) -> None:
         self.settings = settings
         self.rng = random.Random(settings.seed)
-        self.client = ApiClient(settings.url, settings.api_key, timeout=settings.timeout_s)
-
-    def _ask_once(self, prompt: str) -> JudgeAnswer:
-        body = {"model": self.settings.model, "temperature": 0.0,
-                "response_format": {"type": "json_object"},
-                "messages": [{"role": "system", "content": JUDGE_INSTRUCTIONS},
-                             {"role": "user", "content": prompt}]}
-        try:
-            reply = self.client.request("POST", "", json=body, ok=(200,)).json()
-            content = reply["choices"][0]["message"]["content"]
-        except ApiError as exc:
-            raise InvalidAnswer(f"judge answered {exc.status}: {exc.message}") from None
-        except requests.RequestException as exc:
-            # ApiClient already retried the connection; the pair becomes a judge error.
-            raise InvalidAnswer(f"judge unreachable: {type(exc).__name__}") from None
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise InvalidAnswer(f"not a chat-completions reply: {exc!r}") from None
-        if not isinstance(content, str):
-            raise InvalidAnswer("message content is not a string")
-        return parse_answer(content)
+        self.judge = JudgeClient(settings.url, settings.api_key, model=settings.model,
+                                 timeout_s=settings.timeout_s, attempts=settings.attempts)
+        self.client = self.judge.client
 
     def ask(self, prompt: str) -> JudgeAnswer:
         """Ask until a valid answer comes back, at most `attempts` times."""
-        no_wait = os.environ.get("ROLEGATE_RETRY_NO_WAIT") == "1"
-        retrying = Retrying(retry=retry_if_exception_type(InvalidAnswer),
-                            stop=stop_after_attempt(self.settings.attempts),
-                            wait=wait_none() if no_wait else wait_exponential(0.2, max=4.0))
-        try:
-            for attempt in retrying:
-                with attempt:
-                    return self._ask_once(prompt)
-        except RetryError as exc:
-            last = exc.last_attempt.exception()
-            raise InvalidAnswer(f"after {self.settings.attempts} attempts: {last}") from None
-        raise AssertionError("unreachable: tenacity either returns or raises")
+        return self.judge.ask([{"role": "system", "content": JUDGE_INSTRUCTIONS},
+                               {"role": "user", "content": prompt}], parse_answer)
 
     def judge_pair(self, scenario: ScenarioResult, baseline: Trace,
                    candidate: Trace) -> dict[str, Any]:
@@ -207,7 +240,7 @@ class PairwiseJudge:
 
     def close(self) -> None:
         """Close the HTTP session."""
-        self.client.close()
+        self.judge.close()
 
 
 def judge_suites(judge: PairwiseJudge, base: SuiteResult, cand: SuiteResult) -> dict[str, Any]:

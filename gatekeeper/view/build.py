@@ -16,7 +16,9 @@ from gatekeeper.store.heartbeat import HeartbeatStore
 from gatekeeper.store.traces import TraceStore
 from gatekeeper.view.arms import arms_section, comparison_section
 from gatekeeper.view.context import gate_context, view_header
+from gatekeeper.store.judging import JudgeStore
 from gatekeeper.view.criteria import criteria_section
+from gatekeeper.view.judges import judges_section, merge_judged
 from gatekeeper.view.outlook import next_view_section, previous_section
 from gatekeeper.view.rollout import rollout_section
 from gatekeeper.view.sections import drift_section, paired_section
@@ -29,6 +31,8 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["arms"] = arms_section(ctx)
     view["comparison"] = comparison_section(ctx)
     view["by_criterion"] = criteria_section(ctx, ConfigStore(traces.connection))
+    view["judges"] = judges_section(ctx, JudgeStore(traces.connection))
+    merge_judged(view["by_criterion"], view["judges"], ctx)
     view["paired"] = paired_section(ctx)
     view["drift"] = drift_section(ctx)
     view["rollout"] = rollout_section(store, ctx)

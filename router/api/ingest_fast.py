@@ -45,6 +45,7 @@ from gatekeeper.store.trace_ingest import Checked, OverQuota, Stored
 from gatekeeper.store.trace_keys import epoch_of
 from rolegate.trace import Trace
 from router.api import trace_answers as answers
+from router.api.judge_sampling import offer_sampled
 from router.api.resolve_fast import ResolveFastPath, hook_support
 from router.api.trace_limits import body_prefix, refuse_deep
 from router.server import hosts, logs, metrics
@@ -163,6 +164,8 @@ class IngestFastPath:
             return None
         if outcome.clash:
             answers.note_clash(item, outcome)
+        if not outcome.duplicate and record.binding.gate.judge is not None:
+            offer_sampled(self.app, [(trace, item.epoch)], now)
         body = answers.single_answer(answers.stored_result(0, item, outcome),
                                     int(outcome.duplicate)).encode()
         request_id = logs.request_id_from(environ.get("HTTP_X_REQUEST_ID"))

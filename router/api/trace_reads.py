@@ -23,6 +23,7 @@ from flask.typing import ResponseReturnValue
 from bindings.errors import NotFound
 from gatekeeper.store.traces import StoredTrace
 from router.api.feedback import role_of_run
+from router.api.judge_sampling import judge_store
 from router.api.params import int_arg, role_param
 from router.api.traces import trace_store
 from router.server.auth import principal, require
@@ -58,7 +59,12 @@ def get_trace(run_id: str) -> ResponseReturnValue:
                        f"{role!r}", role=role, run_id=run_id, reporter=named)
     # Several tokens sent traces under this run id (a clash): the named one's, else the
     # caller's own, else the first stored; `claimed_by` says there are others.
-    body = _entry(role, store.lookup(role, run_id, named or principal().name))
+    stored = store.lookup(role, run_id, named or principal().name)
+    body = _entry(role, stored)
+    # The online judge's verdicts on this run, when it was sampled and judged.
+    judged = judge_store().verdicts(role, run_id, stored.trace.reporter)
+    if judged is not None:
+        body["judge"] = judged
     if len(claims) > 1:
         body["claimed_by"] = sorted(claims)
     return jsonify(body)

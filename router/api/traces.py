@@ -55,6 +55,7 @@ from gatekeeper.store.traces import TraceStore
 from rolegate.trace import Trace
 from router.api import ingest_fast, otlp
 from router.api.bodies import SURROGATE_ESCAPE, json_body
+from router.api.judge_sampling import offer_sampled
 from router.api.trace_answers import (
     EXTENSION,
     QUOTA_COUNTED,
@@ -231,6 +232,9 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
         # Serialized here, with the verdict text the store already built: a batch
         # answer holds one of these per trace, and jsonify would encode them again.
         results[index] = stored_result(index, item, outcome)
+    fresh = [(c.trace, c.epoch) for c, o in zip(checked, stored) if not o.duplicate]
+    if fresh:
+        offer_sampled(current_app, fresh, now)
     return duplicates, trips
 
 

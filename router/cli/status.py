@@ -112,6 +112,24 @@ def criteria_lines(view: dict[str, Any]) -> list[str]:
     return lines
 
 
+def judge_lines(view: dict[str, Any]) -> list[str]:
+    """The online judge's day: judged, errors, skips and spend against the budget."""
+    judges = view.get("judges")
+    if not judges:
+        return []
+    day, budget = judges.get("day") or {}, judges.get("budget") or {}
+    lines = [(f"  judge      {judges.get('model')}: judged {day.get('judged', 0)}, "
+              f"errors {day.get('errors', 0)}, skipped {day.get('skipped_full', 0)} (queue "
+              f"full) {day.get('skipped_budget', 0)} (budget), waiting {day.get('waiting', 0)};"
+              f" today {day.get('calls', 0)} of {budget.get('calls')} calls, "
+              f"{day.get('tokens', 0)} of {budget.get('tokens')} tokens")]
+    if budget.get("message"):
+        lines.append(f"{'':13}{budget['message']}")
+    if day.get("last_error"):
+        lines.append(f"{'':13}last error: {day['last_error']}")
+    return lines
+
+
 def clock(moment: float | None) -> str:
     """An epoch time as "2026-12-01 12:05 UTC"."""
     if moment is None:
@@ -139,6 +157,7 @@ def render(view: dict[str, Any]) -> list[str]:
         if arm in arms:
             lines += arm_line(arm, arms[arm])
     lines += criteria_lines(view)
+    lines += judge_lines(view)
     previous = view.get("previous")
     if previous:
         rollback = previous["rollback"]

@@ -29,6 +29,7 @@ from router.api.bindings import _Action as ActionRequest
 from router.api.configs import CheckRequest, PutConfig
 from router.api.feedback import FeedbackRequest
 from router.api.lease import HeartbeatRequest, LeaseRequest, ReleaseRequest
+from router.openapi.judges import JUDGE_PATHS
 from router.openapi.more import MORE_PATHS
 from router.openapi.ofrep import OFREP_PATHS
 from router.openapi.operator import ARCHIVED, OPERATOR_PATHS, answers_archived
@@ -67,7 +68,7 @@ MODELS: list[tuple[type[BaseModel], Any]] = [
 ]
 #: Every described operation: {path: {method: operation}}.
 OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {}
-for _described in (PATHS, MORE_PATHS, OPERATOR_PATHS, OFREP_PATHS):
+for _described in (PATHS, MORE_PATHS, OPERATOR_PATHS, OFREP_PATHS, JUDGE_PATHS):
     for _path, _methods in _described.items():
         OPERATIONS[_path] = {**OPERATIONS.get(_path, {}), **_methods}
 

@@ -66,6 +66,10 @@ CLASHES = Counter("rolegate_run_id_clashes",
                   "Traces stored under a run id another reporter had sent first, by role and "
                   "reporter (someone may be reporting under another's run ids).",
                   ["role", "reporter"], registry=REGISTRY)
+JUDGE_RUNS = Counter("rolegate_judge_runs",
+                     "Runs offered to a role's online judge, by role and outcome: queued, "
+                     "skipped_full, skipped_budget (at ingest), judged, error (reported back).",
+                     ["role", "outcome"], registry=REGISTRY)
 REQUESTS = Counter("rolegate_http_requests", "HTTP requests answered, by status class.",
                    ["status"], registry=REGISTRY)
 
@@ -111,6 +115,11 @@ def count_traces(role: str, arm: str, n: int = 1) -> None:
 def count_clash(role: str, reporter: str) -> None:
     """Count one trace `reporter` sent under a run id of `role` another reporter had claimed."""
     CLASHES.labels(role, reporter).inc()
+
+
+def count_judge(role: str, outcome: str, n: int = 1) -> None:
+    """Count `n` runs of `role` offered to or judged by its online judge, by `outcome`."""
+    JUDGE_RUNS.labels(role, outcome).inc(n)
 
 
 def count_verdict(role: str, source: str, verdict: str) -> None:

@@ -1,0 +1,167 @@
+"""The online judges' Redis state: the queue of sampled runs, the day's spend, the verdicts.
+
+Ingest only offers a sampled run here (one script call: budget check, bounded
+push, counters); judging happens elsewhere (`gatekeeper.judging`) and reports
+back. Every key carries the role as a Redis Cluster hash tag:
+
+    rolegate:{role}:judge:queue          list of sampled runs waiting (JSON), bounded
+    rolegate:{role}:judge:day:<yyyymmdd> the UTC day's counters: queued, skipped_full,
+                                         skipped_budget, calls, tokens, judged, errors
+    rolegate:{role}:judge:counts:<epoch> verdicts per "arm|key|pass" / "arm|key|fail"
+                                         over a stage window
+    rolegate:{role}:judge:verdicts       "<reporter>|<run_id>" -> the run's verdicts (JSON)
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from bindings.connection import Connection
+from bindings.store import _redis_errors
+
+QUEUE_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:queue"
+DAY_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:day:{day}"
+COUNTS_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:counts:{epoch}"
+VERDICTS_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:verdicts"
+#: How long the day's counters, the counts and the verdicts outlive their last write.
+DAY_TTL_S = 8 * 24 * 3600
+VERDICT_TTL_S = 7 * 24 * 3600
+#: Counter fields of a day, in the order the gate view shows them.
+DAY_FIELDS = ("queued", "skipped_full", "skipped_budget", "calls", "tokens", "judged",
+              "errors")
+
+# KEYS: queue, day. ARGV: item JSON, queue max, max calls, max tokens, ttl.
+# Past the day's budget the run is skipped (budget), past the queue's bound it is
+# skipped (full); otherwise queued. Returns the field counted.
+OFFER_SCRIPT = """
+local spent = redis.call('HMGET', KEYS[2], 'calls', 'tokens')
+local field
+if tonumber(spent[1] or '0') >= tonumber(ARGV[3])
+   or tonumber(spent[2] or '0') >= tonumber(ARGV[4]) then
+  field = 'skipped_budget'
+elseif redis.call('LLEN', KEYS[1]) >= tonumber(ARGV[2]) then
+  field = 'skipped_full'
+else
+  redis.call('RPUSH', KEYS[1], ARGV[1])
+  field = 'queued'
+end
+redis.call('HINCRBY', KEYS[2], field, 1)
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+return field
+"""
+
+# KEYS: queue, day. ARGV: at most, max calls, max tokens, ttl.
+# Takes as many runs as the day's call budget still allows (each taken run is a
+# call reserved); past the token budget none.
+CLAIM_SCRIPT = """
+local spent = redis.call('HMGET', KEYS[2], 'calls', 'tokens')
+local calls = tonumber(spent[1] or '0')
+if tonumber(spent[2] or '0') >= tonumber(ARGV[3]) then return {} end
+local room = math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - calls)
+if room <= 0 then return {} end
+local items = redis.call('LPOP', KEYS[1], room)
+if not items then return {} end
+redis.call('HINCRBY', KEYS[2], 'calls', #items)
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return items
+"""
+
+
+def day_of(now: float) -> str:
+    """The UTC day `now` falls in, as yyyymmdd."""
+    return time.strftime("%Y%m%d", time.gmtime(now))
+
+
+class JudgeStore:
+    """The queue, the day's counters and the verdicts of one router's judged roles."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._offer = connection.register_script(OFFER_SCRIPT)
+        self._claim = connection.register_script(CLAIM_SCRIPT)
+
+    def offer(self, role: str, item: Mapping[str, Any], *, queue_max: int, max_calls: int,
+              max_tokens: int, now: float) -> str:
+        """Queue a sampled run unless the budget is spent or the queue full; what was counted."""
+        keys = [QUEUE_KEY_TEMPLATE.format(role=role),
+                DAY_KEY_TEMPLATE.format(role=role, day=day_of(now))]
+        with _redis_errors():
+            field = self._offer(keys=keys, args=[json.dumps(item), queue_max, max_calls,
+                                                 max_tokens, DAY_TTL_S])
+        return field.decode() if isinstance(field, bytes) else str(field)
+
+    def claim(self, role: str, at_most: int, *, max_calls: int, max_tokens: int,
+              now: float) -> list[dict[str, Any]]:
+        """Take up to `at_most` queued runs, within the day's budget (each counted a call)."""
+        keys = [QUEUE_KEY_TEMPLATE.format(role=role),
+                DAY_KEY_TEMPLATE.format(role=role, day=day_of(now))]
+        with _redis_errors():
+            raw = self._claim(keys=keys, args=[at_most, max_calls, max_tokens, DAY_TTL_S])
+        return [json.loads(item) for item in raw or ()]
+
+    def record(self, role: str, item: Mapping[str, Any], verdicts: Mapping[str, Any],
+               tokens: int, now: float) -> None:
+        """Store one run's verdicts, count them in its stage window, add the spend."""
+        day = DAY_KEY_TEMPLATE.format(role=role, day=day_of(now))
+        counts = COUNTS_KEY_TEMPLATE.format(role=role, epoch=item["epoch"])
+        stored = VERDICTS_KEY_TEMPLATE.format(role=role)
+        entry = {"time": now, "criteria": dict(verdicts)}
+        with _redis_errors():
+            pipe = self.connection.pipeline(transaction=True)
+            pipe.hset(stored, f"{item.get('reporter') or ''}|{item['run_id']}", json.dumps(entry))
+            pipe.expire(stored, VERDICT_TTL_S)
+            for key, verdict in verdicts.items():
+                outcome = "pass" if verdict["pass"] else "fail"
+                pipe.hincrby(counts, f"{item['arm']}|{key}|{outcome}", 1)
+            pipe.expire(counts, DAY_TTL_S)
+            pipe.hincrby(day, "judged", 1)
+            pipe.hincrby(day, "tokens", max(0, int(tokens)))
+            pipe.expire(day, DAY_TTL_S)
+            pipe.execute()
+
+    def record_error(self, role: str, message: str, tokens: int, now: float) -> None:
+        """Count a judge error (timeout, refusal, garbage) and keep the last one's message."""
+        day = DAY_KEY_TEMPLATE.format(role=role, day=day_of(now))
+        with _redis_errors():
+            pipe = self.connection.pipeline(transaction=True)
+            pipe.hincrby(day, "errors", 1)
+            pipe.hincrby(day, "tokens", max(0, int(tokens)))
+            pipe.hset(day, "last_error", message[:500])
+            pipe.expire(day, DAY_TTL_S)
+            pipe.execute()
+
+    def day(self, role: str, now: float) -> dict[str, Any]:
+        """The UTC day's counters (zeros when nothing happened) and the queue's length."""
+        with _redis_errors():
+            pipe = self.connection.pipeline(transaction=False)
+            pipe.hgetall(DAY_KEY_TEMPLATE.format(role=role, day=day_of(now)))
+            pipe.llen(QUEUE_KEY_TEMPLATE.format(role=role))
+            raw, waiting = pipe.execute()
+        fields = {k.decode(): v.decode() for k, v in raw.items()}
+        out: dict[str, Any] = {name: int(fields.get(name, 0)) for name in DAY_FIELDS}
+        out["waiting"] = int(waiting)
+        out["last_error"] = fields.get("last_error")
+        return out
+
+    def counts(self, role: str, epoch: str) -> dict[str, dict[str, tuple[int, int]]]:
+        """arm -> criterion key -> (passed, failed) over the stage window `epoch`."""
+        with _redis_errors():
+            raw = self.connection.hgetall(COUNTS_KEY_TEMPLATE.format(role=role, epoch=epoch))
+        out: dict[str, dict[str, list[int]]] = {}
+        for field, value in raw.items():
+            text = field.decode() if isinstance(field, bytes) else str(field)
+            arm, rest = text.split("|", 1)
+            key, outcome = rest.rsplit("|", 1)
+            slot = out.setdefault(arm, {}).setdefault(key, [0, 0])
+            slot[0 if outcome == "pass" else 1] += int(value)
+        return {arm: {key: (p, f) for key, (p, f) in keys.items()} for arm, keys in out.items()}
+
+    def verdicts(self, role: str, run_id: str, reporter: str | None) -> dict[str, Any] | None:
+        """One run's stored verdicts, or None when it was never judged."""
+        with _redis_errors():
+            raw = self.connection.hget(VERDICTS_KEY_TEMPLATE.format(role=role),
+                                       f"{reporter or ''}|{run_id}")
+        return None if raw is None else dict(json.loads(raw))

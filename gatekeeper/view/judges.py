@@ -1,0 +1,112 @@
+"""The gate view's "judges" section, and the judged criteria added to "by_criterion".
+
+When the role's gate names a judge: its settings (never a credential), the UTC
+day's counters (queued, skipped because the queue was full or the budget
+spent, calls, tokens, judged, errors, the last error), the budget left, and per
+arm the verdicts of each judge criterion over the stage. The judged criteria
+then join `by_criterion`: their tallies beside the deterministic ones, and their
+counts in its `gate` lists, so decide() gates them like any criterion key
+(`gatekeeper.stats.criteria_gate`: gated, blocking or observed), all keys
+sharing the criteria's alpha. A judge that is down or answers garbage only
+leaves its counts where they were: it never fails a stage by itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gatekeeper.checks.review import Tally
+from gatekeeper.stats.criteria_gate import KeyCounts, criteria_tests
+from gatekeeper.store.judging import JudgeStore
+from gatekeeper.view.context import GateContext
+
+
+def judges_section(ctx: GateContext, store: JudgeStore) -> dict[str, Any] | None:
+    """The judge's settings, the day's spend and counters, and per-arm verdict counts."""
+    binding = ctx.record.binding
+    policy = binding.gate.judge
+    if policy is None:
+        return None
+    day = store.day(ctx.role, ctx.now)
+    exhausted = [what for what, spent, limit in (
+        ("calls", day["calls"], policy.max_calls_per_day),
+        ("tokens", day["tokens"], policy.max_tokens_per_day)) if spent >= limit]
+    counts = store.counts(ctx.role, ctx.epoch)
+    section: dict[str, Any] = {
+        "url": policy.url, "model": policy.model,
+        "rates": {arm: policy.rate(arm, binding.stage.value) for arm in ctx.arms},
+        "day": day,
+        "budget": {"calls": policy.max_calls_per_day, "tokens": policy.max_tokens_per_day,
+                   "exhausted": exhausted,
+                   "message": (f"the day's judge budget is spent ({', '.join(exhausted)}): "
+                               "sampling stopped until 00:00 UTC") if exhausted else None},
+        "arms": {arm: {key: {"passed": p, "failed": f} for key, (p, f) in sorted(keys.items())}
+                 for arm, keys in sorted(counts.items())},
+        "min_judged": policy.min_judged,
+        "wait": None,
+    }
+    if policy.min_judged is not None:
+        section["wait"] = _judged_wait(ctx, section, policy.min_judged)
+    return section
+
+
+def _judged_wait(ctx: GateContext, section: dict[str, Any], need: int) -> str | None:
+    """Why promotion waits for judged evidence on the judged arm, or None."""
+    judged = "shadow" if ctx.record.binding.stage.value == "shadow" else "candidate"
+    keys = section["arms"].get(judged, {})
+    if not keys:
+        have, short = 0, "judged runs"
+    else:
+        key, have = min(((k, v["passed"] + v["failed"]) for k, v in keys.items()),
+                        key=lambda kv: kv[1])
+        short = key
+    if have >= need:
+        return None
+    text = f"waiting for judged evidence: {short} {have} of min_judged {need}"
+    if section["budget"]["message"]:
+        text += f"; {section['budget']['message']}"
+    return text
+
+
+def merge_judged(by_criterion: dict[str, Any], judges: dict[str, Any] | None,
+                 ctx: GateContext) -> None:
+    """Add the judged criteria's tallies and counts to `by_criterion`, tests recomputed."""
+    if judges is None or not judges["arms"]:
+        return
+    descriptions = by_criterion.get("descriptions") or {}
+    judged_keys = {key for keys in judges["arms"].values() for key in keys}
+    for arm, keys in judges["arms"].items():
+        figures = (by_criterion.get("arms") or {}).get(arm)
+        if figures is not None:
+            for key, c in keys.items():
+                figures["criteria"][key] = {**Tally(c["passed"], c["failed"]).as_dict(),
+                                            "source": "judge"}
+    current = judges["arms"].get("current", {})
+    gate = ctx.record.binding.gate
+    lists = by_criterion.setdefault("gate", {})
+    for arm in ctx.arms:
+        if arm == "current":
+            continue
+        mine = judges["arms"].get(arm, {})
+        spec = [KeyCounts.from_dict(k) for k in lists.get(arm, [])
+                if k.get("key") not in judged_keys]
+        judged = []
+        for key in sorted(judged_keys):
+            a, b = mine.get(key, {}), current.get(key, {})
+            if not a and not b:
+                continue
+            judged.append(KeyCounts(key, a.get("passed", 0), a.get("failed", 0),
+                                    b.get("passed", 0), b.get("failed", 0), source="judge",
+                                    message=_message(key, a, b, descriptions)))
+        if not judged and arm not in lists:
+            continue
+        lists[arm] = [v.as_dict() for v in criteria_tests(
+            [*spec, *judged], gate.criteria, gate.thresholds.alpha)]
+
+
+def _message(key: str, mine: dict[str, int], current: dict[str, int],
+             descriptions: dict[str, str]) -> str:
+    n = mine.get("passed", 0) + mine.get("failed", 0)
+    m = current.get("passed", 0) + current.get("failed", 0)
+    return (f"judged: failed {mine.get('failed', 0)} of {n} runs against "
+            f"{current.get('failed', 0)} of {m} on current")

@@ -1,0 +1,156 @@
+"""Online judges' side of the router: sampling at ingest, and the judging process's two routes.
+
+    POST /v1/roles/<role>/judge/claim     {"max": N} -> up to N sampled runs to judge, each
+                                          with its input and output text (bounded) and the
+                                          config's judge criteria (key and wording)
+    POST /v1/roles/<role>/judge/verdicts  {"results": [{"run_id", "reporter", "arm", "config",
+                                          "epoch", "verdicts": {key: {"pass", "reason"}},
+                                          "tokens"} | {..., "error": "..."}]}
+
+Runs are queued at ingest (`router.api.judge_sampling`). The judge sees input and output only:
+never the config body, the run's stamps, its tools' arguments or a credential.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Literal
+
+from flask import Blueprint, current_app, jsonify
+from flask.typing import ResponseReturnValue
+from pydantic import BaseModel, ConfigDict, Field
+
+from bindings.errors import NotFound
+from bindings.models import JudgePolicy, VersionedBinding
+from router.api.bodies import json_body, parse
+from router.api.configs import config_store
+from router.api.judge_sampling import init_app, judge_store
+from router.api.params import role_param
+from router.api.traces import trace_store
+from router.server import metrics
+from router.server.auth import require
+
+bp = Blueprint("judges", __name__)
+__all__ = ["bp", "init_app"]
+
+MAX_CLAIM = 64
+MAX_REASON = 2000
+
+
+class ClaimRequest(BaseModel):
+    """Body of POST /v1/roles/<role>/judge/claim."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max: int = Field(8, ge=1, le=MAX_CLAIM)
+
+
+class Verdict(BaseModel):
+    """One criterion's verdict, as the judge gave it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    passed: bool = Field(alias="pass")
+    reason: str = Field("", max_length=MAX_REASON)
+
+
+class Result(BaseModel):
+    """One judged (or failed) run, reported back by the judging process."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str = Field(min_length=1, max_length=200)
+    reporter: str | None = Field(None, max_length=200)
+    arm: Literal["current", "candidate", "shadow"]
+    config: str = Field(min_length=1, max_length=200)
+    epoch: str = Field(min_length=1, max_length=40)
+    verdicts: dict[str, Verdict] | None = Field(None, max_length=200)
+    error: str | None = Field(None, min_length=1, max_length=MAX_REASON)
+    tokens: int = Field(0, ge=0, le=10_000_000)
+
+
+class VerdictsRequest(BaseModel):
+    """Body of POST /v1/roles/<role>/judge/verdicts."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    results: list[Result] = Field(max_length=MAX_CLAIM)
+
+
+def _policy(record: VersionedBinding) -> JudgePolicy:
+    policy = record.binding.gate.judge
+    if policy is None:
+        raise NotFound(f"role {record.role!r} names no judge (gate.judge)", role=record.role)
+    return policy
+
+
+def judge_criteria(config: str) -> list[dict[str, str]]:
+    """The config's judge criteria (kind judge), key and wording, as the judge is asked them."""
+    found = config_store().find(config)
+    if found is None:
+        return []
+    return [{"key": c.key, "description": c.description} for c in found.criteria
+            if not c.deterministic]
+
+
+def _bounded(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more]"
+
+
+def _work(role: str, item: dict[str, Any], policy: JudgePolicy) -> dict[str, Any] | None:
+    """What the judge sees of one claimed run; None when the run is gone or has no criteria."""
+    try:
+        stored = trace_store().lookup(role, item["run_id"], item.get("reporter"))
+    except NotFound:
+        return None
+    criteria = judge_criteria(item["config"])
+    if not criteria:
+        return None
+    trace = stored.trace
+    given = json.dumps(trace.input, sort_keys=True) if trace.input is not None else ""
+    return {**item, "input_text": _bounded(given, policy.max_chars),
+            "output_text": _bounded(trace.output_text, policy.max_chars),
+            "criteria": criteria}
+
+
+@bp.post("/v1/roles/<role>/judge/claim")
+@require("gatekeeper")
+def claim(role: str) -> ResponseReturnValue:
+    """Hand out up to `max` sampled runs, within the day's budget, with what to judge."""
+    role = role_param(role)
+    body = parse(ClaimRequest, json_body(allow_empty=True) or {})
+    record = current_app.extensions["rolegate"].store.get(role)
+    policy = _policy(record)
+    now = time.time()
+    taken = judge_store().claim(role, body.max, max_calls=policy.max_calls_per_day,
+                                max_tokens=policy.max_tokens_per_day, now=now)
+    work = [w for w in (_work(role, item, policy) for item in taken) if w is not None]
+    public = policy.model_dump(mode="json", exclude={"api_key_file"})
+    return jsonify({"role": role, "judge": public, "items": work,
+                    "day": judge_store().day(role, now)})
+
+
+@bp.post("/v1/roles/<role>/judge/verdicts")
+@require("gatekeeper")
+def verdicts(role: str) -> ResponseReturnValue:
+    """Store each judged run's verdicts with the trace and count them; count the errors."""
+    role = role_param(role)
+    body = parse(VerdictsRequest, json_body(allow_empty=False))
+    _policy(current_app.extensions["rolegate"].store.get(role))
+    store, now = judge_store(), time.time()
+    judged = errors = 0
+    for result in body.results:
+        item = result.model_dump(include={"run_id", "reporter", "arm", "config", "epoch"})
+        if result.error is not None or not result.verdicts:
+            store.record_error(role, result.error or "no verdicts", result.tokens, now)
+            errors += 1
+            continue
+        store.record(role, item, {k: {"pass": v.passed, "reason": v.reason}
+                                  for k, v in result.verdicts.items()}, result.tokens, now)
+        judged += 1
+    if judged:
+        metrics.count_judge(role, "judged", judged)
+    if errors:
+        metrics.count_judge(role, "error", errors)
+    return jsonify({"judged": judged, "errors": errors})

@@ -1,0 +1,65 @@
+"""OpenAPI operations of the online judges' routes (router.api.judges).
+
+Merged per path into `router.openapi.document.OPERATIONS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from router.openapi.paths import AUTH, json_body, json_response
+
+_OBJECT: dict[str, Any] = {"type": "object"}
+_ARM = {"enum": ["current", "candidate", "shadow"]}
+_ITEM = {"type": "object", "required": ["run_id", "arm", "config", "epoch"],
+         "properties": {"run_id": {"type": "string"}, "reporter": {"type": ["string", "null"]},
+                        "arm": _ARM, "config": {"type": "string"}, "epoch": {"type": "string"},
+                        "input_text": {"type": "string"}, "output_text": {"type": "string"},
+                        "criteria": {"type": "array", "items": _OBJECT}}}
+_RESULT = {"type": "object", "additionalProperties": False,
+           "required": ["run_id", "arm", "config", "epoch"],
+           "properties": {
+               "run_id": {"type": "string", "minLength": 1, "maxLength": 200},
+               "reporter": {"type": ["string", "null"], "maxLength": 200},
+               "arm": _ARM,
+               "config": {"type": "string", "minLength": 1, "maxLength": 200},
+               "epoch": {"type": "string", "minLength": 1, "maxLength": 40},
+               "verdicts": {"type": ["object", "null"], "additionalProperties": {
+                   "type": "object", "required": ["pass"], "additionalProperties": False,
+                   "properties": {"pass": {"type": "boolean"},
+                                  "reason": {"type": "string", "maxLength": 2000}}}},
+               "error": {"type": ["string", "null"], "minLength": 1, "maxLength": 2000},
+               "tokens": {"type": "integer", "minimum": 0, "maximum": 10_000_000}}}
+
+JUDGE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
+    "/v1/roles/{role}/judge/claim": {"post": {
+        "summary": "Take sampled runs to judge (within the day's budget), with what to judge.",
+        "description": "For the judging process (the gatekeeper's). Each item carries the run's "
+                       "input and output text, bounded, and its config's judge criteria; each "
+                       "taken run counts as one of the day's calls. 404 when the role names no "
+                       "judge.",
+        "scopes": ("gatekeeper",),
+        "requestBody": json_body({"type": "object", "additionalProperties": False,
+                                  "properties": {"max": {"type": "integer", "minimum": 1,
+                                                         "maximum": 64}}}),
+        "responses": {"200": json_response("The runs to judge, the judge's settings (never a "
+                                           "credential) and the day's counters.", {
+            "type": "object", "required": ["role", "judge", "items", "day"],
+            "properties": {"role": {"type": "string"}, "judge": _OBJECT,
+                           "items": {"type": "array", "items": _ITEM}, "day": _OBJECT}})},
+        "errors": (400, *AUTH, 404, 413, 422, 503),
+    }},
+    "/v1/roles/{role}/judge/verdicts": {"post": {
+        "summary": "Report judged runs' verdicts (stored with the trace, counted) or errors.",
+        "scopes": ("gatekeeper",),
+        "requestBody": json_body({"type": "object", "required": ["results"],
+                                  "additionalProperties": False,
+                                  "properties": {"results": {"type": "array", "maxItems": 64,
+                                                             "items": _RESULT}}},
+                                 required=True),
+        "responses": {"200": json_response("How many runs were judged and how many failed.", {
+            "type": "object", "required": ["judged", "errors"],
+            "properties": {"judged": {"type": "integer"}, "errors": {"type": "integer"}}})},
+        "errors": (400, *AUTH, 404, 413, 422, 503),
+    }},
+}

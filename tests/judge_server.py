@@ -1,0 +1,94 @@
+"""A small chat-completions judge on loopback for the tests: deterministic from the run's text.
+
+It answers the online criteria request (`gatekeeper.judging`): every asked key
+passes, except `instruction:tone`, which fails when the run's output promises
+a date ("we promise"). Its `mode` makes it misbehave: "500" answers an error,
+"garbage" answers content that is not the JSON asked for, "slow" answers after
+`delay` seconds. It records every request it got.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+KEYS = re.compile(r'"key": "([^"]+)"')
+
+
+@dataclass
+class JudgeServer:
+    """What the judge does and what it was asked."""
+
+    url: str = ""
+    mode: str = "ok"
+    delay: float = 0.0
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def verdicts(user: str) -> dict[str, Any]:
+    """The criteria verdicts for one request's user message."""
+    output = user.split("OUTPUT:\n", 1)[1].split("\n\nCRITERIA:", 1)[0]
+    out = {}
+    for key in KEYS.findall(user):
+        failed = key == "instruction:tone" and "we promise" in output.lower()
+        out[key] = {"pass": not failed, "reason": "promises a date" if failed else "ok"}
+    return {"criteria": out}
+
+
+@contextmanager
+def judge_server() -> Iterator[JudgeServer]:
+    """Serve the judge on a free loopback port until the block ends."""
+    state = JudgeServer()
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            with state.lock:
+                state.requests.append(body)
+                state.headers.append(dict(self.headers))
+            if state.mode == "slow":
+                time.sleep(state.delay)
+            if state.mode == "500":
+                self._send(500, {"error": {"message": "judge is down"}})
+                return
+            user = body["messages"][-1]["content"]
+            content = "I think it is fine." if state.mode == "garbage" \
+                else json.dumps(verdicts(user))
+            self._send(200, {"choices": [{"message": {"role": "assistant", "content": content}}],
+                             "usage": {"total_tokens": len(user) // 4 + 20}})
+
+        def _send(self, status: int, payload: dict[str, Any]) -> None:
+            raw = json.dumps(payload).encode()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up (timeout): nothing to answer
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_port}/v1/chat/completions"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
