@@ -13,7 +13,10 @@ separate baselines under the same config (bench/bare_apps.py). Prints:
    resolve under the same trace load with Redis answering (target >= 0.90),
    and how the traces were answered meanwhile;
 4. single-trace ingest against the bare ingest app, which parses the same JSON
-   body and makes one Redis round trip (alternating; target >= 0.80);
+   body and makes one Redis round trip (alternating; target >= 0.80); with
+   `--judge-sample R`, also single-trace ingest for a role whose gate names an
+   online judge sampling R of its runs (queued at ingest; no judge runs here)
+   against the same role's ingest with no judge (target >= 0.90);
 5. the longest Redis script run while one 10,000-trace batch is stored (read
    from the server's SLOWLOG; target about 20 ms).
 """
@@ -267,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--python-load", action="store_true")
+    parser.add_argument("--judge-sample", type=float, default=None,
+                        help="part 4 also: ingest with an online judge sampling this share")
     parser.add_argument("--parts", default="1,2,3,4,5",
                         help="which figures to print, comma-separated (default: all five)")
     args = parser.parse_args(argv)
@@ -297,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
                 resolve_with_redis_hung(resolve, url, args, use_wrk)
             if 4 in parts:
                 ingest_against_bare(port, master, iport, imaster, url, args, use_wrk)
+                if args.judge_sample is not None:
+                    ingest_with_judge(port, master, args, use_wrk)
             if 5 in parts:
                 print(f"\n5. one {args.batch:,}-trace batch: the longest Redis script",
                       flush=True)
@@ -411,6 +418,37 @@ def ingest_against_bare(port: int, master: int, iport: int, imaster: int, url: s
           "(a few more stored: requests in flight as a round ended)")
     ratio_line("single-trace ingest/bare", rows["POST /v1/traces"],
                rows["bare ingest app"], 0.80)
+
+
+JUDGED_ROLE = INGEST_ROLE + "judged"
+SINGLE_JUDGED = SINGLE.replace(f'"role": "{INGEST_ROLE}"', f'"role": "{JUDGED_ROLE}"')
+
+
+def ingest_with_judge(port: int, master: int, args: argparse.Namespace, use_wrk: bool) -> None:
+    """Figure 4b: single-trace ingest with an online judge sampling, against none."""
+    print(f"\n4b. single-trace ingest with an online judge sampling {args.judge_sample:g} "
+          "of the runs (queued at ingest), against no judge", flush=True)
+    judge = {"url": "http://127.0.0.1:9/v1/chat/completions", "model": "bench",
+             "sample_rate": args.judge_sample, "queue_max": 100_000,
+             "max_calls_per_day": 1_000_000}
+    status, body = _request(port, "PUT", f"/v1/bindings/{JUDGED_ROLE}",
+                            {"current": "cfg_a", "candidate": "cfg_b",
+                             "gate": {"judge": judge}})
+    if status not in (200, 201):
+        raise SystemExit(f"creating {JUDGED_ROLE} answered {status}: {body}")
+    time.sleep(0.6)  # every worker's copy has it
+    ingest: dict[str, list[Sample]] = {"POST /v1/traces, no judge": [],
+                                       "POST /v1/traces, judge sampling": []}
+    bodies = {"POST /v1/traces, no judge": SINGLE,
+              "POST /v1/traces, judge sampling": SINGLE_JUDGED}
+    for _ in range(args.rounds):
+        for name, samples in ingest.items():
+            samples.append(drive(port, ["/v1/traces"], TRACE_HEADERS, args.seconds,
+                                 args.connections, method="POST", body=bodies[name],
+                                 master=master, use_wrk=use_wrk))
+    rows = print_table(ingest)
+    ratio_line("ingest judged/unjudged", rows["POST /v1/traces, judge sampling"],
+               rows["POST /v1/traces, no judge"], 0.90)
 
 
 def redis_cpu_s(connection: redis.Redis) -> float:

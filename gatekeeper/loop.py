@@ -60,6 +60,10 @@ def unjudged(decisions: list[Decision]) -> list[str]:
     return [d.role for d in decisions if d.details.get(UNJUDGED)]
 
 
+#: Batches of sampled runs judged per role before each tick (`gatekeeper.judging`).
+JUDGE_ROUNDS = 10
+
+
 def _path(role: str) -> str:
     return quote(role, safe="")
 
@@ -301,7 +305,7 @@ class Gatekeeper:
             return []
         if not self.dry_run:
             # Judged verdicts first, so this tick's gate view counts them.
-            judge_tick(self.api, self.clock(), self.judges)
+            judge_tick(self.api, self.clock(), self.judges, rounds=JUDGE_ROUNDS)
         decisions = tick(self.api, self.clock(), dry_run=self.dry_run,
                          notifier=self.notifier, alerted=self.alerted)
         self.ticks += 1

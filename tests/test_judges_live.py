@@ -170,6 +170,9 @@ def test_the_days_budget_stops_sampling_and_says_so(
     assert "budget is spent" in view["judges"]["budget"]["message"]
     metrics = requests.get(f"{live}/metrics", headers=auth(OPERATOR), timeout=5).text
     assert 'rolegate_judge_runs_total{outcome="skipped_budget",role="refunds"} 10.0' in metrics
+    page = requests.get(f"{live}/ui/roles/refunds", headers=auth(OPERATOR), timeout=10)
+    assert page.status_code == 200 and 'id="judges"' in page.text
+    assert "budget is spent (calls)" in page.text
 
 
 def test_min_judged_holds_promotion_while_the_budget_is_spent(
