@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 # One config-id rule, and one definition of the stages, in the caller SDK: clients
 # name configs and route with them too.
+from bindings.judge_policy import JudgePolicy
 from rolegate.config_ids import STORED, ConfigId
 from rolegate.routing import Stage
 from rolegate.trace import JsonInt, JsonNumber
@@ -122,56 +123,6 @@ class DriftPolicy(Frozen):
 #: (`gatekeeper.machine.responses` says what each is).
 RESPONSE_RULES = ("gate", "drift", "shadow", "sequential", "criteria", "stage_end", "mcnemar",
                   "vs_current")
-
-
-#: An environment variable's name: where a judge's credential is read from.
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
-
-
-class JudgePolicy(Frozen):
-    """An online judge for the role's judge criteria (`gatekeeper.judging`).
-
-    The credential is never stored here: `api_key_env` names the environment
-    variable (or `api_key_file` the file) the judging process reads it from.
-    """
-
-    #: An OpenAI-compatible chat-completions endpoint.
-    url: str = Field(min_length=1, max_length=2000, pattern=r"^https?://")
-    model: str = Field(min_length=1, max_length=200)
-    #: Share of each arm's runs judged (0-1); `arms` and `stages` override it.
-    sample_rate: float = Field(ge=0.0, le=1.0)
-    api_key_env: str | None = Field(None, pattern=ENV_NAME_PATTERN)
-    api_key_file: str | None = Field(None, min_length=1, max_length=1000)
-    #: Sample rate per arm ("current", "candidate", "shadow"), before `stages`'.
-    arms: dict[Literal["current", "candidate", "shadow"],
-               Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=dict)
-    #: Sample rate per stage ("shadow", "canary", "full", "stable").
-    stages: dict[Literal["shadow", "canary", "full", "stable"],
-                 Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=dict)
-    #: The per-day budget (UTC days): judge calls, and tokens (estimated, 4 characters a
-    #: token, when the judge does not say). Past either, sampling stops for the day.
-    max_calls_per_day: int = Field(1000, ge=0)
-    max_tokens_per_day: int = Field(2_000_000, ge=0)
-    timeout_s: float = Field(30.0, gt=0.0, le=600.0)
-    #: Judge calls in flight at once.
-    concurrency: int = Field(4, ge=1, le=64)
-    #: Characters of input and of output text sent to the judge, each.
-    max_chars: int = Field(8000, ge=100, le=200_000)
-    #: Sampled runs waiting at most; past it a sampled run is counted as skipped.
-    queue_max: int = Field(1000, ge=1, le=100_000)
-    #: Judged runs the judged arm needs per judge criterion before the stage may
-    #: advance (None: judged evidence is never required, a judge only rolls back).
-    min_judged: int | None = Field(None, ge=1)
-
-    def rate(self, arm: str, stage: str) -> float:
-        """The sample rate for a run of `arm` in `stage`."""
-        for name, rate in self.arms.items():
-            if name == arm:
-                return rate
-        for each, rate in self.stages.items():
-            if each == stage:
-                return rate
-        return self.sample_rate
 
 
 class GatePolicy(Frozen):

@@ -38,7 +38,8 @@ from urllib.parse import quote
 import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bindings.models import JudgePolicy, VersionedBinding
+from bindings.judge_policy import JudgePolicy
+from bindings.models import VersionedBinding
 from gatekeeper.suite.judge import InvalidAnswer, JudgeClient
 from rolegate.http import ApiClient, ApiError
 

@@ -22,7 +22,8 @@ from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.errors import NotFound
-from bindings.models import JudgePolicy, VersionedBinding
+from bindings.judge_policy import JudgePolicy
+from bindings.models import VersionedBinding
 from router.api.bodies import json_body, parse
 from router.api.configs import config_store
 from router.api.judge_sampling import init_app, judge_store
