@@ -133,6 +133,12 @@ def test_installed_wheel_serves_from_any_directory(wheel_venv: Path, tmp_path: P
         body = answer.json()
         assert body["role"] == "summarizer" and body["stale"] is False
         assert body["config"] in (summarizer["current"], summarizer["candidate"])
+        # What else is read from the package at run time: the dashboard's templates
+        # and static files (package data), the OpenAPI document.
+        page = requests.get(f"{url}/roles/summarizer", timeout=10)
+        assert page.status_code == 200 and "summarizer" in page.text, page.text[:500]
+        assert requests.get(f"{url}/ui/static/dashboard.css", timeout=10).status_code == 200
+        assert requests.get(f"{url}/openapi.json", timeout=10).json()["openapi"].startswith("3.")
 
 
 # --- deploy/Dockerfile, without a Docker daemon -----------------------------------------------
