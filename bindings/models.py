@@ -74,6 +74,14 @@ class Thresholds(Frozen):
     #: How long the full stage bakes before the candidate becomes stable (2 hours:
     #: slow regressions and daily traffic shapes show before current is replaced).
     bake_seconds: JsonNumber = Field(7200.0, ge=0.0)
+    #: A stage still undecided this long after its minimum duration (too little
+    #: traffic, or evidence that settles neither way) takes `deadline_action`
+    #: instead of holding forever (Flagger's progressDeadlineSeconds). 24 hours by
+    #: default; None: no deadline (`gatekeeper.machine.deadline`).
+    stage_deadline_seconds: JsonNumber | None = Field(86_400.0, gt=0.0)
+    #: What an overdue stage does: "hold" (the gatekeeper pauses the role for a
+    #: human, with the reason, and alerts) or "rollback".
+    deadline_action: Literal["hold", "rollback"] = "hold"
 
 
 class Invariants(Frozen):

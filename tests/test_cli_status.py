@@ -105,8 +105,9 @@ def test_status_without_a_role_prints_one_line_per_role(live_url: str) -> None:
                      json={"current": "ext_a"}, timeout=5)
     assert r.status_code == 201
     lines = run(live_url, "status").stdout.splitlines()
-    assert len(lines) == 3
+    assert len(lines) == 4
     assert lines[2].startswith("gatekeeper: no gatekeeper is running")
+    assert lines[3].startswith("fleet: 1 rollout(s) live")
     assert lines[0].startswith("extractor  stable  v1") and "no rollout in progress" in lines[0]
     assert lines[1].startswith("summarizer  canary 0.1  v1  candidate insufficient_data n=5")
     assert "needs 15 more candidate runs" in lines[1]

@@ -20,8 +20,9 @@ The rule, in order (the first that applies wins):
    roll back naming the key;
 5. hold: too few traces (`min_samples`; in shadow `min_shadow_pairs` pairs), the
    stage has not lasted its minimum (`gatekeeper.machine.durations`: min_stage_seconds, a
-   step's own min_seconds, full: bake_seconds), or the pass
-   rate is under `min_pass_rate` but the floor test has not excluded it yet.
+   step's own min_seconds, full: bake_seconds), or the pass rate is under
+   `min_pass_rate` but the floor test has not excluded it yet; past the stage
+   deadline a hold takes `deadline_action` (`gatekeeper.machine.deadline`).
    `min_samples` guards promotion, never rollback;
 6. the stage's one look (this tick advances or rolls back, so it is taken once
    per stage, never on each tick of a hold): a rated gate reason (p95 steps,
@@ -42,6 +43,7 @@ from statistics import NormalDist
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
+from gatekeeper.machine.deadline import DEADLINE, DEADLINE_SOURCE, overdue
 from gatekeeper.machine.durations import stage_minimum
 from gatekeeper.machine.responses import HELD, HOLD, WARN, Responder, response_details
 from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, Combined, final_alpha
@@ -194,6 +196,15 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     hold = _hold(binding, evidence, paired, rated, now)
     if hold is not None:
         reason, extra = hold
+        past = overdue(binding, now, reason)
+        if past is not None:
+            # A stage that cannot decide ends (`gatekeeper.machine.deadline`).
+            applied = thresholds.deadline_action
+            details = {**response_details(DEADLINE, applied, DEADLINE_SOURCE),
+                       "deadline": True, "sequential": combined.as_dict(), **extra}
+            if applied == HOLD:
+                return make(Action.HOLD, f"{HELD} ({DEADLINE_SOURCE}): {past}", **details)
+            return make(Action.ROLLBACK, past, **details)
         return make(Action.HOLD, reason, sequential=combined.as_dict(), **extra)
     # The stage's one look at the fixed-sample tests: this tick advances or rolls back.
     elapsed = now - (binding.stage_since if binding.stage_since is not None else now)

@@ -28,6 +28,7 @@ from gatekeeper.machine.decide import (
     evidence_from_view,
     shadow_pairs_needed,
 )
+from gatekeeper.machine.deadline import deadline_of
 from gatekeeper.machine.durations import stage_minimum
 from gatekeeper.machine.stages import Event, apply
 
@@ -76,6 +77,8 @@ class NextStep:
     warnings: tuple[str, ...] = ()
     #: The graded response decide() applied, when gate.responses chose one.
     response: dict[str, Any] | None = None
+    #: When a live stage's deadline falls and what it does then (`machine.deadline`).
+    deadline: dict[str, Any] | None = None
 
     def lines(self) -> list[str]:
         """The explanation as lines for a terminal or a page: the waits, then what's next."""
@@ -91,7 +94,8 @@ class NextStep:
         return {"action": self.action, "state": self.state, "summary": self.summary,
                 "then": self.then, "waits": [w.as_dict() for w in self.waits],
                 "reason": self.reason, "lines": self.lines(),
-                "warnings": list(self.warnings), "response": self.response}
+                "warnings": list(self.warnings), "response": self.response,
+                "deadline": self.deadline}
 
 
 def next_step(role: str, record: VersionedBinding, evidence: Evidence, now: float, *,
@@ -108,9 +112,11 @@ def explain(decision: Decision, binding: Binding, evidence: Evidence, now: float
     warnings = tuple(f"warning only ({w.get('policy')}): {w.get('reason')}"
                      for w in decision.details.get("warnings", []))
     response = decision.details.get("response")
-    if not warnings and response is None:
+    deadline = deadline_of(binding, now) if decision.action is Action.HOLD else None
+    if not warnings and response is None and deadline is None:
         return step
-    return dataclasses.replace(step, warnings=warnings, response=response)
+    return dataclasses.replace(step, warnings=warnings, response=response,
+                               deadline=None if deadline is None else deadline.as_dict())
 
 
 def _explain(decision: Decision, binding: Binding, evidence: Evidence, now: float, *,

@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import click
 
+from gatekeeper.stats.fleet import DEFAULT_STAGES, Outlook, alpha_for, outlook
 from rolegate.http import ApiClient
 from router.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, api_command, echo_json
 
@@ -252,23 +253,40 @@ def _poll(api: ApiClient, role: str, interval: float, deadline: float | None,
 @click.option("--interval", type=click.FloatRange(min=0.05), default=2.0, show_default=True,
               help="Seconds between reads with --watch or --wait.")
 @click.option("--json", "as_json", is_flag=True, help="Print the gate view's JSON.")
+@click.option("--rollouts-per-day", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="Without ROLE: the fleet's expected false rollbacks a day at this many "
+                   "rollouts a day [default: the pace of the last day].")
+@click.option("--fleet-budget", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="Without ROLE: the stage alpha that keeps the fleet within this many "
+                   "expected false rollbacks a day.")
 @api_command
 def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: float,
-           interval: float, as_json: bool) -> None:
-    """Where ROLE's rollout stands and what happens next; no ROLE: one line per role."""
+           interval: float, as_json: bool, rollouts_per_day: float | None,
+           fleet_budget: float | None) -> None:
+    """Where ROLE's rollout stands and what happens next; no ROLE: one line per role,
+    then what the fleet gets (expected false rollbacks, `gatekeeper.stats.fleet`)."""
     if role is None:
         if watch or wait:
             raise click.UsageError("--watch and --wait need a ROLE")
         roles = sorted(api.get("/v1/bindings")["roles"])
         views = [api.get(gate_path(name)) for name in roles]
+        now = views[0].get("time", time.time()) if views else time.time()
+        fleet = outlook(views, now, rollouts_per_day)
+        advice = _fleet_advice(fleet, fleet_budget)
         if as_json:
-            echo_json({"roles": views})
+            echo_json({"roles": views, "fleet": {**fleet.as_dict(), **advice}})
         for view in [] if as_json else views:
             click.echo(one_line(view))
         if not as_json:
             keeper = views[0]["gatekeeper"] if views and "gatekeeper" in views[0] else \
                 api.get("/v1/gatekeeper/heartbeat")
             click.echo(f"gatekeeper: {keeper.get('text', keeper.get('status'))}")
+            click.echo(fleet.text())
+            if advice:
+                click.echo(f"fleet budget: {fleet_budget:g} false rollback(s) a day at "
+                           f"{fleet.rollouts_per_day:g} rollout(s) a day needs "
+                           f"thresholds.alpha <= {advice['alpha_for_budget']:.3g} "
+                           f"(a {DEFAULT_STAGES}-stage ladder)")
         return
     if not (watch or wait):
         view = api.get(gate_path(role))
@@ -300,6 +318,14 @@ def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: f
     word = "stable" if code == WAIT_STABLE else "rolled back"
     click.echo(f"{role}: {word} (current {view.get('current')})")
     sys.exit(code)
+
+
+def _fleet_advice(fleet: Outlook, budget: float | None) -> dict[str, Any]:
+    """The stage alpha a fleet budget asks for, at the fleet's rollouts a day."""
+    if budget is None or fleet.rollouts_per_day <= 0.0:
+        return {}
+    return {"budget_per_day": budget,
+            "alpha_for_budget": alpha_for(budget, fleet.rollouts_per_day, DEFAULT_STAGES)}
 
 
 def register(main: click.Group) -> None:
