@@ -26,6 +26,7 @@ from typing import Any
 
 from bindings.models import Binding
 from gatekeeper.machine.durations import stage_minimum
+from gatekeeper.machine.responses import HELD, HOLD, response_details
 
 #: The rule name decide() reports (in details.response) for a deadline's action.
 DEADLINE = "deadline"
@@ -56,12 +57,27 @@ def deadline_of(binding: Binding, now: float) -> Deadline | None:
     return Deadline(at, thresholds.deadline_action, thresholds.stage_deadline_seconds)
 
 
-def overdue(binding: Binding, now: float, waiting_for: str) -> str | None:
-    """The reason a held stage takes its deadline action now, or None while it may wait."""
+@dataclass(frozen=True)
+class Overdue:
+    """A held stage past its deadline: what decide() does instead, and why."""
+
+    #: True: hold for a human (the gatekeeper pauses the role); False: roll back.
+    hold: bool
+    reason: str
+    #: For the decision's details: the response applied, as graded responses report it.
+    details: dict[str, Any]
+
+
+def overdue(binding: Binding, now: float, waiting_for: str) -> Overdue | None:
+    """What a stage held for `waiting_for` does now its deadline passed; None while it may wait."""
     deadline = deadline_of(binding, now)
     if deadline is None or now < deadline.at:
         return None
     since = binding.stage_since if binding.stage_since is not None else now
-    return (f"stage deadline passed: undecided after {now - since:.0f}s "
-            f"(its minimum plus stage_deadline_seconds {deadline.seconds:g}), "
-            f"still {waiting_for}; deadline_action {deadline.action}")
+    reason = (f"stage deadline passed: undecided after {now - since:.0f}s "
+              f"(its minimum plus stage_deadline_seconds {deadline.seconds:g}), "
+              f"still {waiting_for}; deadline_action {deadline.action}")
+    hold = deadline.action == HOLD
+    return Overdue(hold, f"{HELD} ({DEADLINE_SOURCE}): {reason}" if hold else reason,
+                   {**response_details(DEADLINE, deadline.action, DEADLINE_SOURCE),
+                    "deadline": True})

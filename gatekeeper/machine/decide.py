@@ -43,7 +43,7 @@ from statistics import NormalDist
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
-from gatekeeper.machine.deadline import DEADLINE, DEADLINE_SOURCE, overdue
+from gatekeeper.machine.deadline import overdue
 from gatekeeper.machine.durations import stage_minimum
 from gatekeeper.machine.responses import HELD, HOLD, WARN, Responder, response_details
 from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, Combined, final_alpha
@@ -196,15 +196,10 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     hold = _hold(binding, evidence, paired, rated, now)
     if hold is not None:
         reason, extra = hold
-        past = overdue(binding, now, reason)
-        if past is not None:
-            # A stage that cannot decide ends (`gatekeeper.machine.deadline`).
-            applied = thresholds.deadline_action
-            details = {**response_details(DEADLINE, applied, DEADLINE_SOURCE),
-                       "deadline": True, "sequential": combined.as_dict(), **extra}
-            if applied == HOLD:
-                return make(Action.HOLD, f"{HELD} ({DEADLINE_SOURCE}): {past}", **details)
-            return make(Action.ROLLBACK, past, **details)
+        # A stage that cannot decide ends (`gatekeeper.machine.deadline`).
+        if (ended := overdue(binding, now, reason)) is not None:
+            return make(Action.HOLD if ended.hold else Action.ROLLBACK, ended.reason,
+                        sequential=combined.as_dict(), **ended.details, **extra)
         return make(Action.HOLD, reason, sequential=combined.as_dict(), **extra)
     # The stage's one look at the fixed-sample tests: this tick advances or rolls back.
     elapsed = now - (binding.stage_since if binding.stage_since is not None else now)

@@ -11,7 +11,6 @@ next advance goes ("next: canary 0.5").
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import time
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ from typing import Any
 
 from bindings.errors import IllegalTransition
 from bindings.models import Binding, Stage, VersionedBinding
+from gatekeeper.machine.deadline import deadline_of
 from gatekeeper.machine.decide import (
     Action,
     Decision,
@@ -28,7 +28,6 @@ from gatekeeper.machine.decide import (
     evidence_from_view,
     shadow_pairs_needed,
 )
-from gatekeeper.machine.deadline import deadline_of
 from gatekeeper.machine.durations import stage_minimum
 from gatekeeper.machine.stages import Event, apply
 
