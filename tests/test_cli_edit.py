@@ -82,7 +82,8 @@ def test_set_accepts_a_step_with_its_own_duration(live_url: str) -> None:
     result = run(live_url, "bindings", "set", "summarizer",
                  'steps=[{"share": 0.1, "min_seconds": 600}, 0.5, 1]')
     assert result.exit_code == 0, result.output
-    assert stored(live_url).json()["binding"]["steps"][0] == {"share": 0.1, "min_seconds": 600}
+    assert stored(live_url).json()["binding"]["steps"][0] == {"share": 0.1, "min_seconds": 600,
+                                                               "approval": False}
 
 
 def test_set_refuses_a_bad_value_naming_the_field_and_writes_nothing(live_url: str) -> None:
