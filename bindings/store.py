@@ -4,8 +4,9 @@ A change is one Lua script on the role's own keys: the new record with its
 version and the history entry move together or not at all. The role is a Redis
 Cluster hash tag in those keys (``rolegate:{summarizer}:binding``), so the
 script touches one slot. The keys without a role are each written in a step of
-their own (docs/scaling.md): the role index before the script, so it is always
-a superset of the roles that have a binding, and the change hint (the
+their own (docs/scaling.md): the role index before the script that creates
+(or un-archives) a role, so it is always a superset of the roles that have a
+binding, and the change hint (the
 generation counter, and a message on the change channel) after it. The
 per-role versions are the truth; the hint only tells routers to reload sooner,
 and a lost hint is repaired by their periodic full reload.
@@ -210,11 +211,17 @@ class BindingStore:
         with _redis_errors():
             # Versions start at 1 and each adds exactly one entry, so entry N-1 is version N.
             raw = self.connection.lindex(history_key(role), version - 1)
-        if raw is None:
+        entry = None if raw is None else _load_entry(raw)
+        if entry is None or entry.version != version:
+            # Only a history written back after Redis lost data (bindings.recovery)
+            # starts above version 1; look for the entry by its own number there.
+            with _redis_errors():
+                first = self.connection.lindex(history_key(role), 0)
+                raws = [] if first is None or _load_entry(first).version == 1 else \
+                    self.connection.lrange(history_key(role), 0, -1)
+            entry = next((e for e in map(_load_entry, raws) if e.version == version), None)
+        if entry is None:
             raise NotFound(f"role {role!r} has no version {version}", role=role, version=version)
-        entry = _load_entry(raw)
-        if entry.version != version:  # pragma: no cover - would mean a corrupted history
-            raise NotFound(f"history of {role!r} is out of order at {version}", role=role)
         return entry
 
     def replay(self, role: str, key: str, fingerprint: str) -> VersionedBinding | None:
@@ -270,9 +277,13 @@ class BindingStore:
         if idempotency is not None:
             keys.append(idempotency_key(role, idempotency[0]))
             args += [idempotency[1], IDEMPOTENCY_TTL_S]
-        with _redis_errors():
+        if expected_version == 0 or archive == "restore":
             # First the index (a superset of the roles), then the role's own step.
-            self.connection.sadd(ROLES_KEY, role)
+            # Only a role entering the table needs it: a role being changed is
+            # listed already, and on a Cluster the index is on one master that
+            # must not hold every other master's roles hostage (docs/scaling.md).
+            with _redis_errors():
+                self.connection.sadd(ROLES_KEY, role)
         with write_errors():
             result, replicas = self._compare_and_set(keys, args)
         if int(result[0]) == 3 and idempotency is not None:

@@ -35,6 +35,7 @@ BLUEPRINT_MODULES = (
     "router.api.resolve",
     "router.api.bindings",
     "router.api.archive",
+    "router.api.restore_snapshot",
     "router.api.traces",
     "router.api.gate",
     "router.api.lease",

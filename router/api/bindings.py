@@ -95,15 +95,19 @@ def _written(record: VersionedBinding, status: int = 200) -> tuple[Response, int
 @require("caller", "reviewer", "gatekeeper")
 def list_bindings() -> ResponseReturnValue:
     """Every role's binding; answers 304 when `If-None-Match` names the current generation."""
-    generation, records = _store().snapshot()
+    # Roles Redis lost keep their last good record, marked stale (router.server.cache).
+    generation, records, lost = _cache().guarded()
     etag = f'"g{generation}"'
-    if request.headers.get("If-None-Match") == etag:
+    if request.headers.get("If-None-Match") == etag and not lost:
         response = Response(status=304)
         response.headers["ETag"] = etag
         return response
     # A token limited to some roles sees only those (the ETag is the table's generation).
-    response = jsonify(snapshot_json(generation, {role: rec for role, rec in records.items()
-                                                  if may_act_on(role)}))
+    body = snapshot_json(generation, {role: rec for role, rec in records.items()
+                                      if may_act_on(role)})
+    if lost:
+        body["stale"] = True
+    response = jsonify(body)
     response.headers["ETag"] = etag
     return response
 

@@ -5,6 +5,10 @@
   replica after a failover, too few replicas, busy with a script, ...).
   Resolves are still served from the workers' tables, so a load balancer
   should keep the router; alert on it.
+- degraded (200) too when Redis lost data: some role this worker holds is gone
+  from Redis or older there (bindings.table_guard). Its last good binding is
+  served, marked stale; `checks.bindings.condition` is `redis_data_lost` and
+  `rolegate bindings restore-snapshot` writes the kept table back.
 - failing (503): Redis does not answer at all.
 
 The write check is one SET of a short-lived key: the only way to learn that
@@ -30,6 +34,7 @@ from redis.cluster import RedisCluster
 
 from bindings.errors import RolegateError
 from bindings.redis_errors import refusal_condition
+from bindings.table_guard import DATA_LOST, summary
 from gatekeeper.store.heartbeat import HeartbeatStore
 from router.server.auth import bearer_token
 from router.server.tokens import TokenTable
@@ -84,14 +89,21 @@ def healthz() -> ResponseReturnValue:
             status = "degraded"
         else:
             status = "failing"
+    cache = services.cache
+    cache.all()  # loads this worker's copy (and starts its refresh) if not yet done
+    lost = dict(cache.lost)
+    if lost and status == "ok":
+        # Resolves are served (the held records, stale); the table must be restored.
+        status = "degraded"
     body: dict[str, Any] = {"status": status}
     if _may_see_details():
-        cache = services.cache
-        cache.all()  # loads this worker's copy (and starts its refresh) if not yet done
-        body["checks"] = {
-            "redis": redis_check,
-            "bindings": {"ok": cache.loaded, "stale": cache.stale,
-                         "generation": cache.generation},
-            "gatekeeper": _gatekeeper_check(),
-        }
+        bindings_check: dict[str, Any] = {
+            "ok": cache.loaded and not lost, "stale": cache.stale or bool(lost),
+            "generation": cache.generation}
+        if lost:
+            bindings_check.update(condition=DATA_LOST, lost_roles=sorted(lost),
+                                  kept_generation=cache.kept_generation,
+                                  message=summary(lost))
+        body["checks"] = {"redis": redis_check, "bindings": bindings_check,
+                          "gatekeeper": _gatekeeper_check()}
     return jsonify(body), 503 if status == "failing" else 200

@@ -153,9 +153,13 @@ def watch() -> ResponseReturnValue:
             # Shutting down: answer without another Redis read.
             return _not_modified(generation)
         generation = store.generation()
-    generation, records = store.snapshot()
-    response = jsonify(snapshot_json(generation, {role: rec for role, rec in records.items()
-                                                  if may_act_on(role)}))
+    # Roles Redis lost keep their last good record, marked stale (router.server.cache).
+    generation, records, lost = current_app.extensions["rolegate"].cache.guarded()
+    body = snapshot_json(generation, {role: rec for role, rec in records.items()
+                                      if may_act_on(role)})
+    if lost:
+        body["stale"] = True
+    response = jsonify(body)
     response.headers["ETag"] = f'"g{generation}"'
     response.headers["Cache-Control"] = "no-store"
     return response

@@ -1,7 +1,7 @@
 """Operator commands over the binding table, all through the HTTP API.
 
-`rolegate bindings list|show|history|import|export`, and the rollout moves
-`canary`, `rollback`, `promote`, `pause`, `resume`, `approve`, plus `resolve` to ask the
+`rolegate bindings list|show|history|import|export|restore-snapshot`, and the rollout
+moves `canary`, `rollback`, `promote`, `pause`, `resume`, `approve`, plus `resolve` to ask the
 router what a job key gets. Exit codes: see `router.cli.common`.
 """
 
@@ -253,6 +253,35 @@ class ShareType(click.ParamType):
         except ValueError:
             self.fail(f"{text!r} is not a number (a share is a fraction of 1: 0.1 means 10%)",
                       param, ctx)
+
+
+@bindings.command("restore-snapshot")
+@click.option("--reason", default=None, help="Recorded in each role's history.")
+@click.option("--discard", is_flag=True,
+              help="Archive the lost roles instead of bringing them back.")
+@api_command
+def restore_snapshot(api: ApiClient, reason: str | None, discard: bool) -> None:
+    """After Redis lost data, write the roles it lost back from the router's last good table.
+
+    /healthz says `redis_data_lost` while routers serve those roles from their
+    kept copy. Each is written one version above the kept one with a
+    `restore_snapshot` history entry (`discard_snapshot`, archived, with --discard).
+    """
+    body: dict[str, Any] = {"discard": discard}
+    if reason:
+        body["reason"] = reason
+    answer = api.post("/v1/bindings/restore-snapshot", body)
+    verb = "discarded (archived)" if discard else "restored"
+    done = answer["discarded" if discard else "restored"]
+    if not answer["lost"]:
+        click.echo("Redis holds every role of the router's table: nothing to restore")
+    for role, version in sorted(done.items()):
+        click.echo(f"{role}: {verb} as version {version} ({answer['lost'][role]})")
+    for role, why in sorted(answer["skipped"].items()):
+        click.echo(f"{role}: left alone: {why}")
+    if answer["still_lost"]:
+        click.echo(f"still lost: {', '.join(answer['still_lost'])}", err=True)
+        sys.exit(EXIT_REFUSED)
 
 
 @click.command()

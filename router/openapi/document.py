@@ -29,6 +29,7 @@ from router.api.bindings import _Action as ActionRequest
 from router.api.configs import CheckRequest, PutConfig
 from router.api.feedback import FeedbackRequest
 from router.api.lease import HeartbeatRequest, LeaseRequest, ReleaseRequest
+from router.api.restore_snapshot import RestoreRequest
 from router.openapi.judges import JUDGE_PATHS
 from router.openapi.more import MORE_PATHS
 from router.openapi.ofrep import OFREP_PATHS
@@ -65,6 +66,7 @@ MODELS: list[tuple[type[BaseModel], Any]] = [
     (LeaseRequest, "validation"),
     (ReleaseRequest, "validation"),
     (HeartbeatRequest, "validation"),
+    (RestoreRequest, "validation"),
 ]
 #: Every described operation: {path: {method: operation}}.
 OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {}

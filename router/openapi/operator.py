@@ -44,6 +44,23 @@ OPERATOR_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "responses": {"200": BINDING},
         "errors": (400, *AUTH, 404, 409, 413, 422, 503),
     }},
+    "/v1/bindings/restore-snapshot": {"post": {
+        "summary": "After Redis lost data (/healthz: redis_data_lost), write the lost roles "
+                   "back from this router's last good table, one version above the kept one "
+                   "(archived instead with discard), each with a history entry.",
+        "scopes": (),
+        "requestBody": json_body(ref("RestoreRequest")),
+        "responses": {"200": json_response("What was written back, role by role.", {
+            "type": "object",
+            "required": ["restored", "discarded", "skipped", "lost", "still_lost"],
+            "properties": {
+                "restored": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "discarded": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "skipped": {"type": "object", "additionalProperties": {"type": "string"}},
+                "lost": {"type": "object", "additionalProperties": {"type": "string"}},
+                "still_lost": {"type": "array", "items": {"type": "string"}}}})},
+        "errors": (400, *AUTH, 409, 413, 422, 503, 504),
+    }},
 }
 
 

@@ -11,6 +11,15 @@ known bindings beats failing every job.
 Each time it loads a new table it also keeps it on disk (`snapshot_path`, in
 the data directory), so a worker, or a whole router, that starts while Redis
 is unreachable serves the last good table, marked stale, instead of nothing.
+
+A table Redis gives is never taken on trust when it drops or lowers a role the
+copy holds (bindings.table_guard): versions only grow and archiving keeps the
+record, so that is Redis having lost data (an empty restart, a FLUSHALL, a
+replica promoted before it synced). Such roles keep their held record, marked
+stale, the file on disk is left as it was, the loss is logged as an error and
+shown in /healthz and the metrics (`lost`), until an operator writes the kept
+table back (bindings.recovery) or Redis has the roles again. A worker that
+starts afresh guards the table kept on disk the same way.
 """
 
 from __future__ import annotations
@@ -28,9 +37,13 @@ from pydantic import ValidationError
 
 from bindings.errors import CorruptRecord, StoreUnavailable
 from bindings.models import VersionedBinding
+from bindings.recovery import read_table
 from bindings.store import BindingStore
+from bindings.table_guard import kept_table, lost_roles, summary
 
 log = logging.getLogger("rolegate.cache")
+#: How often a loss of Redis's data is logged again while it lasts.
+LOST_LOG_INTERVAL_S = 30.0
 
 
 class BindingCache:
@@ -48,6 +61,11 @@ class BindingCache:
         self.generation = -1
         self.loaded = False
         self.stale = False
+        #: Roles Redis lost (bindings.table_guard), served from their held record: why each.
+        self.lost: dict[str, str] = {}
+        #: The generation of the table held when the loss was found (a restore goes above it).
+        self.kept_generation = -1
+        self._lost_logged = 0.0
         self.last_refresh = 0.0
         self._lock = threading.Lock()
         #: Held while a process loads its first copy and starts its polling thread.
@@ -59,14 +77,29 @@ class BindingCache:
         self.error_listeners: list[Callable[[Exception], None]] = []
 
     def get(self, role: str) -> tuple[VersionedBinding | None, bool]:
-        """The cached binding of `role` (None if unknown) and whether the copy is stale."""
+        """The cached binding of `role` (None if unknown) and whether it is stale.
+
+        Stale: Redis does not answer, or it lost this role (its held record is served).
+        """
         self._ensure_thread()
-        return self.bindings.get(role), self.stale
+        return self.bindings.get(role), self.stale or role in self.lost
 
     def all(self) -> tuple[dict[str, VersionedBinding], bool]:
-        """Every cached binding and whether the copy is stale."""
+        """Every cached binding and whether the copy is stale (or keeps roles Redis lost)."""
         self._ensure_thread()
-        return self.bindings, self.stale
+        return self.bindings, self.stale or bool(self.lost)
+
+    def guarded(self) -> tuple[int, dict[str, VersionedBinding], dict[str, str]]:
+        """Redis's table read now, with the held record of each role Redis lost, and why.
+
+        What `GET /v1/bindings` and a watch answer: a caller's snapshot must not
+        go dark either when this worker's next poll has yet to notice the loss.
+        """
+        self._ensure_thread()
+        held = self.bindings
+        table = read_table(self.store, held.keys())
+        lost = lost_roles(held, table.bindings, table.archived)
+        return table.generation, kept_table(held, table.bindings, lost), lost
 
     def put(self, record: VersionedBinding) -> None:
         """Take a record this worker just wrote, so it serves it before the next poll."""
@@ -88,19 +121,9 @@ class BindingCache:
             full = time.monotonic() - self._last_full >= self.full_reload_interval
             # After an outage reload whatever the counter says: a Redis that came
             # back without its data may show a counter equal to the one we hold.
-            if generation != self.generation or not self.loaded or self.stale or full:
-                held, held_generation = self.bindings, self.generation
-                generation, bindings = self.store.snapshot()
-                self._last_full = time.monotonic()
-                if self.loaded and generation == held_generation:
-                    self._repair_lost_hint(held, bindings)
-                with self._lock:
-                    # Swap the whole dict: readers never see a half-built table.
-                    self.bindings = bindings
-                    self.generation = generation
-                    self.loaded = True
-                if generation != held_generation or bindings != held:
-                    self._save(generation, bindings)
+            if (generation != self.generation or not self.loaded or self.stale or self.lost
+                    or full):
+                self._reload()
         except (StoreUnavailable, redis.RedisError) as exc:
             for listener in self.error_listeners:
                 listener(exc)
@@ -122,7 +145,43 @@ class BindingCache:
             log.warning("binding store reachable again")
         self.stale = False
         self.last_refresh = time.time()
-        return True
+        return not self.lost
+
+    def _reload(self) -> None:
+        """Read the whole table and take it, except the roles Redis lost (table_guard)."""
+        if self.loaded:
+            held, held_generation = self.bindings, self.generation
+        else:
+            # A worker starting afresh guards the table its router kept on disk.
+            held, held_generation = self._read_saved() or ({}, -1)
+        table = read_table(self.store, held.keys())
+        self._last_full = time.monotonic()
+        lost = lost_roles(held, table.bindings, table.archived)
+        bindings = kept_table(held, table.bindings, lost)
+        generation = table.generation
+        if self.loaded and generation == held_generation:
+            self._repair_lost_hint(held, bindings)
+        self._report_lost(lost, held_generation)
+        with self._lock:
+            # Swap the whole dict: readers never see a half-built table.
+            self.bindings = bindings
+            self.generation = generation
+            self.lost = lost
+            self.loaded = True
+        # While Redis lacks roles, the file keeps the last good table as it was.
+        if not lost and (generation != held_generation or bindings != held):
+            self._save(generation, bindings)
+
+    def _report_lost(self, lost: dict[str, str], held_generation: int) -> None:
+        """Log a loss loudly when found, again every LOST_LOG_INTERVAL_S, and its end."""
+        now = time.monotonic()
+        if lost and (lost != self.lost or now - self._lost_logged >= LOST_LOG_INTERVAL_S):
+            if not self.lost:
+                self.kept_generation = max(held_generation, self.generation)
+            self._lost_logged = now
+            log.error("%s (kept table: generation %d)", summary(lost), self.kept_generation)
+        elif not lost and self.lost:
+            log.warning("Redis holds every role of the kept table again: serving its table")
 
     def _repair_lost_hint(self, held: dict[str, VersionedBinding],
                           loaded: dict[str, VersionedBinding]) -> None:
@@ -137,7 +196,7 @@ class BindingCache:
                 log.warning("change hint repaired: role %r is at version %d but the hint "
                             "never moved", role, record.version)
                 self.store.announce(role)
-        for role in held.keys() - loaded.keys():
+        for role in held.keys() - loaded.keys() - self.lost.keys():
             # Only archiving takes a role out of the table.
             log.warning("change hint repaired: role %r left the table but the hint "
                         "never moved", role)
@@ -166,20 +225,28 @@ class BindingCache:
         except OSError as exc:
             log.warning("could not keep the binding table in %s: %s", self.snapshot_path, exc)
 
-    def _load_saved(self) -> None:
-        """Serve the table kept on disk (stale) when Redis cannot give us one."""
+    def _read_saved(self) -> tuple[dict[str, VersionedBinding], int] | None:
+        """The table kept on disk and its generation, or None (no file, or unreadable)."""
         if self.snapshot_path is None:
-            return
+            return None
         try:
             payload = json.loads(self.snapshot_path.read_text())
             bindings = {role: VersionedBinding.model_validate(rec)
                         for role, rec in payload["roles"].items()}
             generation = int(payload["generation"])
         except FileNotFoundError:
-            return
+            return None
         except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
             log.error("the binding table kept in %s is unreadable: %s", self.snapshot_path, exc)
+            return None
+        return bindings, generation
+
+    def _load_saved(self) -> None:
+        """Serve the table kept on disk (stale) when Redis cannot give us one."""
+        saved = self._read_saved()
+        if saved is None:
             return
+        bindings, generation = saved
         with self._lock:
             self.bindings = bindings
             self.generation = generation

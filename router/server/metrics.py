@@ -249,6 +249,10 @@ class BindingCollector(Collector):
         yield GaugeMetricFamily("rolegate_bindings_stale",
                                 "1 while this worker serves a copy Redis could not refresh.",
                                 value=1.0 if stale else 0.0)
+        yield GaugeMetricFamily("rolegate_bindings_lost_roles",
+                                "Roles Redis lost (redis_data_lost) that this worker serves "
+                                "from its held copy; restore them with `rolegate bindings "
+                                "restore-snapshot`.", value=float(len(cache.lost)))
         yield GaugeMetricFamily("rolegate_bindings_generation",
                                 "The change counter of the binding copy.",
                                 value=float(cache.generation))

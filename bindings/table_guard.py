@@ -1,0 +1,63 @@
+"""Whether a binding table read from Redis may replace the one a router holds.
+
+A role's version only grows, and a role never leaves Redis: archiving is a
+versioned change that keeps the record (bindings.store). So a role a router
+holds at version N that Redis now lists with no record at all, at a version
+below N, or archived at a version that is not above N, is proof that Redis lost
+data (a restart on an empty volume, a FLUSHALL, a replica promoted before it
+synced), not a change anyone made. Such a role keeps its held record; every
+other role takes what Redis says, so an operator's real archive of every role
+(each archived at a higher version) still empties the table.
+
+Pure: it takes the two tables and returns data (no Redis, no clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from bindings.models import VersionedBinding
+
+#: The condition /healthz and the metrics name while some role is kept this way.
+DATA_LOST = "redis_data_lost"
+
+
+def lost_roles(held: Mapping[str, VersionedBinding], loaded: Mapping[str, VersionedBinding],
+               archived: Mapping[str, int]) -> dict[str, str]:
+    """Each held role Redis lost, with what Redis shows of it instead.
+
+    `loaded` is the live table Redis gave; `archived` the version of each
+    archived role Redis holds (an archive is a real change only above the held
+    version).
+    """
+    lost: dict[str, str] = {}
+    for role, record in held.items():
+        found = loaded.get(role)
+        if found is not None:
+            if found.version < record.version:
+                lost[role] = (f"held at version {record.version}, Redis has version "
+                              f"{found.version}")
+            continue
+        version = archived.get(role)
+        if version is None:
+            lost[role] = f"held at version {record.version}, Redis has no record of it"
+        elif version <= record.version:
+            lost[role] = (f"held at version {record.version}, Redis has it archived at "
+                          f"version {version}")
+    return lost
+
+
+def kept_table(held: Mapping[str, VersionedBinding], loaded: Mapping[str, VersionedBinding],
+               lost: Iterable[str]) -> dict[str, VersionedBinding]:
+    """What to serve: Redis's table, with each lost role's held record kept in it."""
+    return {**loaded, **{role: held[role] for role in lost}}
+
+
+def summary(lost: Mapping[str, str], limit: int = 5) -> str:
+    """A one-line account of the lost roles for logs and /healthz."""
+    shown = [f"{role} ({why})" for role, why in sorted(lost.items())[:limit]]
+    more = len(lost) - limit
+    tail = f" and {more} more" if more > 0 else ""
+    return (f"Redis lost data: {len(lost)} role(s) it should hold are gone or older: "
+            f"{'; '.join(shown)}{tail}. Serving the last good binding of each, marked stale; "
+            "run `rolegate bindings restore-snapshot` to write them back")

@@ -1,0 +1,58 @@
+"""POST /v1/bindings/restore-snapshot: write back the roles Redis lost, from this router's table.
+
+When Redis loses data (router.server.cache, bindings.table_guard) every router
+keeps serving its last good binding of each lost role, marked stale, and
+/healthz says `redis_data_lost`. This is the operator's one step out
+(`rolegate bindings restore-snapshot`): the worker that answers writes each
+lost role's kept record back into Redis one version above the kept one, with a
+`restore_snapshot` history entry, and every router takes it at its next poll.
+With `"discard": true` the lost roles are written back archived instead
+(`discard_snapshot`), so they leave every router's table as an archive would.
+Nothing lost answers 200 with nothing written.
+"""
+
+from __future__ import annotations
+
+from flask import Blueprint, current_app, jsonify
+from flask.typing import ResponseReturnValue
+from pydantic import BaseModel, ConfigDict, Field
+
+from bindings.recovery import write_back
+from router.api.bodies import json_body, parse
+from router.server.auth import actor, principal, require
+from router.server.errors import Forbidden
+
+bp = Blueprint("restore_snapshot", __name__)
+
+DEFAULT_REASON = "Redis lost data; wrote back the router's last good table"
+
+
+class RestoreRequest(BaseModel):
+    """Body of POST /v1/bindings/restore-snapshot (every field optional)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    reason: str = Field(DEFAULT_REASON, min_length=1, max_length=2000)
+    #: Archive the lost roles instead of bringing them back.
+    discard: bool = False
+
+
+@bp.post("/v1/bindings/restore-snapshot")
+@require()
+def restore_snapshot() -> ResponseReturnValue:
+    """Write each role Redis lost back from this worker's kept table (archived with discard)."""
+    body = parse(RestoreRequest, json_body())
+    if principal().roles is not None:
+        raise Forbidden("restoring the table writes every lost role: it needs an operator "
+                        "token not limited to some roles")
+    cache = current_app.extensions["rolegate"].cache
+    generation, records, lost = cache.guarded()
+    kept = {role: records[role] for role in lost}
+    done = write_back(cache.store, kept, actor=actor(), reason=body.reason,
+                      discard=body.discard,
+                      generation=max(cache.kept_generation, cache.generation, generation))
+    cache.refresh()  # this worker serves the written table now; the others at their poll
+    return jsonify({"restored": {} if body.discard else done.written,
+                    "discarded": done.written if body.discard else {},
+                    "skipped": done.skipped, "lost": lost,
+                    "still_lost": sorted(cache.lost)})
