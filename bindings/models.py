@@ -27,9 +27,7 @@ __all__ = ["Approval", "Binding", "BindingFile", "CanaryStep", "DriftPolicy", "F
 #: Role names become part of Redis keys and URL paths; keep them boring.
 ROLE_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 #: Names a route uses where a role name would go, so such a role could not be read at its URL.
-RESERVED_ROLE_NAMES = {"watch": "GET /v1/bindings/watch is the long-poll for binding changes",
-                       "restore-snapshot": "POST /v1/bindings/restore-snapshot writes back the "
-                                           "roles Redis lost"}
+RESERVED_ROLE_NAMES = {"watch": "GET /v1/bindings/watch is the long-poll for binding changes"}
 #: The role-name pattern with the reserved names excluded, for the OpenAPI document.
 ROLE_NAME_SCHEMA_PATTERN = (
     "^(?!(?:" + "|".join(sorted(RESERVED_ROLE_NAMES)) + ")$)" + ROLE_NAME_PATTERN.pattern[1:])

@@ -7,7 +7,7 @@ them (the index is one key on one master; losing it must not look like every
 role gone).
 
 `write_back` is the operator's way out after Redis lost data
-(`rolegate bindings restore-snapshot`, `POST /v1/bindings/restore-snapshot`):
+(`rolegate bindings restore-snapshot`, `POST /v1/restore-snapshot`):
 each lost role's last good binding is written again, one version above the one
 the routers hold, so every router takes it as the newer record; or, with
 `discard`, written archived, so the role leaves every router's table as an

@@ -3,7 +3,9 @@
 Armed, the next connection that sends EVALSHA has that command delivered to
 Redis (which applies it) while the answer is thrown away and the connection
 closed: exactly a write whose outcome the router cannot know. Everything else
-passes through untouched.
+passes through untouched. Armed with `stall=True`, the proxy then also drops every
+other connection and refuses new ones until `heal()`: Redis gone quiet right
+after it applied the write, so the router's retry cannot reach it either.
 """
 
 from __future__ import annotations
@@ -22,32 +24,58 @@ class ReplyDropper:
         self.port = free_port()
         self.armed = threading.Event()
         self.dropped = threading.Event()
-        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._stall = False
+        self._sockets: list[socket.socket] = []
         self._closing = False
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._listen()
+
+    def _listen(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(self._listener,), daemon=True).start()
 
     @property
     def url(self) -> str:
         """The redis:// URL that goes through the proxy."""
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def arm(self) -> None:
-        """Lose the answer to the next script call (EVALSHA) sent through the proxy."""
+    def arm(self, *, stall: bool = False) -> None:
+        """Lose the answer to the next script call (EVALSHA) sent through the proxy.
+
+        With `stall`, every connection is then dropped and new ones refused until heal().
+        """
         self.dropped.clear()
+        self._stall = stall
         self.armed.set()
+
+    def heal(self) -> None:
+        """Accept connections again after a stall."""
+        self._listen()
+
+    def _stalled(self) -> None:
+        try:
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes the accept() blocked on it
+        except OSError:
+            pass
+        self._listener.close()
+        for sock in list(self._sockets):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def close(self) -> None:
         """Stop accepting connections."""
         self._closing = True
         self._listener.close()
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while not self._closing:
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except OSError:
                 return
             upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            self._sockets += [client, upstream]
             losing = threading.Event()
             threading.Thread(target=self._forward, args=(client, upstream, losing),
                              daemon=True).start()
@@ -73,6 +101,8 @@ class ReplyDropper:
             while data := upstream.recv(65536):
                 if losing.is_set():
                     # Redis applied the script; its answer never reaches the router.
+                    if self._stall:
+                        self._stalled()
                     self.dropped.set()
                     break
                 client.sendall(data)

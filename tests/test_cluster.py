@@ -13,6 +13,7 @@ import requests
 from flask import Flask
 from flask.testing import FlaskClient
 from redis.cluster import RedisCluster
+from redis.crc import key_slot
 
 from bindings.connection import RedisTarget, connect
 from bindings.errors import Conflict, NotFound
@@ -20,7 +21,7 @@ from bindings.models import Binding
 from bindings.store import GENERATION_KEY, ROLES_KEY, ArchiveNote, BindingStore
 from router import create_app
 from router.server.cache import BindingCache
-from tests.cluster import OwnCluster, close_client, started_cluster
+from tests.cluster import OwnCluster, close_client, slot_ranges, started_cluster
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, REVIEWER, TOKENS, auth
 from tests.population import trace
 from tests.servers import OwnRedis, werkzeug_server
@@ -357,3 +358,44 @@ def test_a_lost_archive_hint_is_repaired_too(cluster_conn: RedisCluster) -> None
     time.sleep(0.35)
     cache.refresh()
     assert "gone" not in cache.bindings and int(cluster_conn.get(GENERATION_KEY) or 0) == 2
+
+
+def _role_on(master: int, masters: int, prefix: str) -> str:
+    """A role name whose keys hash to the slots of `master`."""
+    slots = slot_ranges(masters)[master]
+    return next(f"{prefix}{n}" for n in range(10_000)
+                if key_slot(f"{prefix}{n}".encode()) in slots)
+
+
+@pytest.mark.slow
+def test_losing_the_master_of_the_role_index_refuses_only_its_own_roles() -> None:
+    """With the master holding rolegate:roles down, roles on the other masters still change;
+    only the lost master's own roles answer 503 (docs/scaling.md)."""
+    own = started_cluster()
+    index_master = next(i for i, slots in enumerate(slot_ranges(len(own.ports)))
+                        if key_slot(ROLES_KEY.encode()) in slots)
+    for i in range(len(own.ports)):
+        node = own.node(i)
+        node.config_set("cluster-require-full-coverage", "no")  # the others keep serving
+        node.close()
+    app = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True})
+    try:
+        c = app.test_client()
+        roles = {i: _role_on(i, len(own.ports), f"m{i}-") for i in range(len(own.ports))}
+        for role in roles.values():
+            assert c.put(f"/v1/bindings/{role}", json={"current": "cfg_a"},
+                         headers=auth(OPERATOR)).status_code == 201
+        own.procs[index_master].kill()
+        own.procs[index_master].wait(10)
+        for i, role in roles.items():
+            r = c.post(f"/v1/bindings/{role}/pause", json={"reason": "hold"},
+                       headers=auth(OPERATOR))
+            if i == index_master:
+                assert r.status_code == 503, r.json
+            else:
+                assert r.status_code == 200, r.json
+                assert r.json["version"] == 2 and r.json["binding"]["paused"] is True
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        close_client(app.extensions["rolegate"].redis)
+        own.close()

@@ -1,5 +1,5 @@
-"""Never dark: a router started during a Redis outage serves the kept table; the embedded
-server killed with -9 comes back by itself."""
+"""Never dark: a router started during a Redis outage serves the kept table (and seeds once
+Redis answers); the embedded server killed with -9 comes back by itself."""
 
 from __future__ import annotations
 
@@ -14,8 +14,11 @@ import requests
 
 from router.app import SNAPSHOT_FILE
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
-from tests.servers import OwnRedis, base_env, gunicorn, rolegate_serve, wait_for
+from tests.servers import ROOT, OwnRedis, base_env, gunicorn, rolegate_serve, wait_for
 from tests.test_serve import _valkey_processes
+
+EXAMPLE = ROOT / "bindings.example.json"
+EXAMPLE_ROLES = tuple(json.loads(EXAMPLE.read_text())["roles"])
 
 CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.5}
 
@@ -85,3 +88,48 @@ def test_embedded_server_killed_with_sigkill_is_restarted_with_its_data(tmp_path
         assert health.status_code == 200
     time.sleep(0.2)
     assert _valkey_processes(data_dir) == [], "the restarted server outlived serve"
+
+
+def test_serve_with_a_seed_starts_while_redis_is_down_and_seeds_once_it_answers(
+        tmp_path: Path) -> None:
+    """`serve --seed` with Redis down starts (serving the kept table, stale) instead of
+    crashing its master, and seeds the table once Redis answers."""
+    own = OwnRedis(persist=False)
+    env = base_env(REDIS_URL=own.url, ROLEGATE_TOKENS=TOKENS,
+                   ROLEGATE_DATA_DIR=str(tmp_path), ROLEGATE_REFRESH_INTERVAL="0.05")
+    try:
+        own.start()
+        with rolegate_serve(env, "--seed", str(EXAMPLE)):
+            wait_for(lambda: _kept_roles(tmp_path) == sorted(EXAMPLE_ROLES) or None, 10,
+                     "the kept table")
+        own.stop()  # no append-only file: it comes back empty
+        with rolegate_serve(env, "--seed", str(EXAMPLE)) as url:
+            r = requests.get(f"{url}/v1/resolve/summarizer?key=k", headers=auth(CALLER),
+                             timeout=5)
+            assert r.status_code == 200 and r.json()["stale"] is True
+            own.start()
+            wait_for(lambda: _roles(url) == sorted(EXAMPLE_ROLES) or None, 20,
+                     "the seed once Redis answers")
+            wait_for(lambda: requests.get(f"{url}/v1/resolve/summarizer?key=k",
+                                          headers=auth(CALLER), timeout=5).json()["stale"]
+                     is False or None, 15, "fresh answers")
+    finally:
+        own.close()
+    # Without a kept table the router starts too, answering 503 until the seed lands.
+    empty = tmp_path / "empty"
+    own = OwnRedis(persist=False)
+    try:
+        with rolegate_serve({**env, "REDIS_URL": own.url, "ROLEGATE_DATA_DIR": str(empty)},
+                            "--seed", str(EXAMPLE)) as url:
+            r = requests.get(f"{url}/v1/resolve/summarizer?key=k", headers=auth(CALLER),
+                             timeout=5)
+            assert r.status_code == 503
+            own.start()
+            wait_for(lambda: _roles(url) == sorted(EXAMPLE_ROLES) or None, 20, "the seed")
+    finally:
+        own.close()
+
+
+def _roles(url: str) -> list[str] | None:
+    r = requests.get(f"{url}/v1/bindings", headers=auth(OPERATOR), timeout=5)
+    return sorted(r.json()["roles"]) if r.status_code == 200 else None

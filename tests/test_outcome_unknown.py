@@ -4,6 +4,7 @@ and the CLI reads the role back and says what happened."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import requests
@@ -12,9 +13,11 @@ from flask import Flask
 
 from router import create_app
 from router.cli import main
-from tests.conftest import OPERATOR, TOKENS, auth
+from tests.conftest import CALLER, OPERATOR, TOKENS, auth
+from tests.population import STAMPS
 from tests.reply_dropper import ReplyDropper
-from tests.servers import OwnRedis, werkzeug_server
+from tests.servers import OwnRedis, wait_for, werkzeug_server
+from tests.test_otlp_ingest import export, root
 
 CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.1}
 
@@ -110,3 +113,47 @@ def test_a_change_short_of_its_replicas_is_504_and_the_cli_says_it_landed(
     finally:
         app.extensions["rolegate"].cache.stop()
         app.extensions["rolegate"].redis.close()
+
+
+def _trace(config: str, arm: str, run_id: str) -> dict[str, Any]:
+    return {"run_id": run_id, "role": "summarizer", "config": config, "arm": arm,
+            "key": "job-1", "tools": ["search"], "stamps": STAMPS}
+
+
+def _trace_body(kind: str) -> tuple[dict[str, Any], str]:
+    """A body of `kind` (single, batch, otlp) for role summarizer, and its first run id."""
+    if kind == "single":
+        return _trace("cfg_b", "candidate", "single-1"), "single-1"
+    if kind == "batch":
+        return {"traces": [_trace("cfg_b", "candidate", "batch-1"),
+                           _trace("cfg_a", "current", "batch-2")]}, "batch-1"
+    placed = {"rolegate.role": "summarizer", "rolegate.config": "cfg_b",
+              "rolegate.arm": "candidate", "rolegate.key": "job-1",
+              "rolegate.run_id": "otlp-1"}
+    return export(root(**placed)), "otlp-1"
+
+
+@pytest.mark.parametrize("kind", ["single", "batch", "otlp"])
+def test_a_trace_stored_while_redis_stalled_is_504_never_503(
+        kind: str, dropper: ReplyDropper, served: str) -> None:
+    """Redis applies the ingest script and goes quiet: the POST is 504 outcome_unknown (not
+    503, which says nothing was stored), and the same POST sent again finds it stored."""
+    body, run_id = _trace_body(kind)
+    warm = requests.post(f"{served}/v1/traces", json=_trace("cfg_a", "current", "warm"),
+                         headers=auth(CALLER), timeout=20)
+    assert warm.status_code == 200  # the ingest script is loaded: the next EVALSHA runs it
+    dropper.arm(stall=True)
+    r = requests.post(f"{served}/v1/traces", json=body, headers=auth(CALLER), timeout=20)
+    assert dropper.dropped.is_set()
+    assert r.status_code == 504, r.text
+    assert r.json()["error"]["code"] == "outcome_unknown"
+    dropper.heal()
+    again = wait_for(lambda: _stored_again(served, body), 20, "the retry to reach Redis")
+    if kind != "otlp":  # an OTLP answer is the protocol's partial-success body
+        statuses = {res["run_id"]: res["status"] for res in again.json()["results"]}
+        assert statuses[run_id] == "duplicate", again.text  # stored by the first send
+
+
+def _stored_again(url: str, body: dict[str, Any]) -> requests.Response | None:
+    r = requests.post(f"{url}/v1/traces", json=body, headers=auth(CALLER), timeout=20)
+    return r if r.status_code == 200 else None

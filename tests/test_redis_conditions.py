@@ -90,7 +90,9 @@ def own() -> Iterator[OwnRedis]:
 @pytest.fixture
 def router(own: OwnRedis) -> Iterator[Flask]:
     """The router on the private server, with a role on a canary."""
-    app = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True})
+    # No hold: health is ok again the moment the condition ends (the hold is tested below).
+    app = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True,
+                      "health_hold_s": 0})
     r = app.test_client().put("/v1/bindings/summarizer", json=CANARY, headers=auth(OPERATOR))
     assert r.status_code == 201
     yield app
@@ -132,3 +134,38 @@ def test_redis_refusal_answers_503_naming_it_counts_it_and_degrades_health(
     r = client.post("/v1/bindings/summarizer/canary", json={"share": 0.5, "reason": "more"},
                     headers=auth(OPERATOR))
     assert r.status_code == 200 and r.json["version"] == 2
+
+
+def test_health_stays_degraded_while_redis_refuses_some_writes(own: OwnRedis) -> None:
+    """A write refused (OOM) keeps /healthz degraded for the hold even when the next probe
+    gets through: a Redis at its memory limit takes some writes and refuses others."""
+    app = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True})
+    client = app.test_client()
+    admin = redis.Redis.from_url(own.url, socket_timeout=10)
+    try:
+        assert client.put("/v1/bindings/summarizer", json=CANARY,
+                          headers=auth(OPERATOR)).status_code == 201
+        with out_of_memory(admin):
+            r = client.post("/v1/bindings/summarizer/canary",
+                            json={"share": 0.5, "reason": "more"}, headers=auth(OPERATOR))
+            assert r.status_code == 503
+        # The probe's write now succeeds; the refusal a moment ago still counts.
+        health = client.get("/healthz", headers=auth(OPERATOR))
+        assert health.json["status"] == "degraded"
+        check = health.json["checks"]["redis"]
+        assert check["condition"] == "OOM" and check["ok"] is False
+        assert 0 <= check["refused_s_ago"] < 15
+        with out_of_memory(admin):
+            assert client.get("/healthz").json["status"] == "degraded"
+        assert [client.get("/healthz").json["status"] for _ in range(20)] == ["degraded"] * 20
+    finally:
+        admin.close()
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
+    held = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True,
+                       "health_hold_s": 0})
+    try:
+        assert held.test_client().get("/healthz").json["status"] == "ok"
+    finally:
+        held.extensions["rolegate"].cache.stop()
+        held.extensions["rolegate"].redis.close()

@@ -95,7 +95,7 @@ def test_flushall_keeps_the_table_stale_degrades_health_and_restore_writes_it_ba
     metrics = client.get("/metrics").get_data(as_text=True)
     assert "rolegate_bindings_lost_roles 2.0" in metrics
 
-    r = client.post("/v1/bindings/restore-snapshot", json={"reason": "redis volume lost"},
+    r = client.post("/v1/restore-snapshot", json={"reason": "redis volume lost"},
                     headers=auth(OPERATOR))
     assert r.status_code == 200, r.json
     assert r.json["restored"] == {"planner": 3, "summarizer": 3} and r.json["still_lost"] == []

@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from bindings.connection import Connection
+from bindings.redis_errors import write_errors
 from bindings.store import _redis_errors
 from rolegate.spans import Span
 
@@ -91,7 +92,8 @@ class PendingSpans:
             now: float) -> int:
         """Keep `spans` (and merge `placement`) until the run's root arrives; the count refused."""
         key = spans_key(trace_id)
-        with _redis_errors():
+        # A send whose answer never came may have kept the spans: 504, not 503.
+        with write_errors():
             if not self._admit(trace_id, now):
                 return len(spans)
             args: list[str | int] = [self.ttl, self.max_spans,

@@ -12,7 +12,10 @@
 - failing (503): Redis does not answer at all.
 
 The write check is one SET of a short-lived key: the only way to learn that
-Redis would refuse a write (NOREPLICAS, OOM) is to ask it to make one.
+Redis would refuse a write (NOREPLICAS, OOM) is to ask it to make one. A Redis
+at its memory limit refuses some writes and takes others, so the answer stays
+degraded for ROLEGATE_HEALTH_HOLD seconds (15) after this worker last saw any
+write refused, its own probe's or a request's (`redis.refused_s_ago`).
 
 Without a token (on a server with tokens) the answer is only `{"status"}`. The
 details name Redis's host and port in its error text, which is nobody else's
@@ -28,13 +31,14 @@ import time
 from typing import Any
 
 import redis
-from flask import Blueprint, current_app, jsonify
+from flask import Blueprint, Flask, Response, current_app, g, jsonify
 from flask.typing import ResponseReturnValue
 from redis.cluster import RedisCluster
 
 from bindings.errors import RolegateError
 from bindings.redis_errors import refusal_condition
-from bindings.table_guard import DATA_LOST, summary
+from bindings.table_guard import DATA_LOST
+from bindings.table_guard import summary as lost_summary
 from gatekeeper.store.heartbeat import HeartbeatStore
 from router.server.auth import bearer_token
 from router.server.tokens import TokenTable
@@ -44,6 +48,7 @@ bp = Blueprint("health", __name__)
 #: The key the write check sets (expires by itself).
 PROBE_KEY = "rolegate:healthcheck"
 PROBE_TTL_MS = 60_000
+REFUSALS_KEY = "rolegate.refusals"
 
 
 def _may_see_details() -> bool:
@@ -63,6 +68,43 @@ def _gatekeeper_check() -> dict[str, Any]:
         return {"ok": False, "status": "unknown", "error": exc.message}
     return {"ok": summary["status"] == "ok", "status": summary["status"],
             "leader": summary["leader"], "age_s": summary["age_s"], "text": summary["text"]}
+
+class Refusals:
+    """The last write this worker saw Redis refuse (OOM, READONLY, ...), and when."""
+
+    def __init__(self) -> None:
+        self.condition: str | None = None
+        self.at = 0.0
+
+    def note(self, condition: str) -> None:
+        """Remember a refusal seen now."""
+        self.condition, self.at = condition, time.monotonic()
+
+    def recent(self, hold_s: float) -> tuple[str, float] | None:
+        """(condition, seconds ago) of a refusal seen less than `hold_s` ago, else None."""
+        ago = time.monotonic() - self.at
+        return None if self.condition is None or ago >= hold_s else (self.condition, ago)
+
+
+def _refusals(app: Flask) -> Refusals:
+    found: Refusals = app.extensions[REFUSALS_KEY]
+    return found
+
+
+def _note_refusal(response: Response) -> Response:
+    """After any request: remember a write Redis refused (a 503 naming its condition)."""
+    if response.status_code == 503:
+        error = g.get("error") or {}
+        condition = (error.get("details") or {}).get("condition")
+        if error.get("code") == "store_unavailable" and isinstance(condition, str):
+            _refusals(current_app).note(condition)
+    return response
+
+
+def init_app(app: Flask) -> None:
+    """Give the app its refusal memory, fed by every request's answer."""
+    app.extensions[REFUSALS_KEY] = Refusals()
+    app.after_request(_note_refusal)
 
 
 @bp.get("/healthz")
@@ -87,8 +129,19 @@ def healthz() -> ResponseReturnValue:
         if condition is not None:
             redis_check["condition"] = condition
             status = "degraded"
+            _refusals(current_app).note(condition)
         else:
             status = "failing"
+    else:
+        held = _refusals(current_app).recent(services.settings.health_hold_s)
+        if held is not None:
+            # The probe got through, but a write was refused a moment ago: Redis
+            # near its limit refuses some writes and takes others, and one lucky
+            # probe must not call it healthy (it flipped 13 times in 20 s).
+            condition, ago = held
+            status = "degraded"
+            redis_check.update(ok=False, condition=condition, refused_s_ago=round(ago, 3),
+                               error=f"Redis refused a write ({condition}) {ago:.1f} s ago")
     cache = services.cache
     cache.all()  # loads this worker's copy (and starts its refresh) if not yet done
     lost = dict(cache.lost)
@@ -103,7 +156,7 @@ def healthz() -> ResponseReturnValue:
         if lost:
             bindings_check.update(condition=DATA_LOST, lost_roles=sorted(lost),
                                   kept_generation=cache.kept_generation,
-                                  message=summary(lost))
+                                  message=lost_summary(lost))
         body["checks"] = {"redis": redis_check, "bindings": bindings_check,
                           "gatekeeper": _gatekeeper_check()}
     return jsonify(body), 503 if status == "failing" else 200

@@ -37,7 +37,7 @@ import redis
 from flask import Flask
 from pydantic import ValidationError
 
-from bindings.errors import RolegateError
+from bindings.errors import OutcomeUnknown, RolegateError
 from bindings.models import ROLE_NAME_PATTERN
 from gatekeeper import tripwire
 from gatekeeper.checks.invariants import check
@@ -155,9 +155,12 @@ class IngestFastPath:
         except OverQuota as over:
             environ[answers.QUOTA_COUNTED] = refusal(over.what, over.used, over.limit, now)
             return None
-        except (RolegateError, redis.RedisError):
+        except (RolegateError, redis.RedisError) as exc:
             # Perhaps counted, perhaps stored: the view tries again (idempotent) and answers.
             environ[answers.QUOTA_COUNTED] = True
+            if isinstance(exc, OutcomeUnknown):
+                # Sent, no answer: if the view's try fails too, it must not say 503.
+                environ[answers.MAY_BE_APPLIED] = True
             return None
         if not isinstance(outcome, Stored):
             environ[answers.QUOTA_COUNTED] = True  # the binding moved: the view re-reads it

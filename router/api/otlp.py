@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from flask import Request, current_app, g
+from flask import Request, current_app, g, request
 from flask.typing import ResponseReturnValue
 from pydantic import ValidationError
 from werkzeug.exceptions import RequestEntityTooLarge
@@ -42,6 +42,7 @@ from rolegate.spans import ARM, CONFIG, KEY, ROLE, RUN_ID, IncompleteRun, Span, 
 from rolegate.trace import Trace
 from router.api import otlp_decode
 from router.api.otlp_decode import PROTOBUF, BadOtlp
+from router.api.trace_answers import MAY_BE_APPLIED
 from router.app import Services
 from router.server.errors import BadRequest
 
@@ -104,11 +105,14 @@ def ingest(body: Any, store_traces: StoreTraces) -> ResponseReturnValue:
             early += _trip_on_arrival(services, trace_id, group,
                                       {**pending.placement(trace_id), **where}, now)
             over = pending.add(trace_id, group, where, now)
+            request.environ[MAY_BE_APPLIED] = True  # kept: a later failure is no 503
             if over:
                 rejected += over
                 reasons.append(f"trace {trace_id}: {over} span(s) over the pending-run bounds")
             continue
         taken = pending.take(trace_id)
+        if taken.spans:
+            request.environ[MAY_BE_APPLIED] = True  # taken out of Redis: no 503 after this
         try:
             runs.append((Trace.model_validate(assemble(taken.spans + group,
                                                        fallback=taken.placement)), len(group)))

@@ -47,6 +47,8 @@ KNOWN_HOOKS = frozenset({
     "router.server.metrics._observe", "router.dashboard.views._refuse_cross_site_writes",
     "router.server.hosts.init_app.<locals>._check_host",
     "router.api.bodies.refuse_oversized_chunked",
+    # Acts on 503 answers only, which the fast paths never give (they hand those on).
+    "router.api.health._note_refusal",
 })
 
 log = logging.getLogger("rolegate")

@@ -1,4 +1,4 @@
-"""POST /v1/bindings/restore-snapshot: write back the roles Redis lost, from this router's table.
+"""POST /v1/restore-snapshot: write back the roles Redis lost, from this router's table.
 
 When Redis loses data (router.server.cache, bindings.table_guard) every router
 keeps serving its last good binding of each lost role, marked stale, and
@@ -28,7 +28,7 @@ DEFAULT_REASON = "Redis lost data; wrote back the router's last good table"
 
 
 class RestoreRequest(BaseModel):
-    """Body of POST /v1/bindings/restore-snapshot (every field optional)."""
+    """Body of POST /v1/restore-snapshot (every field optional)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
@@ -37,7 +37,7 @@ class RestoreRequest(BaseModel):
     discard: bool = False
 
 
-@bp.post("/v1/bindings/restore-snapshot")
+@bp.post("/v1/restore-snapshot")
 @require()
 def restore_snapshot() -> ResponseReturnValue:
     """Write each role Redis lost back from this worker's kept table (archived with discard)."""

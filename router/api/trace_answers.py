@@ -9,7 +9,11 @@ once.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
+from bindings.errors import OutcomeUnknown, StoreUnavailable
 from bindings.models import Binding
 from gatekeeper.store.trace_ingest import Checked, Stored
 from router.server import logs, metrics
@@ -19,6 +23,27 @@ EXTENSION = "rolegate.traces"
 #: WSGI environ key: this request's quota was counted already (True) or refused (a
 #: router.server.quota.Refusal) by the fast path, which then handed the request on.
 QUOTA_COUNTED = "rolegate.quota_counted"
+#: WSGI environ key: part of this request may be in Redis already (a send whose answer
+#: never came, on the fast path or the view's; traces stored before a later step failed).
+MAY_BE_APPLIED = "rolegate.may_be_applied"
+
+
+@contextmanager
+def honest_outcome(environ: dict[str, Any]) -> Iterator[None]:
+    """A 503 means nothing was applied: once something may have been, it is a 504.
+
+    Ingest is idempotent (a stored run_id answers `duplicate`), so the 504's
+    retry is safe; a 503 there would tell the sender a stored trace was not.
+    """
+    try:
+        yield
+    except StoreUnavailable as exc:
+        if not environ.get(MAY_BE_APPLIED):
+            raise
+        raise OutcomeUnknown(
+            f"part of this request may be stored already, then Redis failed: {exc.message}; "
+            "send it again (ingest is idempotent: a stored run_id answers duplicate)",
+            **exc.details) from exc
 
 
 def bound(config: str, binding: Binding) -> bool:

@@ -19,7 +19,10 @@ reason while the good ones in the same batch are kept. Answers:
   batch (empty, over router.api.trace_parse.MAX_BATCH);
 - 409: the tripwire lost its compare-and-set every time (the traces are stored;
   retrying the same request trips it again, since a retried run_id stored in this
-  stage still counts); 503: Redis did not answer.
+  stage still counts); 503: Redis did not answer and nothing was stored; 504
+  `outcome_unknown`: a send's answer never came, or some traces were stored before
+  Redis failed (sending the same request again is safe: a stored run_id answers
+  `duplicate`).
 
 A trace counts in the stage of the role's binding as Redis holds it when the
 trace is written, not as this worker's copy (refreshed every 0.2 s) last saw
@@ -58,8 +61,10 @@ from router.api.bodies import SURROGATE_ESCAPE, json_body
 from router.api.judge_sampling import offer_sampled
 from router.api.trace_answers import (
     EXTENSION,
+    MAY_BE_APPLIED,
     QUOTA_COUNTED,
     bound,
+    honest_outcome,
     note_clash,
     single_answer,
     stored_result,
@@ -165,9 +170,15 @@ def _not_bound(trace: Trace, record: VersionedBinding) -> str:
 @require("caller", "gatekeeper")
 def ingest() -> ResponseReturnValue:
     """Validate, check, store and (on a breach) trip; answer each trace's outcome."""
-    spans = otlp.otlp_body(request)
-    if spans is not None:
-        return otlp.ingest(spans, store_traces)
+    with honest_outcome(request.environ):
+        spans = otlp.otlp_body(request)
+        if spans is not None:
+            return otlp.ingest(spans, store_traces)
+        return _ingest_json()
+
+
+def _ingest_json() -> ResponseReturnValue:
+    """The trace JSON body: one trace or a batch."""
     raw = request.get_data(cache=True)
     # A big batch's validation is pure and long (10,000 traces: most of a second
     # of CPU), which under a gevent worker would hold every resolve it serves.
@@ -299,6 +310,8 @@ def _check_and_store(valid: list[tuple[int, Trace]],
             answers = store.add(checked, charge) if checked else []
         except OverQuota as over:
             raise quota_exceeded(refusal(over.what, over.used, over.limit, now)) from None
+        if answers:
+            request.environ[MAY_BE_APPLIED] = True  # a later failure is no "nothing applied"
         charge = None if checked else charge
         for index, item, outcome in zip(where, checked, answers):
             if isinstance(outcome, Moved):

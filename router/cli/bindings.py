@@ -270,7 +270,7 @@ def restore_snapshot(api: ApiClient, reason: str | None, discard: bool) -> None:
     body: dict[str, Any] = {"discard": discard}
     if reason:
         body["reason"] = reason
-    answer = api.post("/v1/bindings/restore-snapshot", body)
+    answer = api.post("/v1/restore-snapshot", body)
     verb = "discarded (archived)" if discard else "restored"
     done = answer["discarded" if discard else "restored"]
     if not answer["lost"]:

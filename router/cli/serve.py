@@ -6,7 +6,8 @@ signals (and systemd's notify socket) reach gunicorn's master directly. The
 config's hooks call `master_starting` and `master_exiting` here: with REDIS_URL
 unset the master starts one embedded server before its workers fork and hands
 them its URL through REDIS_URL; with `--seed FILE` it loads FILE into an empty
-binding table.
+binding table, at once, or, while Redis does not answer, from a thread of the
+master as soon as it does (the router starts either way).
 """
 
 from __future__ import annotations
@@ -14,13 +15,15 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import click
 
 from bindings.connection import connect
-from bindings.errors import Conflict
+from bindings.errors import Conflict, StoreUnavailable
 from bindings.models import BindingFile
 from bindings.store import BindingStore
 from router.cli.bindings import load_bindings_or_exit
@@ -30,6 +33,8 @@ from router.server.settings import load_settings
 #: The factory gunicorn imports in each worker.
 APP_SPEC = "router:create_app()"
 SEED_ACTOR = "rolegate-serve"
+#: How often the master tries the seed again while Redis does not answer.
+SEED_RETRY_S = 1.0
 
 _embedded: EmbeddedRedis | None = None
 
@@ -75,17 +80,55 @@ def master_starting(log: logging.Logger | Any) -> None:
     seed = os.environ.get("ROLEGATE_SEED_FILE")
     if not seed:
         return
-    connection = connect(load_settings().redis_target())
     try:
-        created = seed_bindings(BindingStore(connection), load_binding_file(seed),
-                                Path(seed).name)
+        bindings = load_binding_file(seed)
+        if not seed_once(bindings, seed, log):
+            # Redis is down: start anyway (workers serve the kept table, if any)
+            # and seed from a thread of this master once Redis answers.
+            threading.Thread(target=_seed_later, args=(bindings, seed, log), daemon=True,
+                             name="rolegate-seed").start()
     except BaseException:
         master_exiting(log)
         raise
+
+
+def seed_once(bindings: BindingFile, seed: str, log: logging.Logger | Any) -> bool:
+    """Seed an empty table from `bindings`; False (logged) when Redis did not answer."""
+    connection = connect(load_settings().redis_target())
+    try:
+        created = seed_bindings(BindingStore(connection), bindings, Path(seed).name)
+    except StoreUnavailable as exc:
+        log.warning("could not seed the binding table from %s yet, Redis did not answer "
+                    "(%s); starting anyway and seeding once it does", seed, exc.message)
+        return False
     finally:
         connection.close()
     if created:
         log.info("binding table was empty: loaded %s from %s", ", ".join(created), seed)
+    return True
+
+
+def _seed_later(bindings: BindingFile, seed: str, log: logging.Logger | Any) -> None:
+    """Try the seed every SEED_RETRY_S until Redis answers (the master's daemon thread)."""
+    while True:
+        time.sleep(SEED_RETRY_S)
+        if seed_once(bindings, seed, _Quiet(log)):
+            log.info("Redis answers: seeding from %s done", seed)
+            return
+
+
+class _Quiet:
+    """`log` without the warning each failed retry would repeat."""
+
+    def __init__(self, log: logging.Logger | Any) -> None:
+        self._log = log
+
+    def warning(self, *args: Any) -> None:
+        """Dropped: the first attempt said it."""
+
+    def info(self, *args: Any) -> None:
+        """Passed on."""
+        self._log.info(*args)
 
 
 def master_exiting(log: logging.Logger | Any) -> None:

@@ -44,7 +44,7 @@ OPERATOR_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "responses": {"200": BINDING},
         "errors": (400, *AUTH, 404, 409, 413, 422, 503),
     }},
-    "/v1/bindings/restore-snapshot": {"post": {
+    "/v1/restore-snapshot": {"post": {
         "summary": "After Redis lost data (/healthz: redis_data_lost), write the lost roles "
                    "back from this router's last good table, one version above the kept one "
                    "(archived instead with discard), each with a history entry.",

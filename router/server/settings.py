@@ -22,6 +22,7 @@ ENVIRONMENT = {
     "ROLEGATE_MIN_REPLICAS": "min_replicas",
     "ROLEGATE_REPLICA_WAIT_MS": "replica_wait_ms",
     "ROLEGATE_FULL_RELOAD_INTERVAL": "full_reload_interval_s",
+    "ROLEGATE_HEALTH_HOLD": "health_hold_s",
     "ROLEGATE_RUN_ID_TTL": "run_id_ttl_s",
     "ROLEGATE_TOKENS": "tokens",
     "ROLEGATE_REFRESH_INTERVAL": "refresh_interval_s",
@@ -52,6 +53,8 @@ class Settings(BaseModel):
     replica_wait_ms: int = Field(1000, ge=1, le=1500)
     #: Each worker reloads the whole table this often whatever the change hint says.
     full_reload_interval_s: float = Field(5.0, gt=0.0, le=300.0)
+    #: /healthz stays degraded this long after Redis last refused a write (0: no hold).
+    health_hold_s: float = Field(15.0, ge=0.0, le=3600.0)
     #: "token:scope,token:scope" (a token may be named: "alice=token:operator").
     #: None runs the server open, which it announces loudly.
     tokens: str | None = None
