@@ -144,6 +144,10 @@ def healthz() -> ResponseReturnValue:
                                error=f"Redis refused a write ({condition}) {ago:.1f} s ago")
     cache = services.cache
     cache.all()  # loads this worker's copy (and starts its refresh) if not yet done
+    if cache.stale and redis_check["ok"]:
+        # Redis is back after an outage: look at its table now, so a Redis that
+        # came back empty is named here before this worker's next poll.
+        cache.refresh()
     lost = dict(cache.lost)
     if lost and status == "ok":
         # Resolves are served (the held records, stale); the table must be restored.
