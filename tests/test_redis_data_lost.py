@@ -20,6 +20,7 @@ from router import create_app
 from router.app import SNAPSHOT_FILE
 from router.cli import main
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
+from tests.population import STAMPS
 from tests.servers import OwnRedis, base_env, gunicorn, wait_for, werkzeug_server
 
 CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.5}
@@ -94,6 +95,11 @@ def test_flushall_keeps_the_table_stale_degrades_health_and_restore_writes_it_ba
     assert sorted(table["roles"]) == sorted(ROLES) and table["stale"] is True
     metrics = client.get("/metrics").get_data(as_text=True)
     assert "rolegate_bindings_lost_roles 2.0" in metrics
+    run = {"run_id": "r-1", "role": "summarizer", "config": "cfg_a", "arm": "current",
+           "key": "job-1", "stamps": STAMPS}
+    r = client.post("/v1/traces", json=run, headers=auth(CALLER))
+    assert r.status_code == 503, r.json  # not a 422: the sender keeps it and retries
+    assert r.json["error"]["details"]["condition"] == "redis_data_lost"
 
     r = client.post("/v1/restore-snapshot", json={"reason": "redis volume lost"},
                     headers=auth(OPERATOR))
@@ -107,8 +113,9 @@ def test_flushall_keeps_the_table_stale_degrades_health_and_restore_writes_it_ba
     assert record["version"] == 3 and record["binding"]["share"] == 0.25
     r = client.get("/v1/resolve/summarizer?key=job-1", headers=auth(CALLER))
     assert r.json["stale"] is False and r.json["version"] == 3
-    assert client.get("/healthz").json["status"] == "ok"
     assert cache.generation > 0  # the hint went above the kept table's
+    r = client.post("/v1/traces", json=run, headers=auth(CALLER))
+    assert r.status_code == 200 and r.json["accepted"] == 1, r.json
 
 
 def test_archiving_every_role_empties_the_table(router: Flask) -> None:

@@ -173,12 +173,13 @@ class TraceStore:
         if charge is not None and (len(pending) != 1 or not self.takes_charge):
             raise ValueError("a quota charge rides on one group's script on a standalone Redis")
         charged = charge
-        for attempt in range(_ATTEMPTS):
+        stored = False
+        for _ in range(_ATTEMPTS):
             try:
                 answers = self._run([g.call(self.retention, self.run_ttl_s, self.window_ttl_s,
                                             charge) for g in pending])
             except StoreUnavailable as exc:
-                if attempt == 0:
+                if not stored:
                     raise
                 # An earlier round stored some groups: "nothing applied" would be a lie.
                 raise OutcomeUnknown(f"some traces were stored, then Redis failed: "
@@ -199,6 +200,7 @@ class TraceStore:
                     retry.append(group)
                     continue
                 group.resolve(items, flags[1:], results)
+                stored = True
             if not retry:
                 return [r for r in results if r is not None]
             pending = retry

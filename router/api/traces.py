@@ -47,8 +47,9 @@ from typing import Any
 from flask import Blueprint, Flask, current_app, g, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from bindings.errors import NotFound
+from bindings.errors import NotFound, StoreUnavailable
 from bindings.models import VersionedBinding, validate_role_name
+from bindings.table_guard import DATA_LOST
 from gatekeeper import tripwire
 from gatekeeper.checks.invariants import check
 from gatekeeper.store.pending_spans import PendingSpans
@@ -149,7 +150,17 @@ class _Bindings:
 
     def _read(self, role: str) -> VersionedBinding:
         self.fresh.add(role)
-        record = self.services.store.get(role)
+        try:
+            record = self.services.store.get(role)
+        except NotFound:
+            if role not in self.services.cache.lost:
+                raise
+            # Not the sender's mistake (a 422 would have it drop the trace): Redis
+            # lost the role; it can be counted once the table is written back.
+            raise StoreUnavailable(
+                f"Redis lost its data for role {role!r} (routers serve its kept binding); "
+                "the trace is not stored: send it again once `rolegate bindings "
+                "restore-snapshot` has run", role=role, condition=DATA_LOST) from None
         self.services.cache.put(record)
         return record
 
@@ -310,7 +321,7 @@ def _check_and_store(valid: list[tuple[int, Trace]],
             answers = store.add(checked, charge) if checked else []
         except OverQuota as over:
             raise quota_exceeded(refusal(over.what, over.used, over.limit, now)) from None
-        if answers:
+        if any(not isinstance(outcome, Moved) for outcome in answers):
             request.environ[MAY_BE_APPLIED] = True  # a later failure is no "nothing applied"
         charge = None if checked else charge
         for index, item, outcome in zip(where, checked, answers):
