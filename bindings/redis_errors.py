@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
 import redis
@@ -102,3 +104,19 @@ class write_errors(redis_errors):
                 f"the write was sent but Redis did not answer ({exc}): it may or may not "
                 "have been applied; read the record back before retrying") from exc
         super().__exit__(exc_type, exc, tb)
+
+
+@contextmanager
+def partly_applied(applied: bool) -> Iterator[None]:
+    """With `applied` (an earlier step of the same request landed), a 503 becomes a 504.
+
+    A 503 says nothing was applied; after a step that was, a failure leaves the
+    request's outcome open (trace ingest is idempotent: sending it again is safe).
+    """
+    try:
+        yield
+    except StoreUnavailable as exc:
+        if not applied:
+            raise
+        raise OutcomeUnknown(f"part of the request was stored, then Redis failed: "
+                             f"{exc.message}; send it again", **exc.details) from exc

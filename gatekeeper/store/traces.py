@@ -40,8 +40,8 @@ import redis
 from redis.cluster import RedisCluster
 
 from bindings.connection import Connection
-from bindings.errors import Conflict, InvalidInput, NotFound, OutcomeUnknown, StoreUnavailable
-from bindings.redis_errors import write_errors
+from bindings.errors import Conflict, InvalidInput, NotFound
+from bindings.redis_errors import partly_applied, write_errors
 from bindings.store import _redis_errors, load_stored
 from gatekeeper.checks.invariants import TraceVerdict
 from gatekeeper.store.kept import KeptConnections
@@ -173,18 +173,10 @@ class TraceStore:
         if charge is not None and (len(pending) != 1 or not self.takes_charge):
             raise ValueError("a quota charge rides on one group's script on a standalone Redis")
         charged = charge
-        stored = False
         for _ in range(_ATTEMPTS):
-            try:
+            with partly_applied(any(isinstance(r, Stored) for r in results)):
                 answers = self._run([g.call(self.retention, self.run_ttl_s, self.window_ttl_s,
                                             charge) for g in pending])
-            except StoreUnavailable as exc:
-                if not stored:
-                    raise
-                # An earlier round stored some groups: "nothing applied" would be a lie.
-                raise OutcomeUnknown(f"some traces were stored, then Redis failed: "
-                                     f"{exc.message}; send them again (ingest is idempotent)"
-                                     ) from exc
             charge = None  # counted once: a group sent again leaves it out
             retry = []
             for group, answer in zip(pending, answers):
@@ -200,15 +192,13 @@ class TraceStore:
                     retry.append(group)
                     continue
                 group.resolve(items, flags[1:], results)
-                stored = True
             if not retry:
                 return [r for r in results if r is not None]
             pending = retry
         raise Conflict("run ids kept changing under a concurrent ingest; retry the request")
 
     def _run(self, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        # A send whose answer never came may have stored its traces: 504, not 503.
-        with write_errors():
+        with write_errors():  # an answer that never came: 504, not 503
             try:
                 return self._evalsha(calls)
             except redis.exceptions.NoScriptError:

@@ -69,6 +69,7 @@ def _gatekeeper_check() -> dict[str, Any]:
     return {"ok": summary["status"] == "ok", "status": summary["status"],
             "leader": summary["leader"], "age_s": summary["age_s"], "text": summary["text"]}
 
+
 class Refusals:
     """The last write this worker saw Redis refuse (OOM, READONLY, ...), and when."""
 
