@@ -6,6 +6,7 @@ it started, and only that.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -17,8 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import IO, TypeVar
+from typing import IO, Any, TypeVar
 
 import redis
 import requests
@@ -106,6 +108,43 @@ def process(argv: list[str], env: Mapping[str, str], url: str, *,
             proc.kill()
             proc.wait(5)
         log.close()
+
+
+@contextmanager
+def json_receiver(answer: Callable[[Any], int | tuple[int, str]] = lambda body: 204,
+                  path: str = "/hook") -> Iterator[tuple[str, list[Any]]]:
+    """A loopback HTTP server for webhooks; yields its URL and the bodies it accepted.
+
+    Each POSTed JSON body goes to `answer`, which returns the status to answer (and a
+    text); bodies answered 2xx are kept, in arrival order.
+    """
+    accepted: list[Any] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            said = answer(body)
+            status, text = said if isinstance(said, tuple) else (said, "")
+            if 200 <= status < 300:
+                accepted.append(body)
+            self.send_response(status)
+            self.end_headers()
+            if text:
+                self.wfile.write(text.encode())
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                              daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}{path}", accepted
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
 
 
 def base_env(**overrides: str) -> dict[str, str]:

@@ -9,10 +9,8 @@ delivery here as it would be there.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -36,7 +34,7 @@ from rolegate.http import ApiClient
 from router.cli.main import main
 from tests.conftest import GATEKEEPER, OPERATOR, auth
 from tests.population import Population
-from tests.servers import wait_for, werkzeug_server
+from tests.servers import json_receiver, wait_for, werkzeug_server
 
 Check = Callable[[Any], str | None]
 
@@ -117,35 +115,17 @@ def discord_problem(body: Any) -> str | None:
 @contextmanager
 def receiver(check: Check, ok_status: int = 200) -> Iterator[tuple[str, list[Any]]]:
     """A loopback receiver keeping every body it accepted; refusing (400) what `check` flags."""
-    accepted: list[Any] = []
     refused: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-            problem = check(body)
-            if problem is None:
-                accepted.append(body)
-            else:
-                refused.append(problem)
-            self.send_response(ok_status if problem is None else 400)
-            self.end_headers()
-            self.wfile.write(b"ok" if problem is None else problem.encode())
+    def answer(body: Any) -> tuple[int, str]:
+        problem = check(body)
+        if problem is not None:
+            refused.append(problem)
+        return (ok_status, "ok") if problem is None else (400, problem)
 
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/hook", accepted
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-        assert not refused, f"the receiver refused: {refused}"
+    with json_receiver(answer) as (url, accepted):
+        yield url, accepted
+    assert not refused, f"the receiver refused: {refused}"
 
 
 ROLLBACK_EVENT = {"kind": ROLLBACK, "role": "summarizer", "action": "rollback",

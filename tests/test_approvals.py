@@ -7,20 +7,18 @@ CLI, and a real gatekeeper that waits at the step and continues once approved.
 from __future__ import annotations
 
 import pytest
-import requests
 from click.testing import CliRunner
 from flask import Flask
 
 from bindings.errors import IllegalTransition
 from bindings.models import Binding, CanaryStep, GatePolicy, Stage, Thresholds, VersionedBinding
-from gatekeeper.loop import Gatekeeper
 from gatekeeper.machine.decide import Action, Evidence, decide
 from gatekeeper.machine.stages import Event, apply
-from rolegate.http import ApiClient
 from router.cli.main import main
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
+from tests.gatekeeping import APPROVAL_STEPS, gate_view, keeper, put_canary, tick_until
 from tests.population import Population
-from tests.servers import wait_for, werkzeug_server
+from tests.servers import werkzeug_server
 
 NOW = 1_000_000.0
 POLICY = GatePolicy(thresholds=Thresholds(min_samples=20, min_stage_seconds=60, alpha=0.01))
@@ -91,39 +89,16 @@ def test_approve_needs_the_operator_scope_and_is_recorded(app: Flask) -> None:
 @pytest.mark.slow
 def test_a_real_gatekeeper_waits_for_the_approval_then_continues(app: Flask) -> None:
     """Healthy traffic: the gatekeeper stops at the approval step; `rolegate approve` frees it."""
-    policy = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.9, "alpha": 0.01,
-                             "min_stage_seconds": 0.2, "bake_seconds": 0.4},
-              "invariants": {"artifact_exists": ["out.md"]}}
-    with werkzeug_server(app) as url:
-        binding = {"current": "cfg-a", "candidate": "cfg-good", "stage": "canary", "share": 0.3,
-                   "steps": [0.3, {"share": 0.6, "approval": True}], "gate": policy}
-        requests.put(f"{url}/v1/bindings/r", json=binding, headers=auth(OPERATOR),
-                     timeout=5).raise_for_status()
-        api = ApiClient(url, GATEKEEPER)
-        keeper = Gatekeeper(api, interval=0.05, holder="gk-approve")
-
-        def view() -> dict:
-            return requests.get(f"{url}/v1/roles/r/gate", headers=auth(CALLER), timeout=5).json()
-
-        try:
-            with Population(url, ["r"]):
-                def waiting() -> bool:
-                    keeper.once()
-                    return view()["next"]["state"] == "awaiting_approval"
-                wait_for(waiting, 40, "the approval step to pass its gate", interval=0.1)
-                for _ in range(5):
-                    keeper.once()
-                assert view()["share"] == 0.6  # still held: nobody approved
-                env = {"ROLEGATE_URL": url, "ROLEGATE_TOKEN": OPERATOR,
-                       "ROLEGATE_RETRY_NO_WAIT": "1"}
-                result = CliRunner().invoke(main, ["approve", "r", "--reason", "looks good"],
-                                            env=env)
-                assert result.exit_code == 0, result.output
-
-                def moved_on() -> bool:
-                    keeper.once()
-                    return view()["stage"] in ("full", "stable")
-                wait_for(moved_on, 40, "the rollout to continue after approval", interval=0.1)
-        finally:
-            keeper.release()
-            api.close()
+    with werkzeug_server(app) as url, keeper(url, "gk-approve") as gatekeeper:
+        put_canary(url, "r", "cfg-good", APPROVAL_STEPS)
+        with Population(url, ["r"]):
+            tick_until(gatekeeper, lambda: gate_view(url, "r")["next"]["state"]
+                       == "awaiting_approval", "the approval step to pass its gate")
+            for _ in range(5):
+                gatekeeper.once()
+            assert gate_view(url, "r")["share"] == 0.6  # still held: nobody approved
+            env = {"ROLEGATE_URL": url, "ROLEGATE_TOKEN": OPERATOR, "ROLEGATE_RETRY_NO_WAIT": "1"}
+            result = CliRunner().invoke(main, ["approve", "r", "--reason", "looks good"], env=env)
+            assert result.exit_code == 0, result.output
+            tick_until(gatekeeper, lambda: gate_view(url, "r")["stage"] in ("full", "stable"),
+                       "the rollout to continue after approval")

@@ -19,14 +19,20 @@ import requests
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from gatekeeper.loop import Gatekeeper
 from gatekeeper.store.configs import config_key
-from rolegate.http import ApiClient
 from router import create_app
-from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
+from tests.conftest import CALLER, OPERATOR, TOKENS, auth
 from tests.dashboard_seed import STAMPS, seed
+from tests.gatekeeping import (
+    APPROVAL_STEPS,
+    EVERY_RULE,
+    binding,
+    gate_view,
+    keeper,
+    put_canary,
+    tick_until,
+)
 from tests.population import Population
-from tests.servers import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
 EXAMPLE = Path(__file__).resolve().parent.parent / "bindings.example.json"
@@ -289,10 +295,8 @@ def test_no_gatekeeper_banner_appears_and_clears(page: Page, live: str, shots: P
     expect(page.locator("#what-next")).not_to_contain_text("at the gatekeeper's next tick")
     _shot(page, shots, "dashboard-no-gatekeeper.png")
 
-    api = ApiClient(live, GATEKEEPER)
-    keeper = Gatekeeper(api, interval=30.0, holder="gk-browser", dry_run=False)
-    try:
-        keeper.once()
+    with keeper(live, "gk-browser", interval=30.0) as gatekeeper:
+        gatekeeper.once()
         page.reload()
         banner = page.locator("#gatekeeper-status")
         expect(banner).to_have_attribute("data-status", "ok")
@@ -300,53 +304,28 @@ def test_no_gatekeeper_banner_appears_and_clears(page: Page, live: str, shots: P
         expect(banner).not_to_contain_text("No gatekeeper is judging")
         page.goto(f"{live}/")
         expect(page.locator("#gatekeeper-status")).to_have_attribute("data-status", "ok")
-    finally:
-        keeper.release()
-        api.close()
 
 
 def test_an_approval_step_waits_and_the_button_approves(page: Page, live: str,
                                                           shots: Path) -> None:
     """A passed approval step holds; Approve (operator, with a reason) lets the rollout go on."""
-    policy = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.9, "alpha": 0.01,
-                             "min_stage_seconds": 0.2, "bake_seconds": 0.4},
-              "invariants": {"artifact_exists": ["out.md"]}}
-    binding = {"current": "cfg-a", "candidate": "cfg-good", "stage": "canary", "share": 0.3,
-               "steps": [0.3, {"share": 0.6, "approval": True}], "gate": policy}
-    requests.put(f"{live}/v1/bindings/approver", json=binding, headers=auth(OPERATOR),
-                 timeout=5).raise_for_status()
-    api = ApiClient(live, GATEKEEPER)
-    keeper = Gatekeeper(api, interval=0.05, holder="gk-approve-page")
-
-    def state() -> dict:
-        return requests.get(f"{live}/v1/roles/approver/gate", headers=auth(CALLER),
-                            timeout=5).json()
-
-    try:
-        with Population(live, ["approver"]):
-            def waiting() -> bool:
-                keeper.once()
-                return bool(state()["next"]["state"] == "awaiting_approval")
-            wait_for(waiting, 40, "the approval step to pass its gate", interval=0.1)
-            page.goto(f"{live}/roles/approver")
-            page.fill("#token-input", OPERATOR)
-            page.click("#token-save")
-            expect(page.locator("#what-next")).to_contain_text("awaits an operator's approval")
-            _shot(page, shots, "dashboard-awaiting-approval.png")
-            page.locator('#content button[data-action="approve"]').click()
-            page.fill("#action-reason", "canary tables checked by hand")
-            page.click("#action-confirm")
-            expect(page.locator("#action-dialog")).to_be_hidden()
-
-            def moved_on() -> bool:
-                keeper.once()
-                return state()["stage"] in ("full", "stable")
-            wait_for(moved_on, 40, "the rollout to continue after approval", interval=0.1)
-        page.reload()
-        expect(page.locator("#stage")).not_to_have_text("canary")
-    finally:
-        keeper.release()
-        api.close()
+    put_canary(live, "approver", "cfg-good", APPROVAL_STEPS)
+    with keeper(live, "gk-approve-page") as gatekeeper, Population(live, ["approver"]):
+        tick_until(gatekeeper, lambda: gate_view(live, "approver")["next"]["state"]
+                   == "awaiting_approval", "the approval step to pass its gate")
+        page.goto(f"{live}/roles/approver")
+        page.fill("#token-input", OPERATOR)
+        page.click("#token-save")
+        expect(page.locator("#what-next")).to_contain_text("awaits an operator's approval")
+        _shot(page, shots, "dashboard-awaiting-approval.png")
+        page.locator('#content button[data-action="approve"]').click()
+        page.fill("#action-reason", "canary tables checked by hand")
+        page.click("#action-confirm")
+        expect(page.locator("#action-dialog")).to_be_hidden()
+        tick_until(gatekeeper, lambda: gate_view(live, "approver")["stage"]
+                   in ("full", "stable"), "the rollout to continue after approval")
+    page.reload()
+    expect(page.locator("#stage")).not_to_have_text("canary")
     entries = requests.get(f"{live}/v1/bindings/approver/history", headers=auth(CALLER),
                            timeout=5).json()["entries"]
     approvals = [e for e in entries if e["action"] == "approve"]
@@ -376,27 +355,10 @@ def test_role_page_intervals_say_what_they_are(page: Page, live: str) -> None:
 
 def test_a_policy_hold_holds_and_the_page_says_why(page: Page, live: str, shots: Path) -> None:
     """gate.responses hold: a broken candidate is paused, not rolled back; the page says why."""
-    policy = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.9, "alpha": 0.01,
-                             "min_stage_seconds": 0.2},
-              "invariants": {"artifact_exists": ["out.md"]},
-              "responses": {rule: "hold" for rule in ("drift", "sequential", "vs_current",
-                                                      "stage_end", "criteria")}}
-    binding = {"current": "cfg-a", "candidate": "cfg-broken", "stage": "canary", "share": 0.5,
-               "steps": [0.5], "gate": policy}
-    requests.put(f"{live}/v1/bindings/holder", json=binding, headers=auth(OPERATOR),
-                 timeout=5).raise_for_status()
-    api = ApiClient(live, GATEKEEPER)
-    keeper = Gatekeeper(api, interval=0.05, holder="gk-hold-page")
-    try:
-        with Population(live, ["holder"]):
-            def paused() -> bool:
-                keeper.once()
-                return bool(requests.get(f"{live}/v1/bindings/holder", headers=auth(CALLER),
-                                         timeout=5).json()["binding"]["paused"])
-            wait_for(paused, 40, "the policy hold to pause the role", interval=0.1)
-    finally:
-        keeper.release()
-        api.close()
+    put_canary(live, "holder", "cfg-broken", [0.5], {rule: "hold" for rule in EVERY_RULE})
+    with keeper(live, "gk-hold-page") as gatekeeper, Population(live, ["holder"]):
+        tick_until(gatekeeper, lambda: binding(live, "holder")["paused"],
+                   "the policy hold to pause the role")
     page.goto(f"{live}/roles/holder")
     page.fill("#token-input", CALLER)
     page.click("#token-save")

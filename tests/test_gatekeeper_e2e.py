@@ -13,11 +13,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import IO, Any
 
 import pytest
@@ -26,7 +24,7 @@ from flask import Flask
 
 from tests.conftest import GATEKEEPER, OPERATOR, auth
 from tests.population import Population
-from tests.servers import ROOT, base_env, wait_for, werkzeug_server
+from tests.servers import ROOT, base_env, json_receiver, wait_for, werkzeug_server
 
 pytestmark = pytest.mark.slow
 
@@ -36,34 +34,11 @@ POLICY = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.9, "alpha": 0.01,
           "invariants": {"artifact_exists": ["out.md"], "forbidden_tools": ["delete_all"]}}
 
 
-class _Receiver(BaseHTTPRequestHandler):
-    events: list[dict[str, Any]]
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-        length = int(self.headers.get("Content-Length", 0))
-        self.events.append(json.loads(self.rfile.read(length)))
-        self.send_response(204)
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        return None
-
-
 @contextmanager
 def webhook_receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A loopback HTTP server that keeps every JSON body POSTed to it."""
-    events: list[dict[str, Any]] = []
-    handler = type("Receiver", (_Receiver,), {"events": events})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/hook", events
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with json_receiver() as (url, events):
+        yield url, events
 
 
 @contextmanager

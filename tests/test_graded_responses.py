@@ -14,15 +14,14 @@ from flask import Flask
 from pydantic import ValidationError
 
 from bindings.models import Binding, GatePolicy, Stage, Thresholds, VersionedBinding
-from gatekeeper.loop import Gatekeeper
 from gatekeeper.machine.decide import Action, Evidence, decide
 from gatekeeper.machine.next_step import explain
 from gatekeeper.machine.responses import Responder
-from rolegate.http import ApiClient
 from router.cli.main import main
-from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
+from tests.conftest import CALLER, OPERATOR, auth
+from tests.gatekeeping import EVERY_RULE, binding, gate_view, keeper, put_canary, tick_until
 from tests.population import Population
-from tests.servers import wait_for, werkzeug_server
+from tests.servers import werkzeug_server
 
 NOW = 1_000_000.0
 PASSING_DRIFTING = Evidence(verdict="pass", n=100, passes=95, current_n=1000,
@@ -30,7 +29,6 @@ PASSING_DRIFTING = Evidence(verdict="pass", n=100, passes=95, current_n=1000,
 FORBIDDEN = Evidence(verdict="fail", n=10, passes=9,
                      reasons=("forbidden-tool calls in 1 of 10 traces",),
                      reason_codes=("forbidden_rate",))
-EVERY_RULE = ("drift", "shadow", "sequential", "criteria", "stage_end", "mcnemar", "vs_current")
 
 
 def _record(responses: dict[str, str]) -> VersionedBinding:
@@ -85,54 +83,26 @@ def test_the_policy_names_real_rules_and_responses() -> None:
         GatePolicy(responses={"drift": "pause"})
 
 
-def _broken(url: str, role: str, responses: dict[str, str]) -> None:
-    policy = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.9, "alpha": 0.01,
-                             "min_stage_seconds": 0.2, "bake_seconds": 0.4},
-              "invariants": {"artifact_exists": ["out.md"]}, "responses": responses}
-    binding = {"current": "cfg-a", "candidate": "cfg-broken", "stage": "canary", "share": 0.5,
-               "steps": [0.5, 1.0], "gate": policy}
-    requests.put(f"{url}/v1/bindings/{role}", json=binding, headers=auth(OPERATOR),
-                 timeout=5).raise_for_status()
-
-
 @pytest.mark.slow
 def test_a_real_gatekeeper_holds_or_only_warns_as_the_policy_says(app: Flask) -> None:
     """hold: the broken candidate is paused on its canary for a human; warn: never rolled back,
     and `rolegate status` shows the warning."""
     with werkzeug_server(app) as url:
-        _broken(url, "held", {rule: "hold" for rule in EVERY_RULE})
-        _broken(url, "warned", {rule: "warn" for rule in EVERY_RULE})
-        api = ApiClient(url, GATEKEEPER)
-        keeper = Gatekeeper(api, interval=0.05, holder="gk-graded")
-
-        def binding(role: str) -> dict:
-            return requests.get(f"{url}/v1/bindings/{role}", headers=auth(CALLER),
-                                timeout=5).json()["binding"]
-
-        try:
-            with Population(url, ["held", "warned"]):
-                def paused() -> bool:
-                    keeper.once()
-                    return bool(binding("held")["paused"])
-                wait_for(paused, 40, "the policy hold to pause the broken candidate",
-                         interval=0.1)
-                view = requests.get(f"{url}/v1/roles/warned/gate", headers=auth(CALLER),
-                                    timeout=5).json()
-                wait_for(lambda: keeper.once() and requests.get(
-                    f"{url}/v1/roles/warned/gate", headers=auth(CALLER),
-                    timeout=5).json()["next"]["warnings"], 20, "a warning on the warned role",
-                    interval=0.1)
-        finally:
-            keeper.release()
-            api.close()
-        held = binding("held")
+        put_canary(url, "held", "cfg-broken", [0.5, 1.0], {r: "hold" for r in EVERY_RULE})
+        put_canary(url, "warned", "cfg-broken", [0.5, 1.0], {r: "warn" for r in EVERY_RULE})
+        with keeper(url, "gk-graded") as gatekeeper, Population(url, ["held", "warned"]):
+            tick_until(gatekeeper, lambda: binding(url, "held")["paused"],
+                       "the policy hold to pause the broken candidate")
+            tick_until(gatekeeper, lambda: gate_view(url, "warned")["next"]["warnings"],
+                       "a warning on the warned role")
+        held = binding(url, "held")
         assert held["stage"] == "canary" and held["share"] == 0.5
         entry = requests.get(f"{url}/v1/bindings/held/history?limit=1", headers=auth(CALLER),
                              timeout=5).json()["entries"][0]
         assert entry["action"] == "pause" and entry["reason"].startswith(
             "gatekeeper: held by policy (gate.responses[")
-        assert binding("warned")["stage"] != "rolled_back"
-        view = requests.get(f"{url}/v1/roles/held/gate", headers=auth(CALLER), timeout=5).json()
+        assert binding(url, "warned")["stage"] != "rolled_back"
+        view = gate_view(url, "held")
         assert view["next"]["state"] == "paused" and "held by policy" in view["next"]["summary"]
         env = {"ROLEGATE_URL": url, "ROLEGATE_TOKEN": OPERATOR, "ROLEGATE_RETRY_NO_WAIT": "1"}
         out = CliRunner().invoke(main, ["status", "warned"], env=env).stdout

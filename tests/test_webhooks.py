@@ -2,48 +2,26 @@
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from gatekeeper.webhooks import ROLLBACK, Notifier, parse_urls
-from tests.servers import free_port, wait_for
+from tests.servers import free_port, json_receiver, wait_for
 
 
 @contextmanager
 def flaky_receiver(failures: int) -> Iterator[tuple[str, list[dict[str, Any]]]]:
     """A loopback receiver answering 503 to the first `failures` posts, then 204."""
-    events: list[dict[str, Any]] = []
     seen = [0]
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            seen[0] += 1
-            if seen[0] <= failures:
-                self.send_response(503)
-            else:
-                events.append(json.loads(body))
-                self.send_response(204)
-            self.end_headers()
+    def answer(body: Any) -> int:
+        seen[0] += 1
+        return 503 if seen[0] <= failures else 204
 
-        def log_message(self, *args: Any) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                              daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/", events
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with json_receiver(answer, path="/") as (url, events):
+        yield url, events
 
 
 def test_parse_urls() -> None:
