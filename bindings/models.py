@@ -130,7 +130,7 @@ class DriftPolicy(Frozen):
 #: decide()'s rules that can roll back, as `gate.responses` names them
 #: (`gatekeeper.machine.responses` says what each is).
 RESPONSE_RULES = ("gate", "drift", "shadow", "sequential", "criteria", "stage_end", "mcnemar",
-                  "vs_current")
+                  "vs_current", "reports")
 
 
 class GatePolicy(Frozen):

@@ -8,7 +8,8 @@ trace only ever adds integers, so windows merge by summing.
 
 Fields: the scalars in `SCALARS`, and counters under a prefix: `crit_n:<key>`
 and `crit_pass:<key>` per criterion, `steps:<count>` and `cost:<micro-USD
-bucket>` histograms, `tool:<name>` calls, `forbid:<name>` traces that called a
+bucket>` histograms, `rep:<time bucket>` runs that arrived per bucket of their
+start, `tool:<name>` calls, `forbid:<name>` traces that called a
 forbidden tool, `lost:<name>` traces that lost a required tool.
 """
 
@@ -20,6 +21,7 @@ from typing import Any
 
 from bindings.models import Invariants
 from gatekeeper.checks.invariants import CRITERIA, TraceVerdict, check
+from gatekeeper.stats.concurrent import BUCKET_S
 from gatekeeper.stats.statistics import histogram_percentile
 from rolegate.trace import Trace
 
@@ -36,6 +38,8 @@ COST = "cost:"
 TOOL = "tool:"
 FORBID = "forbid:"
 LOST = "lost:"
+#: Runs that arrived, per time bucket (of `BUCKET_S` seconds) of their start.
+REPORTED = "rep:"
 #: Not an increment of a trace: the ingest script counts run-id clashes into the window.
 CLASHES = "clashes"
 
@@ -56,11 +60,17 @@ def cost_bucket(micros: int) -> int:
 def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
     """The fields one trace adds to a window (only non-zero ones: the hash stays small)."""
     # Plain dict work: this runs once per ingested trace, on the hot path.
+    # Every arriving run, judged or not, counts as reported in the time bucket it
+    # started in (`gatekeeper.stats.reports` compares these with the assignments).
+    started = (None if trace.time is None
+               else f"{REPORTED}{int((trace.time - trace.latency_s) // BUCKET_S)}")
     if not verdict.judged:
-        return {"unjudged": 1}
+        return {"unjudged": 1} if started is None else {"unjudged": 1, started: 1}
     cost = round(trace.cost_usd * MICROS)
     steps = trace.step_count
     out = {"n": 1, f"{STEPS}{steps}": 1, f"{COST}{cost_bucket(cost)}": 1}
+    if started is not None:
+        out[started] = 1
     if verdict.passed:
         out["passes"] = 1
     if verdict.forbidden:
@@ -214,6 +224,10 @@ class WindowStats:
         order = {name: i for i, name in enumerate(CRITERIA)}
         names = sorted(judged, key=lambda name: (order.get(name, len(order)), name))
         return {name: (passed.get(name, 0), judged[name]) for name in names}
+
+    def reported_buckets(self) -> dict[int, int]:
+        """{time bucket of the run's start: runs that arrived}."""
+        return {int(k): v for k, v in self._prefixed(REPORTED).items()}
 
     def steps_histogram(self) -> dict[int, int]:
         """{step count: traces}."""

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUnavailable
+from rolegate.exposures import EXPOSURES_PATH, Counters, Exposures, Sender, counters_of
 from rolegate.http import ApiClient
 from rolegate.recorder import Recorder
 from rolegate.refresher import MAX_WATCH_TIMEOUT, SnapshotRefresher
@@ -130,6 +131,10 @@ class Client(SnapshotRefresher):
         # across threads); one attempt per call, since the loop is the retry.
         self._refresh_api = functools.partial(ApiClient, url, token, timeout=timeout, attempts=1)
         self._api = self._refresh_api()
+        #: Every in-process assignment, counted per (role, config, arm, stage epoch)
+        #: and sent on its own thread (the router cannot see these resolves).
+        self._exposures = Exposures()
+        self._counted: dict[str, Counters] = {}
         starting = starting_snapshot(bootstrap, self.snapshot_path)
         if starting is not None:
             self._install(starting, confirmed=False)
@@ -141,6 +146,9 @@ class Client(SnapshotRefresher):
         # An agent that exits without close() still gets its traces sent: atexit
         # runs while daemon threads are alive (bounded by flush_timeout).
         atexit.register(self._reporter.close)
+        self._exposure_api = self._refresh_api()
+        self._sender = Sender(self._exposures, self._post_exposures, time.time)
+        atexit.register(self._sender.close)
         self._start_refreshing()
         # Threads do not survive a fork: the child starts its own (a weak reference,
         # so the hook, which cannot be unregistered, never keeps a client alive).
@@ -180,10 +188,19 @@ class Client(SnapshotRefresher):
         if attributes and self._snapshot is not None:
             targeted = self._snapshot.targeted(role, key, attributes, self._stale)
             if targeted is not None:
+                self._exposures.count(role, targeted["config"], targeted["arm"],
+                                      self._counted[role][3])
                 return targeted
         current, candidate, share = entry
-        answer = (candidate if candidate is not None and bucket(role, key) < share
-                  else current).copy()
+        counters = self._counted[role]
+        if candidate is not None and bucket(role, key) < share:
+            answer = candidate.copy()
+            next(counters[1])  # type: ignore[arg-type]
+        else:
+            answer = current.copy()
+            next(counters[0])
+        if counters[2] is not None:
+            next(counters[2])  # shadow: the candidate runs this job too
         answer["key"] = key
         answer["stale"] = self._stale
         return answer  # type: ignore[return-value]
@@ -240,6 +257,9 @@ class Client(SnapshotRefresher):
             raise SnapshotUnavailable("no snapshot loaded")
         self._snapshot.save(path)
 
+    def _post_exposures(self, rows: list[dict[str, Any]]) -> None:
+        self._exposure_api.request("POST", EXPOSURES_PATH, ok=(200,), json={"exposures": rows})
+
     def _restart_in_child(self) -> None:
         """In a forked child: own connections, own threads, and stale until the router answers."""
         if self._closed:
@@ -248,6 +268,10 @@ class Client(SnapshotRefresher):
         self._stale = True
         self.last_error = "forked: this process has not heard from the router yet"
         self._reporter.after_fork_in_child()
+        self._exposures = Exposures()  # the parent sends its own counts
+        self._counted = counters_of(self._exposures, self._snapshot)
+        self._exposure_api = self._refresh_api()
+        self._sender = Sender(self._exposures, self._post_exposures, time.time)
         self._start_refreshing()
 
     def _too_old(self) -> SnapshotTooOld:
@@ -308,8 +332,10 @@ class Client(SnapshotRefresher):
         deadline = _monotonic() + bound
         self._closed = True
         atexit.unregister(self._reporter.close)
+        atexit.unregister(self._sender.close)
         self._stop.set()
         self._reporter.close(bound)
+        self._sender.close(max(0.0, min(1.0, deadline - _monotonic())))
         if self._thread.is_alive():
             self._thread.join(max(0.0, min(deadline - _monotonic(), REFRESH_JOIN_S)))
 

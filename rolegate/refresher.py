@@ -21,6 +21,7 @@ from pathlib import Path
 import requests
 from pydantic import ValidationError
 
+from rolegate.exposures import Counters, Exposures, counters_of
 from rolegate.http import ApiClient, ApiError
 from rolegate.snapshot import Entry, Snapshot, ToolGate
 
@@ -50,6 +51,8 @@ class SnapshotRefresher:
     _etag: str | None
     _snapshot: Snapshot | None
     _entries: dict[str, Entry]
+    _exposures: Exposures
+    _counted: dict[str, Counters]
     _gates: dict[str, ToolGate]
     _confirmed: float
     _stale: bool
@@ -126,6 +129,8 @@ class SnapshotRefresher:
         # timestamp with the previous table.
         self._snapshot = snapshot
         self._gates = snapshot.gates
+        # The counters before the entries: a resolve finds its role's counters.
+        self._counted = counters_of(self._exposures, snapshot)
         self._entries = snapshot.entries
         if confirmed:
             self._confirm()

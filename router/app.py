@@ -46,6 +46,7 @@ BLUEPRINT_MODULES = (
     "router.api.judges",
     "router.api.trace_reads",
     "router.api.offline",
+    "router.api.exposures",
     "router.api.ofrep",
 )
 

@@ -37,6 +37,7 @@ the fixed-sample ones (rule 6) are read exactly once.
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
@@ -45,6 +46,7 @@ from typing import Any
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
 from gatekeeper.machine.deadline import overdue
 from gatekeeper.machine.durations import stage_minimum
+from gatekeeper.machine.reports import report_decision
 from gatekeeper.machine.responses import HELD, HOLD, WARN, Responder, response_details
 from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, Combined, final_alpha
 from gatekeeper.stats.criteria_gate import KeyCounts, KeyVerdict, acting, criteria_tests
@@ -96,6 +98,8 @@ class Evidence:
     criteria: tuple[KeyCounts, ...] = ()
     #: Why promotion waits for the judge's evidence (the view's judges.wait), if it does.
     judged_wait: str | None = None
+    #: The gate view's `reports` section (assigned against reported); None: none.
+    reports: Mapping[str, Any] | None = None
     #: Extra figures to keep in the history entry.
     figures: Mapping[str, Any] = field(default_factory=dict)
 
@@ -190,6 +194,8 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
             "sequential", _rejected(combined, evidence, paired),
             sequential={**combined.as_dict(), "p0": rate_p0(evidence)})):
         return failed
+    if reported := report_decision(evidence.reports, fail, functools.partial(make, Action.HOLD)):
+        return reported  # type: ignore[no-any-return]
     if rejected and (failed := fail("criteria", "; ".join(v.reason() for v in rejected),
                                     [v.counts.key for v in rejected], **_criteria_details(rejected))):
         return failed
@@ -397,6 +403,7 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
         carried=Carried.from_view(view.get("rollout")),
         criteria=tuple(KeyCounts.from_dict(k) for k in keys if isinstance(k, Mapping)),
         judged_wait=(view.get("judges") or {}).get("wait"),
+        reports=view.get("reports"),
     )
 
 

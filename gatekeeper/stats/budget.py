@@ -5,7 +5,7 @@ rollout rolls back a candidate that is no worse than current (nor under
 `min_pass_rate`), all tests together. It is split once, in the open, instead
 of each test taking the whole alpha:
 
-- SEQUENTIAL_SHARE (0.7) for the tests read at every tick, combined as one
+- SEQUENTIAL_SHARE (0.65) for the tests read at every tick, combined as one
   e-value: the weighted average of the sequential failure-rate test against
   current's p0, the sequential McNemar test over the shadow flips and the
   pass-rate floor test. Each is a nonnegative supermartingale under its null,
@@ -27,6 +27,10 @@ of each test taking the whole alpha:
   each deterministic criterion of the spec, candidate against current, read at
   every tick as the pass rate is; split evenly (Bonferroni) over the gated
   criterion keys, so one key's test names the key that failed.
+- REPORTS_SHARE (0.05) for the report-rate test (`gatekeeper.stats.reports`):
+  the candidate's runs that never reported against current's, per closed time
+  bucket of assigned runs, by the concurrent test (`gatekeeper.stats.concurrent`),
+  valid at every look over the stage.
 - FINAL_SHARE (0.1) for the fixed-sample looks taken once, on the tick that
   advances or rolls back: the unpaired comparison with current over the stage,
   and in shadow the exact McNemar test (half each in shadow).
@@ -52,7 +56,10 @@ from bindings.models import Stage
 #: must sum to at most 1 (checked on import), and the module docstring says what each
 #: one buys. Read a share as `SHARES[name] * alpha`.
 SHARES: dict[str, float] = {
-    "sequential": 0.7,
+    "sequential": 0.65,
+    # The report-rate test (`gatekeeper.stats.reports`): a candidate whose runs
+    # report less often than current's, over the same minutes.
+    "reports": 0.05,
     "criteria": 0.1,
     "cusum": 0.1,
     "final": 0.1,
@@ -61,6 +68,7 @@ if sum(SHARES.values()) > 1.0 + 1e-12:
     raise ValueError(f"the alpha shares sum to {sum(SHARES.values())} > 1: {SHARES}")
 SEQUENTIAL_SHARE = SHARES["sequential"]
 CRITERIA_SHARE = SHARES["criteria"]
+REPORTS_SHARE = SHARES["reports"]
 CUSUM_SHARE = SHARES["cusum"]
 FINAL_SHARE = SHARES["final"]
 #: Candidate runs per stage the CUSUM's share is sized for.

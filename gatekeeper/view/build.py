@@ -20,6 +20,7 @@ from gatekeeper.store.judging import JudgeStore
 from gatekeeper.view.criteria import criteria_section
 from gatekeeper.view.judges import judges_section, merge_judged
 from gatekeeper.view.outlook import next_view_section, previous_section
+from gatekeeper.view.reports import reports_section
 from gatekeeper.view.rollout import rollout_section
 from gatekeeper.view.sections import drift_section, paired_section
 
@@ -33,6 +34,7 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["by_criterion"] = criteria_section(ctx, ConfigStore(traces.connection))
     view["judges"] = judges_section(ctx, JudgeStore(traces.connection))
     merge_judged(view["by_criterion"], view["judges"], ctx)
+    view["reports"] = reports_section(ctx)
     view["paired"] = paired_section(ctx)
     view["drift"] = drift_section(ctx)
     view["rollout"] = rollout_section(store, ctx)

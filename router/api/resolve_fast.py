@@ -33,6 +33,7 @@ from flask import Flask
 
 from bindings.models import ROLE_NAME_PATTERN
 from rolegate.routing import new_key, resolve
+from router.api.exposures import count_resolution
 from router.server import hosts, logs, metrics
 from router.server.auth import ACTOR_HEADER, OPEN_GATEKEEPER, OPEN_OPERATOR
 
@@ -153,6 +154,7 @@ class ResolveFastPath:
         if record is None:
             return None
         resolution = resolve(role, record.binding, record.version, key, stale=stale)
+        count_resolution(self.app, role, resolution, record.binding)
         body = json.dumps(resolution, separators=(",", ":")).encode()
         request_id = logs.request_id_from(environ.get("HTTP_X_REQUEST_ID"))
         start_response("200 OK", [

@@ -159,6 +159,10 @@ def render(view: dict[str, Any]) -> list[str]:
             lines += arm_line(arm, arms[arm])
     lines += criteria_lines(view)
     lines += judge_lines(view)
+    reports = view.get("reports")
+    if isinstance(reports, dict) and reports.get("assigned"):
+        # Runs that never arrived: reported against assigned, per arm.
+        lines.append(f"  reported   {reports.get('verdict')}: {reports.get('reason')}")
     previous = view.get("previous")
     if previous:
         rollback = previous["rollback"]

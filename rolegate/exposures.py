@@ -1,0 +1,145 @@
+"""Exposure counting: how many runs each (role, config, arm, stage epoch) was assigned.
+
+Shared by the SDK (its in-process resolves) and the router (its HTTP resolves):
+`Exposures.counter(...)` hands out one `itertools.count` per (role, config, arm,
+epoch), created once when a snapshot entry is built, so counting an assignment
+on the hot path is a single `next()` (atomic in CPython: no lock, ~30 ns).
+`drain(now)` reads each counter's value, and returns what grew since the last
+drain as rows attributed to the time bucket of `now`: a drain every second or
+so keeps each count within a second of its bucket.
+
+The epoch is the stage's start as the window keys write it (`epoch_of`), so a
+count lands in the same stage window as the runs it assigned.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from rolegate.snapshot import Snapshot
+
+#: Seconds per time bucket (gatekeeper.stats.concurrent.BUCKET_S: the buckets the
+#: report-rate test compares; the SDK may not import the service's packages).
+BUCKET_S = 30
+#: Where counts are sent (the router adds them to its exposure hashes).
+EXPOSURES_PATH = "/v1/exposures"
+#: Per role: the counter of the entry's first answer, of its second (None without
+#: one), of the shadow run (None outside shadow), and the stage epoch.
+Counters = tuple["itertools.count[int]", "itertools.count[int] | None",
+                 "itertools.count[int] | None", str]
+
+
+def epoch_of(since: float | None) -> str:
+    """A stage's window epoch from its start (as the trace store's keys write it)."""
+    return "0" if since is None else f"{since:.6f}"
+
+
+def _value(counter: itertools.count[int]) -> int:
+    # An itertools.count's next value, read without advancing it.
+    return int(repr(counter)[6:-1])
+
+
+class Exposures:
+    """Per (role, config, arm, epoch) counters, and what they gained since the last drain."""
+
+    def __init__(self) -> None:
+        self._counters: dict[tuple[str, str, str, str], itertools.count[int]] = {}
+        self._drained: dict[tuple[str, str, str, str], int] = {}
+        self._lock = threading.Lock()
+
+    def counter(self, role: str, config: str, arm: str, epoch: str) -> itertools.count[int]:
+        """The counter of (role, config, arm, epoch): call `next()` on it per assignment."""
+        key = (role, config, arm, epoch)
+        found = self._counters.get(key)
+        if found is None:
+            with self._lock:
+                found = self._counters.setdefault(key, itertools.count())
+        return found
+
+    def count(self, role: str, config: str, arm: str, epoch: str) -> None:
+        """Count one assignment (a dict lookup and a `next()`)."""
+        next(self.counter(role, config, arm, epoch))
+
+    def drain(self, now: float) -> list[dict[str, Any]]:
+        """Rows of what each counter gained since the last drain, in `now`'s time bucket."""
+        bucket = int(now // BUCKET_S)
+        rows = []
+        with self._lock:
+            for key, counter in list(self._counters.items()):
+                value = _value(counter)
+                gained = value - self._drained.get(key, 0)
+                if gained > 0:
+                    self._drained[key] = value
+                    role, config, arm, epoch = key
+                    rows.append({"role": role, "config": config, "arm": arm, "epoch": epoch,
+                                 "bucket": bucket, "count": gained})
+        return rows
+
+    def give_back(self, rows: list[dict[str, Any]]) -> None:
+        """Count again rows a failed send did not deliver (the next drain sends them)."""
+        with self._lock:
+            for row in rows:
+                key = (row["role"], row["config"], row["arm"], row["epoch"])
+                self._drained[key] = self._drained.get(key, 0) - int(row["count"])
+
+
+def counters_of(exposures: Exposures, snapshot: Snapshot | None) -> dict[str, Counters]:
+    """Each role's counters for a snapshot's entries (what `Client.resolve` advances)."""
+    out: dict[str, Counters] = {}
+    if snapshot is None:
+        return out
+    for role, (first, second, _share) in snapshot.entries.items():
+        binding = snapshot.raw[role].get("binding") or {}
+        epoch = epoch_of(binding.get("stage_since"))
+        shadow = first.get("shadow")
+        out[role] = (
+            exposures.counter(role, first["config"], first["arm"], epoch),
+            None if second is None else exposures.counter(role, second["config"],
+                                                          second["arm"], epoch),
+            None if not shadow else exposures.counter(role, shadow, "shadow", epoch),
+            epoch)
+    return out
+
+
+class Sender:
+    """A daemon thread that sends what `exposures` gained, every `interval` seconds.
+
+    `post(rows)` delivers one batch (POST /v1/exposures); a failed send gives the
+    rows back, so the next one carries them. `close()` sends what is left.
+    """
+
+    def __init__(self, exposures: Exposures, post: Any, clock: Any,
+                 interval: float = 1.0) -> None:
+        self.exposures = exposures
+        self.post = post
+        self.clock = clock
+        self.interval = interval
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rolegate-exposures",
+                                        daemon=True)
+        self._thread.start()
+
+    def send(self) -> None:
+        """Drain and post once now."""
+        rows = self.exposures.drain(self.clock())
+        if not rows:
+            return
+        try:
+            self.post(rows)
+        except Exception:  # noqa: BLE001 - any failure: keep the counts for the next send
+            self.failures += 1
+            self.exposures.give_back(rows)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.send()
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Stop the thread and send what is left."""
+        self._stop.set()
+        self._thread.join(timeout)
+        self.send()

@@ -1,0 +1,137 @@
+"""Exposures: every assignment counted, so runs that never report can be seen.
+
+    POST /v1/exposures   {"exposures": [{role, config, arm, epoch, bucket, count}]}
+
+An SDK that resolves in process sends what it assigned (`rolegate.exposures`);
+each router worker counts its own HTTP resolves (`count_resolution`, called by
+`router.api.resolve` and its WSGI fast path) in `itertools.count` counters and a
+daemon thread adds them to Redis every second (`gatekeeper.store.exposures`).
+The gate view's `reports` section compares them with the runs that reported.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from typing import Literal
+
+from flask import Blueprint, Flask, current_app, jsonify
+from flask.typing import ResponseReturnValue
+from pydantic import BaseModel, ConfigDict, Field
+from werkzeug.exceptions import Forbidden
+
+from bindings.models import Binding
+from gatekeeper.store.exposures import Exposure, ExposureStore
+from rolegate.config_ids import ConfigId
+from rolegate.exposures import Exposures, epoch_of
+from rolegate.routing import Resolution
+from rolegate.trace import ROLE_PATTERN
+from router.api.bodies import json_body, parse
+from router.server.auth import may_act_on, require
+
+bp = Blueprint("exposures", __name__)
+log = logging.getLogger(__name__)
+
+#: How often a worker adds its HTTP resolves' counts to Redis.
+FLUSH_S = 1.0
+MAX_ROWS = 10_000
+
+
+class ExposureRow(BaseModel):
+    """`count` assignments of (role, config, arm) in stage `epoch`, time bucket `bucket`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: str = Field(min_length=1, max_length=128, pattern=ROLE_PATTERN)
+    config: ConfigId
+    arm: Literal["current", "candidate", "shadow"]
+    epoch: str = Field(pattern=r"^(0|\d{1,12}\.\d{6})$")
+    bucket: int = Field(ge=0, le=10**10)
+    count: int = Field(ge=1, le=10**7)
+
+
+class ExposureBatch(BaseModel):
+    """Body of POST /v1/exposures."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    exposures: tuple[ExposureRow, ...] = Field(max_length=MAX_ROWS)
+
+
+def _store() -> ExposureStore:
+    return ExposureStore(current_app.extensions["rolegate"].redis)
+
+
+@bp.post("/v1/exposures")
+@require("caller", "gatekeeper")
+def post_exposures() -> ResponseReturnValue:
+    """Add an SDK's assignment counts; a role the token may not report for is a 403."""
+    batch = parse(ExposureBatch, json_body(allow_empty=False))
+    refused = sorted({row.role for row in batch.exposures if not may_act_on(row.role)})
+    if refused:
+        raise Forbidden(f"this token may not report for roles {refused}")
+    added = _store().add(Exposure(r.role, r.config, r.arm, r.epoch, r.bucket, r.count)
+                         for r in batch.exposures)
+    return jsonify({"added": added})
+
+
+class WorkerExposures:
+    """One worker's HTTP-resolve counters and the thread that adds them to Redis."""
+
+    def __init__(self, app: Flask) -> None:
+        self.app = app
+        self.exposures = Exposures()
+        self._pid: int | None = None
+        self._lock = threading.Lock()
+
+    def count(self, role: str, resolution: Resolution, binding: Binding) -> None:
+        """Count one HTTP resolve (and its shadow run) while a rollout is live."""
+        if binding.candidate is None:
+            return  # no rollout: nothing compares the arms' report rates
+        if self._pid != os.getpid():
+            self._start()
+        epoch = epoch_of(binding.stage_since)
+        self.exposures.count(role, resolution["config"], resolution["arm"], epoch)
+        if resolution.get("shadow"):
+            self.exposures.count(role, str(resolution["shadow"]), "shadow", epoch)
+
+    def _start(self) -> None:
+        # After a fork the parent's thread is gone: each worker starts its own.
+        with self._lock:
+            if self._pid == os.getpid():
+                return
+            self.exposures = Exposures()
+            self._pid = os.getpid()
+            threading.Thread(target=self._run, name="rolegate-exposures",
+                             daemon=True).start()
+
+    def flush(self) -> None:
+        """Add what the counters gained to Redis now (given back if Redis refuses)."""
+        rows = self.exposures.drain(time.time())
+        if not rows:
+            return
+        try:
+            ExposureStore(self.app.extensions["rolegate"].redis).add(
+                Exposure(**row) for row in rows)
+        except Exception as exc:  # noqa: BLE001 - keep the counts for the next flush
+            log.warning("could not add %d exposure counts: %s", len(rows), exc)
+            self.exposures.give_back(rows)
+
+    def _run(self) -> None:
+        pid = self._pid
+        while pid == os.getpid():
+            time.sleep(FLUSH_S)
+            self.flush()
+
+
+def count_resolution(app: Flask, role: str, resolution: Resolution, binding: Binding) -> None:
+    """Count one HTTP resolve of `role` (the resolve view and its fast path call this)."""
+    counter: WorkerExposures = app.extensions["rolegate_exposures"]
+    counter.count(role, resolution, binding)
+
+
+def init_app(app: Flask) -> None:
+    """Give the app its worker's exposure counters."""
+    app.extensions["rolegate_exposures"] = WorkerExposures(app)
