@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rolegate.config_ids import CONFIG_ID_PATTERN, MAX_CONFIG_ID
+from rolegate.trace import ROLE_PATTERN
+from router.api.exposures import MAX_ROWS
 from router.api.feedback import QUOTA_PATTERN
 from router.api.trace_parse import MAX_BATCH
 from router.openapi.paths import AUTH, HTML, json_body, json_response, ref
@@ -36,6 +39,19 @@ OTLP_JSON = {"type": "object", "required": ["resourceSpans"],
              "properties": {"resourceSpans": {"type": "array", "items": OBJECT}}}
 OTLP_ANSWER = {"type": "object", "properties": {"partialSuccess": _obj(
     "rejectedSpans", rejectedSpans={"type": "string"}, errorMessage={"type": "string"})}}
+_EXPOSURE = {**_obj("role", "config", "arm", "epoch", "bucket", "count",
+                    role={"type": "string", "minLength": 1, "maxLength": 128,
+                          "pattern": ROLE_PATTERN},
+                    config={"type": "string", "minLength": 1, "maxLength": MAX_CONFIG_ID,
+                            "pattern": CONFIG_ID_PATTERN.pattern},
+                    arm={"enum": ["current", "candidate", "shadow"]},
+                    epoch={"type": "string", "pattern": r"^(0|\d{1,12}\.\d{6})$"},
+                    bucket={"type": "integer", "minimum": 0, "maximum": 10**10},
+                    count={"type": "integer", "minimum": 1, "maximum": 10**7}),
+             "additionalProperties": False}
+EXPOSURES = {**_obj("exposures", exposures={"type": "array", "items": _EXPOSURE,
+                                            "maxItems": MAX_ROWS}),
+             "additionalProperties": False}
 FEEDBACK = _obj("role", "run_id", "tier", "feedback",
                 role={"type": "string"}, run_id={"type": "string"},
                 tier={"type": ["string", "null"]}, flagged={"type": ["string", "null"]},
@@ -218,6 +234,17 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
             "role", "config", "arm", "metric", "shift", "runs", "results",
             results={"type": "array", "items": OBJECT}))},
         "errors": (400, *AUTH, 404, 503),
+    }},
+    "/v1/exposures": {"post": {
+        "summary": "Add an SDK's assignment counts (in-process resolves), per arm and bucket.",
+        "description": "Each row: `count` runs of (role, config, arm) assigned in stage "
+                       "`epoch` during 30 s time bucket `bucket`. The gate view's `reports` "
+                       "section compares them with the runs that reported.",
+        "scopes": ("caller", "gatekeeper"),
+        "requestBody": json_body(EXPOSURES, required=True),
+        "responses": {"200": json_response("How many assignments were added.",
+                                           _obj("added", added={"type": "integer"}))},
+        "errors": (400, *AUTH, 413, 422, 503),
     }},
     "/v1/roles/{role}/offline": {
         "post": {
