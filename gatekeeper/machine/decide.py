@@ -44,6 +44,7 @@ from statistics import NormalDist
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
+from gatekeeper.machine.baseline import baseline_failure, baseline_runs
 from gatekeeper.machine.deadline import overdue
 from gatekeeper.machine.durations import stage_minimum
 from gatekeeper.machine.reports import report_decision
@@ -395,8 +396,8 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
         current_n=int(current.get("n", 0)),
         current_passes=int(current.get("passes", 0)),
         paired=view.get("paired"),
-        baseline_failure=_baseline_failure(drift),
-        baseline_runs=_baseline_runs(drift),
+        baseline_failure=baseline_failure(drift),
+        baseline_runs=baseline_runs(drift),
         baseline_bounded="observed" in ((drift.get("candidate") or {}).get("run_failure") or {}),
         candidate_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "candidate"),
         current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),
@@ -406,19 +407,3 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
         reports=view.get("reports"),
     )
 
-
-def _baseline_failure(drift: Mapping[str, Any]) -> float | None:
-    """The run_failure p0 the gate view's candidate detector runs with, if it has one."""
-    detector = (drift.get("candidate") or {}).get("run_failure") or {}
-    p0 = detector.get("p0")
-    # Without the reference count the p0 can't be bounded: no rate test then.
-    if not isinstance(p0, (int, float)) or not isinstance(detector.get("reference"), int):
-        return None
-    return float(p0)
-
-
-def _baseline_runs(drift: Mapping[str, Any]) -> int:
-    """How many current runs that p0 was measured over (0: a fixed baseline)."""
-    detector = (drift.get("candidate") or {}).get("run_failure") or {}
-    reference = detector.get("reference")
-    return int(reference) if isinstance(reference, int) else 0
