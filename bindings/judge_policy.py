@@ -53,6 +53,13 @@ class JudgePolicy(Frozen):
     max_chars: int = Field(8000, ge=100, le=200_000)
     #: Sampled runs waiting at most; past it a sampled run is counted as skipped.
     queue_max: int = Field(1000, ge=1, le=100_000)
+    #: Share of judged runs asked twice, to measure the judge's agreement with itself.
+    repeat_rate: float = Field(0.0, ge=0.0, le=1.0)
+    #: A judged criterion acts (gated or blocking) only once the judge agrees this
+    #: often with the humans' feedback on it (else with itself) over at least
+    #: `min_agreement_runs` runs; until then it is observed. None: no requirement.
+    min_agreement: float | None = Field(None, ge=0.0, le=1.0)
+    min_agreement_runs: int = Field(20, ge=1)
     #: Judged runs the judged arm needs per judge criterion before the stage may
     #: advance (None: judged evidence is never required, a judge only rolls back).
     min_judged: int | None = Field(None, ge=1)

@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import time
+import zlib
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -143,16 +144,33 @@ def _estimate(item: Mapping[str, Any]) -> int:
     return (size + len(CRITERIA_INSTRUCTIONS)) // CHARS_PER_TOKEN
 
 
-def _ask(client: JudgeClient, item: Mapping[str, Any]) -> dict[str, Any]:
-    """One run's result for the verdicts route: its verdicts, or the error."""
+def repeated(run_id: str, rate: float) -> bool:
+    """Whether the run is one of the share `rate` asked twice (stable per run id)."""
+    return rate > 0.0 and zlib.crc32(run_id.encode()) < rate * 4294967296.0
+
+
+def _ask(client: JudgeClient, item: Mapping[str, Any], repeat_rate: float = 0.0
+         ) -> dict[str, Any]:
+    """One run's result for the verdicts route: its verdicts (and a repeat's), or the error."""
     keys = [c["key"] for c in item["criteria"]]
     result = {k: item[k] for k in ("run_id", "reporter", "arm", "config", "epoch")}
+    messages = criteria_messages(item)
     try:
-        verdicts = client.ask(criteria_messages(item), lambda c: parse_criteria(c, keys))
+        verdicts = client.ask(messages, lambda c: parse_criteria(c, keys))
     except InvalidAnswer as exc:
         return {**result, "error": str(exc)[:2000] or "invalid answer",
                 "tokens": _estimate(item)}
-    return {**result, "verdicts": verdicts, "tokens": client.last_tokens or _estimate(item)}
+    tokens = client.last_tokens or _estimate(item)
+    out = {**result, "verdicts": verdicts}
+    if repeated(str(item["run_id"]), repeat_rate):
+        # The same question again: how often the judge agrees with itself, per key.
+        try:
+            again = client.ask(messages, lambda c: parse_criteria(c, keys))
+            out["repeat"] = {k: v["pass"] for k, v in again.items()}
+            tokens += client.last_tokens or _estimate(item)
+        except InvalidAnswer:
+            pass  # the first answer stands; no agreement is counted
+    return {**out, "tokens": tokens}
 
 
 def judge_role(api: ApiClient, record: VersionedBinding, state: Judges, now: float) -> int:
@@ -175,7 +193,7 @@ def judge_role(api: ApiClient, record: VersionedBinding, state: Judges, now: flo
         client = JudgeClient(policy.url, key, model=policy.model, timeout_s=policy.timeout_s,
                              attempts=2, connection_attempts=2)
         try:
-            return _ask(client, item)
+            return _ask(client, item, policy.repeat_rate)
         finally:
             client.close()
 

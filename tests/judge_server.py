@@ -4,7 +4,8 @@ It answers the online criteria request (`gatekeeper.judging`): every asked key
 passes, except `instruction:tone`, which fails when the run's output promises
 a date ("we promise"). Its `mode` makes it misbehave: "500" answers an error,
 "garbage" answers content that is not the JSON asked for, "slow" answers after
-`delay` seconds. It records every request it got.
+`delay` seconds, "flaky" flips the `instruction:tone` verdict on every second
+ask of the same run (a judge that disagrees with itself). It records every request it got.
 """
 
 from __future__ import annotations
@@ -64,8 +65,14 @@ def judge_server() -> Iterator[JudgeServer]:
                 self._send(500, {"error": {"message": "judge is down"}})
                 return
             user = body["messages"][-1]["content"]
-            content = "I think it is fine." if state.mode == "garbage" \
-                else json.dumps(verdicts(user))
+            answer = verdicts(user)
+            with state.lock:
+                asked = sum(1 for r in state.requests if r["messages"][-1]["content"] == user)
+            if state.mode == "flaky" and asked % 2 == 0:
+                tone = answer["criteria"].get("instruction:tone")
+                if tone is not None:
+                    tone["pass"] = not tone["pass"]
+            content = "I think it is fine." if state.mode == "garbage" else json.dumps(answer)
             self._send(200, {"choices": [{"message": {"role": "assistant", "content": content}}],
                              "usage": {"total_tokens": len(user) // 4 + 20}})
 

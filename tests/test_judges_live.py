@@ -185,3 +185,37 @@ def test_min_judged_holds_promotion_while_the_budget_is_spent(
     assert decision.action is Action.HOLD
     assert decision.reason.startswith("waiting for judged evidence:")
     assert "budget is spent" in decision.reason
+
+
+def test_a_judge_disagreeing_with_itself_is_held_at_observed(
+        live: str, api: ApiClient, judge: JudgeServer) -> None:
+    """Asked twice, a flaky judge's tone verdicts disagree: under min_agreement the key only shows."""
+    judge.mode = "flaky"
+    setup(live, judge, repeat_rate=1.0, min_agreement=0.9, min_agreement_runs=10)
+    report(live, range(40), 0.4)
+    assert judge_all(api) == 80
+    view = api.get("/v1/roles/refunds/gate")
+    agreement = view["judges"]["agreement"]["self"]
+    assert agreement["instruction:tone"]["n"] == 80 and agreement["instruction:tone"]["rate"] < 0.9
+    assert agreement["instruction:no-partial"]["rate"] == 1.0
+    keys = {k["key"]: k for k in view["by_criterion"]["gate"]["shadow"]}
+    tone = keys["instruction:tone"]
+    assert tone["mode"] == "observed" and tone["acts"] is False
+    assert tone["held"].startswith("observed until the judge agrees on it 90%")
+    assert keys["instruction:no-partial"]["mode"] == "gated"
+    (decision,) = tick(api, time.time())
+    assert "instruction:tone" not in decision.reason
+
+
+def test_human_feedback_measures_the_judge(live: str, api: ApiClient,
+                                           judge: JudgeServer) -> None:
+    """Positive feedback on judged runs counts as agreement on every key the judge passed."""
+    setup(live, judge)
+    report(live, range(4), 0.0)
+    judge_all(api)
+    for run_id in ("c0", "c1", "c2"):
+        with requests.post(f"{live}/v1/traces/{run_id}/feedback", headers=auth(OPERATOR),
+                           json={"tier": "positive", "role": "refunds"}, timeout=5) as r:
+            assert r.status_code == 201, r.text
+    human = api.get("/v1/roles/refunds/gate")["judges"]["agreement"]["human"]
+    assert human["instruction:tone"] == {"agree": 3, "disagree": 0, "n": 3, "rate": 1.0}

@@ -9,7 +9,10 @@ back. Every key carries the role as a Redis Cluster hash tag:
                                          skipped_budget, calls, tokens, judged, errors
     rolegate:{role}:judge:counts:<epoch> verdicts per "arm|key|pass" / "arm|key|fail"
                                          over a stage window
-    rolegate:{role}:judge:verdicts       "<reporter>|<run_id>" -> the run's verdicts (JSON)
+    rolegate:{role}:judge:verdicts       "<reporter>|<run_id>" -> the run's verdicts (JSON),
+                                         and "*|<run_id>" -> the newest of them
+    rolegate:{role}:judge:agreement      "<source>|<key>|agree" / "...|disagree": the judge
+                                         against human feedback ("human") and itself ("self")
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ QUEUE_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:queue"
 DAY_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:day:{day}"
 COUNTS_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:counts:{epoch}"
 VERDICTS_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:verdicts"
+AGREEMENT_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:agreement"
 #: How long the day's counters, the counts and the verdicts outlive their last write.
 DAY_TTL_S = 8 * 24 * 3600
 VERDICT_TTL_S = 7 * 24 * 3600
@@ -70,6 +74,22 @@ return items
 """
 
 
+def human_agreement(tier: str, verdicts: Mapping[str, Mapping[str, Any]]) -> dict[str, bool]:
+    """Per key, whether the judge agreed with a human's feedback tier on the run.
+
+    A `positive` run is a pass on every criterion: the judge agrees on a key it
+    passed. A `negative_corrected` run is wrong as a whole (the human wrote the
+    right answer) without saying which criterion it broke: the judge agrees on
+    the run, counted under the key "run", when it failed any key. Other tiers
+    are not labels.
+    """
+    if tier == "positive":
+        return {key: bool(v["pass"]) for key, v in verdicts.items()}
+    if tier == "negative_corrected":
+        return {"run": any(not v["pass"] for v in verdicts.values())}
+    return {}
+
+
 def day_of(now: float) -> str:
     """The UTC day `now` falls in, as yyyymmdd."""
     return time.strftime("%Y%m%d", time.gmtime(now))
@@ -112,6 +132,7 @@ class JudgeStore:
         with _redis_errors():
             pipe = self.connection.pipeline(transaction=True)
             pipe.hset(stored, f"{item.get('reporter') or ''}|{item['run_id']}", json.dumps(entry))
+            pipe.hset(stored, f"*|{item['run_id']}", json.dumps(entry))
             pipe.expire(stored, VERDICT_TTL_S)
             for key, verdict in verdicts.items():
                 outcome = "pass" if verdict["pass"] else "fail"
@@ -158,6 +179,34 @@ class JudgeStore:
             slot = out.setdefault(arm, {}).setdefault(key, [0, 0])
             slot[0 if outcome == "pass" else 1] += int(value)
         return {arm: {key: (p, f) for key, (p, f) in keys.items()} for arm, keys in out.items()}
+
+    def agree(self, role: str, source: str, results: Mapping[str, bool]) -> None:
+        """Count, per criterion key, whether the judge agreed with `source` (human, self)."""
+        if not results:
+            return
+        key = AGREEMENT_KEY_TEMPLATE.format(role=role)
+        with _redis_errors():
+            pipe = self.connection.pipeline(transaction=True)
+            for criterion, agreed in results.items():
+                pipe.hincrby(key, f"{source}|{criterion}|{'agree' if agreed else 'disagree'}", 1)
+            pipe.expire(key, DAY_TTL_S * 4)
+            pipe.execute()
+
+    def agreement(self, role: str) -> dict[str, dict[str, dict[str, Any]]]:
+        """source -> criterion key -> {agree, disagree, n, rate}."""
+        with _redis_errors():
+            raw = self.connection.hgetall(AGREEMENT_KEY_TEMPLATE.format(role=role))
+        counts: dict[str, dict[str, list[int]]] = {}
+        for field, value in raw.items():
+            text = field.decode() if isinstance(field, bytes) else str(field)
+            source, rest = text.split("|", 1)
+            criterion, outcome = rest.rsplit("|", 1)
+            slot = counts.setdefault(source, {}).setdefault(criterion, [0, 0])
+            slot[0 if outcome == "agree" else 1] += int(value)
+        return {source: {k: {"agree": a, "disagree": d, "n": a + d,
+                             "rate": a / (a + d) if a + d else None}
+                         for k, (a, d) in sorted(keys.items())}
+                for source, keys in sorted(counts.items())}
 
     def verdicts(self, role: str, run_id: str, reporter: str | None) -> dict[str, Any] | None:
         """One run's stored verdicts, or None when it was never judged."""

@@ -13,6 +13,7 @@ leaves its counts where they were: it never fails a stage by itself.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from gatekeeper.checks.review import Tally
@@ -44,6 +45,9 @@ def judges_section(ctx: GateContext, store: JudgeStore) -> dict[str, Any] | None
                  for arm, keys in sorted(counts.items())},
         "min_judged": policy.min_judged,
         "wait": None,
+        "agreement": store.agreement(ctx.role),
+        "min_agreement": policy.min_agreement,
+        "min_agreement_runs": policy.min_agreement_runs,
     }
     if policy.min_judged is not None:
         section["wait"] = _judged_wait(ctx, section, policy.min_judged)
@@ -100,8 +104,41 @@ def merge_judged(by_criterion: dict[str, Any], judges: dict[str, Any] | None,
                                     message=_message(key, a, b, descriptions)))
         if not judged and arm not in lists:
             continue
-        lists[arm] = [v.as_dict() for v in criteria_tests(
-            [*spec, *judged], gate.criteria, gate.thresholds.alpha)]
+        modes, held = trusted_modes(judges, gate.criteria, judged_keys)
+        tested = [v.as_dict() for v in criteria_tests([*spec, *judged], modes,
+                                                      gate.thresholds.alpha)]
+        for entry in tested:
+            if entry["key"] in held:
+                entry["held"] = held[entry["key"]]
+        lists[arm] = tested
+
+
+def trusted_modes(judges: dict[str, Any], modes: Mapping[str, str],
+                  keys: set[str]) -> tuple[dict[str, str], dict[str, str]]:
+    """The criteria modes with each judged key the judge is not yet trusted on made observed.
+
+    Trusted: its agreement with the humans' feedback on the key (else with itself,
+    asked twice) reaches `min_agreement` over at least `min_agreement_runs` runs.
+    Returns (modes, key -> why it is held at observed).
+    """
+    need = judges.get("min_agreement")
+    if need is None:
+        return dict(modes), {}
+    runs = judges.get("min_agreement_runs") or 1
+    out, held = dict(modes), {}
+    for key in keys:
+        figures = next((judges["agreement"].get(source, {}).get(key)
+                        for source in ("human", "self")
+                        if (judges["agreement"].get(source, {}).get(key) or {}).get("n", 0)
+                        >= runs), None)
+        rate = None if figures is None else figures["rate"]
+        if rate is None or rate < need:
+            out[key] = "observed"
+            held[key] = (f"observed until the judge agrees on it {need:.0%} of the time "
+                         f"over {runs} runs (" + ("too few labelled or repeated runs"
+                                                  if rate is None else f"now {rate:.0%}")
+                         + ")")
+    return out, held
 
 
 def _message(key: str, mine: dict[str, int], current: dict[str, int],

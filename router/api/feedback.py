@@ -23,9 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gatekeeper.checks import golden
 from gatekeeper.store.feedback import FeedbackStore
+from gatekeeper.store.judging import human_agreement
 from rolegate.trace import ROLE_PATTERN
 from router.api.bodies import json_body, parse
 from router.api.configs import config_store
+from router.api.judge_sampling import judge_store
 from router.api.params import role_param, seconds_arg
 from router.api.traces import trace_store
 from router.server.auth import actor, may_act_on, require, require_role
@@ -92,7 +94,12 @@ def add_feedback(run_id: str) -> ResponseReturnValue:
         "run_id": run_id, "tier": body.tier, "reviewer": body.reviewer or actor(),
         "time": time.time(), "correction": body.correction, "note": body.note,
     })
-    return jsonify(_summary(role, run_id, feedback_store().add(role, entry))), 201
+    summary = _summary(role, run_id, feedback_store().add(role, entry))
+    judged = judge_store().verdicts(role, run_id, "*")
+    if judged is not None:
+        # The online judge already spoke on this run: the feedback measures it.
+        judge_store().agree(role, "human", human_agreement(entry.tier, judged["criteria"]))
+    return jsonify(summary), 201
 
 
 @bp.get("/v1/traces/<run_id>/feedback")

@@ -24,8 +24,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from bindings.errors import NotFound
 from bindings.judge_policy import JudgePolicy
 from bindings.models import VersionedBinding
+from gatekeeper.store.judging import human_agreement
 from router.api.bodies import json_body, parse
 from router.api.configs import config_store
+from router.api.feedback import feedback_store
 from router.api.judge_sampling import init_app, judge_store
 from router.api.params import role_param
 from router.api.traces import trace_store
@@ -68,6 +70,8 @@ class Result(BaseModel):
     epoch: str = Field(min_length=1, max_length=40)
     verdicts: dict[str, Verdict] | None = Field(None, max_length=200)
     error: str | None = Field(None, min_length=1, max_length=MAX_REASON)
+    #: A second ask's verdict per key, when the run was asked twice (self-agreement).
+    repeat: dict[str, bool] | None = Field(None, max_length=200)
     tokens: int = Field(0, ge=0, le=10_000_000)
 
 
@@ -147,9 +151,15 @@ def verdicts(role: str) -> ResponseReturnValue:
             store.record_error(role, result.error or "no verdicts", result.tokens, now)
             errors += 1
             continue
-        store.record(role, item, {k: {"pass": v.passed, "reason": v.reason}
-                                  for k, v in result.verdicts.items()}, result.tokens, now)
+        given = {k: {"pass": v.passed, "reason": v.reason} for k, v in result.verdicts.items()}
+        store.record(role, item, given, result.tokens, now)
         judged += 1
+        if result.repeat:
+            store.agree(role, "self", {k: result.repeat[k] == v["pass"]
+                                       for k, v in given.items() if k in result.repeat})
+        reviewed = feedback_store().get(role, result.run_id)
+        if reviewed:
+            store.agree(role, "human", human_agreement(reviewed[-1].tier, given))
     if judged:
         metrics.count_judge(role, "judged", judged)
     if errors:

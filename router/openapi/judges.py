@@ -29,6 +29,8 @@ _RESULT = {"type": "object", "additionalProperties": False,
                    "properties": {"pass": {"type": "boolean"},
                                   "reason": {"type": "string", "maxLength": 2000}}}},
                "error": {"type": ["string", "null"], "minLength": 1, "maxLength": 2000},
+               "repeat": {"type": ["object", "null"],
+                          "additionalProperties": {"type": "boolean"}},
                "tokens": {"type": "integer", "minimum": 0, "maximum": 10_000_000}}}
 
 JUDGE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
