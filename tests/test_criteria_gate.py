@@ -123,3 +123,13 @@ def test_decide_rolls_back_naming_the_key_and_reads_it_from_the_view() -> None:
     assert blocking.action is Action.ROLLBACK
     assert "criterion escalation:high-value (blocking)" in blocking.reason
     assert GATED == "gated" and Stage.SHADOW.value == "shadow"
+
+
+def test_a_held_key_is_observed_in_decide_whatever_the_policy() -> None:
+    """A judged key the judge is not trusted on (view's `held`) never acts, even when blocking."""
+    raw = {"key": "instruction:tone", "passed": 0, "failed": 40, "current_passed": 40,
+           "current_failed": 0, "source": "judge", "held": "observed until ..."}
+    counts = KeyCounts.from_dict(raw)
+    assert counts.held and counts.as_dict()["held"] == "observed until ..."
+    (verdict,) = criteria_tests([counts], {"instruction:tone": BLOCKING}, ALPHA)
+    assert verdict.mode == OBSERVED and not verdict.acts

@@ -56,6 +56,9 @@ class KeyCounts:
     source: str = "spec"
     #: A human reading of the loss ("4 cases lost the verifyIdentity call").
     message: str = ""
+    #: Why the key is held at observed whatever the policy says (a judge not yet
+    #: trusted on it, `gatekeeper.view.judges.trusted_modes`); "" when it is not.
+    held: str = ""
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, for the gate view."""
@@ -67,6 +70,8 @@ class KeyCounts:
             out.update(lost=self.lost, gained=self.gained or 0)
         if self.message:
             out["message"] = self.message
+        if self.held:
+            out["held"] = self.held
         return out
 
     @classmethod
@@ -79,7 +84,8 @@ class KeyCounts:
                    current_failed=int(raw.get("current_failed", 0)),
                    lost=None if lost is None else int(lost),
                    gained=None if lost is None else int(raw.get("gained", 0)),
-                   source=str(raw.get("source", "spec")), message=str(raw.get("message", "")))
+                   source=str(raw.get("source", "spec")), message=str(raw.get("message", "")),
+                   held=str(raw.get("held", "")))
 
 
 @dataclass(frozen=True)
@@ -125,13 +131,17 @@ def mode_of(key: str, modes: Mapping[str, str]) -> str:
     return modes.get(key, GATED)
 
 
+def _mode(c: KeyCounts, modes: Mapping[str, str]) -> str:
+    return OBSERVED if c.held else mode_of(c.key, modes)
+
+
 def criteria_tests(counts: Iterable[KeyCounts], modes: Mapping[str, str],
                    alpha: float) -> list[KeyVerdict]:
     """Every key's verdict at stage alpha `alpha`, acting ones first, then by key."""
     chosen = sorted(counts, key=lambda c: c.key)
-    gated = sum(1 for c in chosen if mode_of(c.key, modes) == GATED)
+    gated = sum(1 for c in chosen if _mode(c, modes) == GATED)
     level = criteria_alpha(alpha, gated)
-    out = [_verdict(c, mode_of(c.key, modes), level) for c in chosen]
+    out = [_verdict(c, _mode(c, modes), level) for c in chosen]
     return sorted(out, key=lambda v: (not v.acts, v.counts.key))
 
 

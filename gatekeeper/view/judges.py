@@ -13,6 +13,7 @@ leaves its counts where they were: it never fails a stage by itself.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -104,13 +105,10 @@ def merge_judged(by_criterion: dict[str, Any], judges: dict[str, Any] | None,
                                     message=_message(key, a, b, descriptions)))
         if not judged and arm not in lists:
             continue
-        modes, held = trusted_modes(judges, gate.criteria, judged_keys)
-        tested = [v.as_dict() for v in criteria_tests([*spec, *judged], modes,
-                                                      gate.thresholds.alpha)]
-        for entry in tested:
-            if entry["key"] in held:
-                entry["held"] = held[entry["key"]]
-        lists[arm] = tested
+        _, held = trusted_modes(judges, gate.criteria, judged_keys)
+        judged = [dataclasses.replace(c, held=held.get(c.key, "")) for c in judged]
+        lists[arm] = [v.as_dict() for v in criteria_tests([*spec, *judged], gate.criteria,
+                                                          gate.thresholds.alpha)]
 
 
 def trusted_modes(judges: dict[str, Any], modes: Mapping[str, str],
