@@ -145,9 +145,9 @@ def healthz() -> ResponseReturnValue:
                                error=f"Redis refused a write ({condition}) {ago:.1f} s ago")
     cache = services.cache
     cache.all()  # loads this worker's copy (and starts its refresh) if not yet done
-    if cache.stale and redis_check["ok"]:
-        # Redis is back after an outage: look at its table now, so a Redis that
-        # came back empty is named here before this worker's next poll.
+    if redis_check["ok"]:
+        # Poll now (one GET when nothing moved): a Redis that came back empty,
+        # even between two of this worker's polls, is named here at once.
         cache.refresh()
     lost = dict(cache.lost)
     if lost and status == "ok":
