@@ -56,6 +56,11 @@ class Thresholds(Frozen):
     max_forbidden_rate: JsonNumber = Field(0.0, ge=0.0, le=1.0)
     p95_step_ceiling: JsonInt | None = Field(None, ge=1)
     max_mean_cost_usd: JsonNumber | None = Field(None, ge=0.0)
+    #: The candidate's p95 latency may not exceed this (seconds), nor current's p95
+    #: by more than `max_p95_latency_increase` (seed 001's warning line: +20%); read
+    #: once, at the stage's end, with distribution-free quantile bounds.
+    p95_latency_ceiling_s: JsonNumber | None = Field(None, gt=0.0)
+    max_p95_latency_increase: JsonNumber | None = Field(0.2, ge=0.0)
     #: Traces a stage needs before it may advance (promotion only: evidence that
     #: already excludes the threshold rolls back before it).
     min_samples: JsonInt = Field(50, ge=1)

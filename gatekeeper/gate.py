@@ -22,7 +22,11 @@ from typing import Any, Literal
 
 from bindings.models import GatePolicy
 from gatekeeper.stats.confidence import confidence_sequence
-from gatekeeper.stats.statistics import difference_interval, wilson_interval
+from gatekeeper.stats.statistics import (
+    difference_interval,
+    histogram_percentile,
+    wilson_interval,
+)
 from gatekeeper.window import WindowStats
 
 VerdictName = Literal["pass", "fail", "insufficient_data"]
@@ -115,6 +119,8 @@ def metrics(window: WindowStats) -> dict[str, Any]:
         "forbidden_tools": window.forbidden_tools(),
         "required_lost": window.required_lost(),
         "p95_steps": window.p95_steps() if n else None,
+        "p95_latency_s": (histogram_percentile(window.latency_histogram(), 0.95)
+                          if window.latency_histogram() else None),
         "mean_cost_usd": window.mean_cost_usd() if n else None,
         "p95_cost_usd": window.p95_cost_usd() if n else None,
         "tool_error_rate": _rate(window.tool_errors, window.calls),

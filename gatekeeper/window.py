@@ -9,7 +9,7 @@ trace only ever adds integers, so windows merge by summing.
 Fields: the scalars in `SCALARS`, and counters under a prefix: `crit_n:<key>`
 and `crit_pass:<key>` per criterion, `steps:<count>` and `cost:<micro-USD
 bucket>` histograms, `rep:<time bucket>` runs that arrived per bucket of their
-start, `tool:<name>` calls, `forbid:<name>` traces that called a
+start, `lat:<ms bucket>` the latency histogram, `tool:<name>` calls, `forbid:<name>` traces that called a
 forbidden tool, `lost:<name>` traces that lost a required tool.
 """
 
@@ -40,6 +40,8 @@ FORBID = "forbid:"
 LOST = "lost:"
 #: Runs that arrived, per time bucket (of `BUCKET_S` seconds) of their start.
 REPORTED = "rep:"
+#: Latency histogram: milliseconds rounded up to COST_DIGITS significant digits.
+LATENCY = "lat:"
 #: Not an increment of a trace: the ingest script counts run-id clashes into the window.
 CLASHES = "clashes"
 
@@ -71,6 +73,8 @@ def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
     out = {"n": 1, f"{STEPS}{steps}": 1, f"{COST}{cost_bucket(cost)}": 1}
     if started is not None:
         out[started] = 1
+    if trace.latency_s:
+        out[f"{LATENCY}{cost_bucket(round(trace.latency_s * 1000))}"] = 1
     if verdict.passed:
         out["passes"] = 1
     if verdict.forbidden:
@@ -228,6 +232,10 @@ class WindowStats:
     def reported_buckets(self) -> dict[int, int]:
         """{time bucket of the run's start: runs that arrived}."""
         return {int(k): v for k, v in self._prefixed(REPORTED).items()}
+
+    def latency_histogram(self) -> dict[float, int]:
+        """{latency bucket upper bound in seconds: runs} (runs that reported a latency)."""
+        return {int(k) / 1000: v for k, v in self._prefixed(LATENCY).items()}
 
     def steps_histogram(self) -> dict[int, int]:
         """{step count: traces}."""

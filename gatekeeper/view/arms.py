@@ -7,6 +7,7 @@ from typing import Any
 from bindings.models import GatePolicy
 from gatekeeper.gate import compare, evaluate
 from gatekeeper.view.context import GateContext
+from gatekeeper.view.latency import latency_reasons, with_latency
 from gatekeeper.window import WindowStats
 
 
@@ -22,7 +23,11 @@ def arms_section(ctx: GateContext) -> dict[str, Any]:
     """
     policy = ctx.record.binding.gate
     trusted = policy.trusted_reporters
-    return {arm: {"config": config, **evaluate(window, policy).to_json(),
+    _, current = ctx.arms["current"]
+    stage = ctx.record.binding.stage
+    return {arm: {"config": config, **with_latency(evaluate(window, policy).to_json(), [] if (
+                      arm == "current") else latency_reasons(window, current, policy.thresholds,
+                                                             stage)),
                   "clashes": sum(own.clashes for own in ctx.by_reporter.get(arm, {}).values()),
                   "by_reporter": {
                       name: {**_evidence(own), "counted": trusted is None or name in trusted}
