@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from bindings.judge_policy import JudgePolicy
 from rolegate.config_ids import STORED, ConfigId
 from rolegate.routing import Stage
-from rolegate.trace import JsonInt, JsonNumber
+from rolegate.trace import JsonInt, JsonNumber, NonNegativeJsonInt, PositiveJsonInt
 
 __all__ = ["Approval", "Binding", "BindingFile", "CanaryStep", "DriftPolicy", "Frozen", "GatePolicy",
            "HistoryEntry", "Invariants", "Rule", "Stage", "Step", "Thresholds", "VersionedBinding",
@@ -54,7 +54,7 @@ class Thresholds(Frozen):
 
     min_pass_rate: JsonNumber = Field(0.9, ge=0.0, le=1.0)
     max_forbidden_rate: JsonNumber = Field(0.0, ge=0.0, le=1.0)
-    p95_step_ceiling: JsonInt | None = Field(None, ge=1)
+    p95_step_ceiling: PositiveJsonInt | None = None
     max_mean_cost_usd: JsonNumber | None = Field(None, ge=0.0)
     #: The candidate's p95 latency may not exceed this (seconds), nor current's p95
     #: by more than `max_p95_latency_increase` (seed 001's warning line: +20%); read
@@ -72,7 +72,7 @@ class Thresholds(Frozen):
     alpha: JsonNumber = Field(0.0025, gt=0.0, lt=1.0)
     #: Paired shadow runs needed before shadow may pass (None: min_samples). Size it
     #: for power against the smallest drop worth catching before users see it.
-    min_shadow_pairs: JsonInt | None = Field(None, ge=1)
+    min_shadow_pairs: PositiveJsonInt | None = None
     #: A stage must last at least this long before the gatekeeper advances it
     #: (15 minutes: a stage sees more than one burst of traffic).
     min_stage_seconds: JsonNumber = Field(900.0, ge=0.0)
@@ -102,7 +102,7 @@ class Invariants(Frozen):
     #: None means "no allowlist"; an empty tuple means "no tool may be called".
     allowed_tools: tuple[str, ...] | None = None
     required_tools: tuple[str, ...] = ()
-    max_steps: JsonInt | None = Field(None, ge=0)
+    max_steps: NonNegativeJsonInt | None = None
     max_cost_usd: JsonNumber | None = Field(None, ge=0.0)
 
     @model_validator(mode="after")

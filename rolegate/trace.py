@@ -60,6 +60,11 @@ def _json_whole_number(value: Any) -> Any:
 
 #: An integer as JSON means it: a number with no fractional part (3 or 3.0), never a bool.
 JsonInt = Annotated[int, BeforeValidator(_json_whole_number)]
+#: An optional count with a lower bound (`PositiveJsonInt | None`): the bound sits
+#: before the validator, so the JSON schema says "minimum" (a Field(ge=) on
+#: `JsonInt | None` comes out as a bare "ge", which schema readers ignore).
+PositiveJsonInt = Annotated[int, Field(ge=1), BeforeValidator(_json_whole_number)]
+NonNegativeJsonInt = Annotated[int, Field(ge=0), BeforeValidator(_json_whole_number)]
 #: A number as JSON means it: an integer or a fraction, never true/false or numeric
 #: text ("0.5"), which pydantic's lax float takes as 1.0/0.0 and 0.5.
 JsonNumber = Annotated[float, Strict()]

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from bindings.errors import Conflict, NotFound, PreconditionRequired
 from bindings.models import Binding, VersionedBinding
 from gatekeeper.machine.stages import Event, apply
-from rolegate.trace import JsonInt, JsonNumber
+from rolegate.trace import JsonNumber, PositiveJsonInt
 from router.api.bodies import json_body, parse
 from router.api.configs import snapshot_json
 from router.api.idempotency import current as idempotency
@@ -38,7 +38,7 @@ class _Action(BaseModel):
 class RollbackRequest(_Action):
     """Body of POST .../rollback: zero the canary, or restore `to_version`."""
 
-    to_version: JsonInt | None = Field(None, ge=1)
+    to_version: PositiveJsonInt | None = None
 
 
 class CanaryRequest(_Action):
