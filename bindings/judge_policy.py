@@ -11,6 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rolegate.trace import JsonInt, JsonNumber, PositiveJsonInt
+
 
 class Frozen(BaseModel):
     """Immutable, unknown keys and NaN/Infinity refused (as `bindings.models.Frozen`)."""
@@ -33,36 +35,36 @@ class JudgePolicy(Frozen):
     url: str = Field(min_length=1, max_length=2000, pattern=r"^https?://")
     model: str = Field(min_length=1, max_length=200)
     #: Share of each arm's runs judged (0-1); `arms` and `stages` override it.
-    sample_rate: float = Field(ge=0.0, le=1.0)
+    sample_rate: JsonNumber = Field(ge=0.0, le=1.0)
     api_key_env: str | None = Field(None, pattern=ENV_NAME_PATTERN)
     api_key_file: str | None = Field(None, min_length=1, max_length=1000)
     #: Sample rate per arm ("current", "candidate", "shadow"), before `stages`'.
     arms: dict[Literal["current", "candidate", "shadow"],
-               Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=dict)
+               Annotated[JsonNumber, Field(ge=0.0, le=1.0)]] = Field(default_factory=dict)
     #: Sample rate per stage ("shadow", "canary", "full", "stable").
     stages: dict[Literal["shadow", "canary", "full", "stable"],
-                 Annotated[float, Field(ge=0.0, le=1.0)]] = Field(default_factory=dict)
+                 Annotated[JsonNumber, Field(ge=0.0, le=1.0)]] = Field(default_factory=dict)
     #: The per-day budget (UTC days): judge calls, and tokens (estimated, 4 characters a
     #: token, when the judge does not say). Past either, sampling stops for the day.
-    max_calls_per_day: int = Field(1000, ge=0)
-    max_tokens_per_day: int = Field(2_000_000, ge=0)
-    timeout_s: float = Field(30.0, gt=0.0, le=600.0)
+    max_calls_per_day: JsonInt = Field(1000, ge=0)
+    max_tokens_per_day: JsonInt = Field(2_000_000, ge=0)
+    timeout_s: JsonNumber = Field(30.0, gt=0.0, le=600.0)
     #: Judge calls in flight at once.
-    concurrency: int = Field(4, ge=1, le=64)
+    concurrency: JsonInt = Field(4, ge=1, le=64)
     #: Characters of input and of output text sent to the judge, each.
-    max_chars: int = Field(8000, ge=100, le=200_000)
+    max_chars: JsonInt = Field(8000, ge=100, le=200_000)
     #: Sampled runs waiting at most; past it a sampled run is counted as skipped.
-    queue_max: int = Field(1000, ge=1, le=100_000)
+    queue_max: JsonInt = Field(1000, ge=1, le=100_000)
     #: Share of judged runs asked twice, to measure the judge's agreement with itself.
-    repeat_rate: float = Field(0.0, ge=0.0, le=1.0)
+    repeat_rate: JsonNumber = Field(0.0, ge=0.0, le=1.0)
     #: A judged criterion acts (gated or blocking) only once the judge agrees this
     #: often with the humans' feedback on it (else with itself) over at least
     #: `min_agreement_runs` runs; until then it is observed. None: no requirement.
-    min_agreement: float | None = Field(None, ge=0.0, le=1.0)
-    min_agreement_runs: int = Field(20, ge=1)
+    min_agreement: JsonNumber | None = Field(None, ge=0.0, le=1.0)
+    min_agreement_runs: JsonInt = Field(20, ge=1)
     #: Judged runs the judged arm needs per judge criterion before the stage may
     #: advance (None: judged evidence is never required, a judge only rolls back).
-    min_judged: int | None = Field(None, ge=1)
+    min_judged: PositiveJsonInt | None = None
 
     def rate(self, arm: str, stage: str) -> float:
         """The sample rate for a run of `arm` in `stage`."""

@@ -27,7 +27,7 @@ from gatekeeper.store.exposures import Exposure, ExposureStore
 from rolegate.config_ids import ConfigId
 from rolegate.exposures import Exposures, epoch_of
 from rolegate.routing import Resolution
-from rolegate.trace import ROLE_PATTERN
+from rolegate.trace import ROLE_PATTERN, JsonInt
 from router.api.bodies import json_body, parse
 from router.server.auth import may_act_on, require
 
@@ -48,8 +48,8 @@ class ExposureRow(BaseModel):
     config: ConfigId
     arm: Literal["current", "candidate", "shadow"]
     epoch: str = Field(pattern=r"^(0|\d{1,12}\.\d{6})$")
-    bucket: int = Field(ge=0, le=10**10)
-    count: int = Field(ge=1, le=10**7)
+    bucket: JsonInt = Field(ge=0, le=10**10)
+    count: JsonInt = Field(ge=1, le=10**7)
 
 
 class ExposureBatch(BaseModel):

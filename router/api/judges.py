@@ -25,6 +25,7 @@ from bindings.errors import NotFound
 from bindings.judge_policy import JudgePolicy
 from bindings.models import VersionedBinding
 from gatekeeper.store.judging import human_agreement
+from rolegate.trace import JsonInt
 from router.api.bodies import json_body, parse
 from router.api.configs import config_store
 from router.api.feedback import feedback_store
@@ -46,7 +47,7 @@ class ClaimRequest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    max: int = Field(8, ge=1, le=MAX_CLAIM)
+    max: JsonInt = Field(8, ge=1, le=MAX_CLAIM)
 
 
 class Verdict(BaseModel):
@@ -72,7 +73,7 @@ class Result(BaseModel):
     error: str | None = Field(None, min_length=1, max_length=MAX_REASON)
     #: A second ask's verdict per key, when the run was asked twice (self-agreement).
     repeat: dict[str, bool] | None = Field(None, max_length=200)
-    tokens: int = Field(0, ge=0, le=10_000_000)
+    tokens: JsonInt = Field(0, ge=0, le=10_000_000)
 
 
 class VerdictsRequest(BaseModel):
