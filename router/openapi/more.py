@@ -252,7 +252,7 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
             "scopes": ("gatekeeper",),
             "requestBody": json_body(ref("OfflineVerdict"), required=True),
             "responses": {"201": json_response("Stored.", ref("StoredOfflineVerdict"))},
-            "errors": (400, *AUTH, 413, 422, 503),
+            "errors": (400, *AUTH, 404, 409, 413, 422, 503),
         },
         "get": {
             "summary": "Every stored offline verdict of the role.",
