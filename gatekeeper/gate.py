@@ -27,6 +27,7 @@ from gatekeeper.stats.statistics import (
     histogram_percentile,
     wilson_interval,
 )
+from gatekeeper.stats.winsor import WINSOR_Q, capped_mean
 from gatekeeper.window import WindowStats
 
 VerdictName = Literal["pass", "fail", "insufficient_data"]
@@ -123,6 +124,8 @@ def metrics(window: WindowStats) -> dict[str, Any]:
                           if window.latency_histogram() else None),
         "mean_cost_usd": window.mean_cost_usd() if n else None,
         "p95_cost_usd": window.p95_cost_usd() if n else None,
+        "winsorized_mean_cost_usd": (capped_mean(window.cost_histogram(), window.p99_cost_usd())
+                                     if n else None),
         "tool_error_rate": _rate(window.tool_errors, window.calls),
         "runs_with_tool_errors_rate": _rate(window.error_runs, n),
         "answered_rate": _rate(window.answered, n),
@@ -181,11 +184,15 @@ def evaluate(window: WindowStats, policy: GatePolicy) -> Verdict:
                     p95, float(t.p95_step_ceiling),
                 ))
         if t.max_mean_cost_usd is not None:
-            mean = window.mean_cost_usd()
+            # Winsorized at the arm's 99th percentile: a few runaway runs don't decide.
+            costs = window.cost_histogram()
+            mean = capped_mean(costs, histogram_percentile(costs, WINSOR_Q)) or 0.0
             if mean > t.max_mean_cost_usd:
                 rated.append(Reason(
                     "mean_cost",
-                    f"mean cost ${mean:.6f} over the budget ${t.max_mean_cost_usd:.6f}",
+                    f"mean cost ${mean:.6f} (winsorized at p{WINSOR_Q * 100:g}; raw "
+                    f"${window.mean_cost_usd():.6f}) over the budget "
+                    f"${t.max_mean_cost_usd:.6f}",
                     mean, t.max_mean_cost_usd,
                 ))
 

@@ -42,6 +42,8 @@ LOST = "lost:"
 REPORTED = "rep:"
 #: Latency histogram: milliseconds rounded up to COST_DIGITS significant digits.
 LATENCY = "lat:"
+#: Tokens histogram, rounded up to COST_DIGITS significant digits.
+TOKENS = "tok:"
 #: Not an increment of a trace: the ingest script counts run-id clashes into the window.
 CLASHES = "clashes"
 
@@ -75,6 +77,8 @@ def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
         out[started] = 1
     if trace.latency_s:
         out[f"{LATENCY}{cost_bucket(round(trace.latency_s * 1000))}"] = 1
+    if trace.tokens:
+        out[f"{TOKENS}{cost_bucket(trace.tokens)}"] = 1
     if verdict.passed:
         out["passes"] = 1
     if verdict.forbidden:
@@ -237,6 +241,10 @@ class WindowStats:
         """{latency bucket upper bound in seconds: runs} (runs that reported a latency)."""
         return {int(k) / 1000: v for k, v in self._prefixed(LATENCY).items()}
 
+    def tokens_histogram(self) -> dict[float, int]:
+        """{tokens bucket upper bound: runs} (runs that reported tokens)."""
+        return {float(k): v for k, v in self._prefixed(TOKENS).items()}
+
     def steps_histogram(self) -> dict[int, int]:
         """{step count: traces}."""
         return {int(k): v for k, v in self._prefixed(STEPS).items()}
@@ -265,6 +273,10 @@ class WindowStats:
     def p95_cost_usd(self) -> float:
         """95th percentile of cost, as its histogram bucket's upper bound; 0 when empty."""
         return histogram_percentile(self.cost_histogram(), 0.95)
+
+    def p99_cost_usd(self) -> float:
+        """99th percentile of cost (the winsorizing cap); 0 when empty."""
+        return histogram_percentile(self.cost_histogram(), 0.99)
 
     def mean_cost_usd(self) -> float:
         """Mean cost per trace; 0 when empty."""

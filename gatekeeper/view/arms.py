@@ -6,6 +6,7 @@ from typing import Any
 
 from bindings.models import GatePolicy
 from gatekeeper.gate import compare, evaluate
+from gatekeeper.stats.winsor import TOKENS_WARN, winsorized_comparison
 from gatekeeper.view.context import GateContext
 from gatekeeper.view.latency import latency_reasons, with_latency
 from gatekeeper.window import WindowStats
@@ -45,5 +46,10 @@ def _evidence(window: WindowStats) -> dict[str, Any]:
 def comparison_section(ctx: GateContext) -> dict[str, Any]:
     """Candidate and shadow pass rates against current's over the same period."""
     _, current = ctx.arms["current"]
-    return {arm: compare(window, current).to_json()
+    return {arm: {**compare(window, current).to_json(),
+                  # Means capped at the pooled 99th percentile, the raw means beside.
+                  "cost_usd": winsorized_comparison(window.cost_histogram(),
+                                                    current.cost_histogram()),
+                  "tokens": winsorized_comparison(window.tokens_histogram(),
+                                                  current.tokens_histogram(), TOKENS_WARN)}
             for arm, (_, window) in ctx.arms.items() if arm != "current"}
