@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -103,3 +104,24 @@ def test_schemathesis_with_every_check_finds_nothing(gunicorn_router: str,
     found = [at for at in (report.find("FAILURES"), report.find("ERRORS")) if at >= 0]
     assert done.returncode == 0, report[min(found, default=0):][:12000]
     assert generated is not None and int(generated.group(1)) >= MIN_CASES, output[-3000:]
+
+
+def test_number_bounds_use_json_schema_names(client: FlaskClient) -> None:
+    """No number in the document carries pydantic's ge/le/gt/lt: clients would ignore them."""
+    spec = client.get("/openapi.json").json
+
+    def walk(node: Any, path: str) -> Iterator[str]:
+        if isinstance(node, dict):
+            if node.get("type") in ("integer", "number"):
+                for key in ("ge", "le", "gt", "lt"):
+                    if key in node:
+                        yield f"{path}.{key}"
+            for key, value in node.items():
+                yield from walk(value, f"{path}.{key}")
+        elif isinstance(node, list):
+            for index, value in enumerate(node):
+                yield from walk(value, f"{path}[{index}]")
+
+    assert list(walk(spec, "$")) == []
+    to_version = spec["components"]["schemas"]["RollbackRequest"]["properties"]["to_version"]
+    assert {"minimum": 1, "type": "integer"} in to_version["anyOf"]

@@ -112,10 +112,31 @@ ERROR_DESCRIPTIONS = {
 }
 
 
+#: pydantic's names for a number's bounds, and JSON Schema's.
+_BOUNDS = {"ge": "minimum", "le": "maximum", "gt": "exclusiveMinimum", "lt": "exclusiveMaximum"}
+
+
+def _json_schema_bounds(node: Any) -> Any:
+    """Bounds by JSON Schema's names, everywhere in `node`.
+
+    A bound on an optional number whose type carries its own validator (`JsonInt | None`
+    with `ge=1`) comes out of pydantic as `{"ge": 1}`, a keyword JSON Schema does not
+    know: a client reading the document (schemathesis, a generated SDK) would take 0 as
+    valid where the router answers 422.
+    """
+    if isinstance(node, list):
+        return [_json_schema_bounds(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    numeric = node.get("type") in ("integer", "number")
+    return {(_BOUNDS[key] if numeric and key in _BOUNDS else key): _json_schema_bounds(value)
+            for key, value in node.items()}
+
+
 def model_schemas(models: list[tuple[type[BaseModel], Any]] | None = None) -> dict[str, Any]:
     """Component schemas for `models` (default MODELS), refs pointing into components."""
     _, top = models_json_schema(models or MODELS, ref_template=REF)
-    schemas: dict[str, Any] = dict(top.get("$defs", {}))
+    schemas: dict[str, Any] = _json_schema_bounds(dict(top.get("$defs", {})))
     schemas["Error"] = ERROR_SCHEMA
     schemas["ErrorDetail"] = ERROR_SCHEMA["properties"]["error"]
     schemas["Resolution"] = RESOLUTION
