@@ -26,7 +26,10 @@ starting afresh at the stage alpha (the view without its `rollout` section:
 the gate before evidence was carried across stages), seed 000's plain policy
 (last 5 runs under min_pass_rate) and the information bound
 ln(1/alpha)/KL(q || p), the fewest runs any test with false-rollback rate alpha
-can average, at alpha 1% and at our own false-rollback rate.
+can average, at alpha 1% and at our own false-rollback rate. Last, the
+report-rate test's table (`bench.report_sim`): its false rollbacks over healthy
+rollouts against the 1% budget, and the candidate runs it needs to catch 30%,
+10% and 5% of runs never reporting.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ import random
 import time
 from dataclasses import dataclass
 
+from bench import report_sim
 from bench.sim_core import Outcome, Rule, World, gatekeeper_rule, plain_rule, rollout
 from bindings.models import GatePolicy, Thresholds
 
@@ -195,6 +199,10 @@ def main(argv: list[str] | None = None) -> None:
     print(f"candidate at pass rate 0.5 from base 0.95: rolled back within "
           f"{max(at_half)} candidate runs (worst of {len(at_half)}), median "
           f"{median([float(r) for r in at_half]):.0f}")
+    print()
+    # Runs that never arrive: the report-rate test's own table (bench.report_sim).
+    report_sim.main(["--rollouts", str(args.rollouts), "--regressed", str(args.regressed),
+                     "--seed", str(args.seed), "--rate", str(args.rate)])
     print(f"({time.perf_counter() - started:.1f}s)")
 
 

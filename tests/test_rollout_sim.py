@@ -7,6 +7,9 @@ statistics regress; `python -m bench.rollout_sim` runs the full tables.
 
 from __future__ import annotations
 
+import pytest
+
+from bench import report_sim
 from bench.rollout_sim import (
     batch,
     information_bound,
@@ -70,3 +73,14 @@ def test_a_small_drop_is_caught_over_the_rollout_not_stage_by_stage() -> None:
         found[carry] = (runs_to_rollback(outcomes), sum(o.stage != "full" for o in outcomes))
     assert found[True][0] <= 1.75 * bound and found[True][1] >= 15, found
     assert found[False][0] > 2.5 * bound and found[False][1] <= 12, found
+
+
+def test_the_report_rate_table_stays_in_budget_and_catches_missing_reports(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """bench.report_sim: no healthy rollout rolled back by the report test in 60; a candidate
+    missing 30% of its reports caught in every one of 20."""
+    report_sim.main(["--rollouts", "60", "--regressed", "20", "--seed", "3"])
+    lines = capsys.readouterr().out.splitlines()
+    assert any(line.startswith("1.00") and "0/60" in line for line in lines), lines
+    caught = next(line for line in lines if line.startswith("1.00") and "30%" in line)
+    assert caught.split()[2] == "100%", caught
