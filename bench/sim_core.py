@@ -18,14 +18,22 @@ probability `rho` each.
 
 from __future__ import annotations
 
+import math
 import random
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from bindings.models import Binding, GatePolicy, HistoryEntry, Stage, VersionedBinding
-from gatekeeper.stats.budget import final_alpha
+from bindings.models import (
+    DEFAULT_HOLDBACK,
+    Binding,
+    GatePolicy,
+    HistoryEntry,
+    Stage,
+    VersionedBinding,
+)
+from gatekeeper.gate import evaluate
 from gatekeeper.machine.decide import (
     Action,
     decide,
@@ -33,14 +41,16 @@ from gatekeeper.machine.decide import (
     required_seconds,
     shadow_pairs_needed,
 )
-from gatekeeper.stats.drift import RUN_FAILURE, Detector, params_for, section
-from gatekeeper.gate import evaluate
+from gatekeeper.machine.stages import Event, apply
+from gatekeeper.stats.budget import final_alpha
+from gatekeeper.stats.concurrent import Comparison, bucket_of, cells_of, closed_before
+from gatekeeper.stats.drift import RUN_FAILURE, TOOL_ERROR, Detector, params_for, section
 from gatekeeper.stats.pair_tally import Tally
 from gatekeeper.stats.pairing import Run
 from gatekeeper.stats.rollout import Carried, EarlierStage, carried_of, epoch_key, walk
-from gatekeeper.machine.stages import Event, apply
 from gatekeeper.store.history import HISTORY_RUNS
-from gatekeeper.window import WindowStats
+from gatekeeper.view.concurrent import section_of
+from gatekeeper.window import CELL_EVENTS, CELL_N, WindowStats
 
 PASS = Run("", True)
 FAIL = Run("", False)
@@ -60,6 +70,40 @@ class World:
     #: False: the view has no `rollout` section, so each stage's tests start afresh
     #: at the stage alpha (the gate before evidence was carried across stages).
     carry: bool = True
+    #: False: the view has no `concurrent` section (the gate before issue 23: the
+    #: candidate against current's p0, its CUSUM against that p0).
+    concurrent: bool = True
+    #: Tenants (weight, current's pass rate, the candidate's); None: one, at (base, p).
+    tenants: tuple[Tenant, ...] | None = None
+    #: A targeting rule sends this tenant (an index) to the candidate in canary and full.
+    rule_tenant: int | None = None
+    #: Something that happens to both arms (an outage, the provider's model changing).
+    shock: Shock | None = None
+    #: Chance a run has a tool error (both arms; every run in an outage).
+    tool_error: float = 0.0
+    #: The binding's holdback on current in `full`.
+    holdback: float = DEFAULT_HOLDBACK
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A population of jobs: its share of the traffic and each arm's pass rate on it."""
+
+    weight: float
+    current: float
+    candidate: float
+
+
+@dataclass(frozen=True)
+class Shock:
+    """From `after_s` into the first `stage` the rollout enters, for `duration_s`: every
+    run of both arms fails (`outage`), or both arms' pass rates fall by `drop`."""
+
+    stage: str
+    after_s: float
+    duration_s: float = math.inf
+    outage: bool = False
+    drop: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -89,6 +133,23 @@ class StageCounts:
     carried: WindowStats = field(default_factory=WindowStats)
     #: The rollout's earlier stages, as the view's `rollout` section shows them.
     rollout: Carried | None = None
+    #: The cell fields of each arm's window (`window.increments` writes them).
+    cand_cells: WindowStats = field(default_factory=WindowStats)
+    cur_cells: WindowStats = field(default_factory=WindowStats)
+    #: The concurrent section, kept while no bucket closed since (it cannot change).
+    section: tuple[int, dict[str, Any]] | None = None
+    #: False: the view has no `concurrent` section (`World.concurrent`).
+    concurrent: bool = True
+
+    def cell(self, arm: str, time: float, stratum: str, passed: bool, error: bool) -> None:
+        """Count one run in its (bucket, stratum) cell, as ingest's increments do."""
+        fields = (self.cand_cells if arm == "candidate" else self.cur_cells).fields
+        cell = f"{bucket_of(time)}:{stratum}"
+        fields[CELL_N + cell] += 1
+        if not passed:
+            fields[CELL_EVENTS[RUN_FAILURE] + cell] += 1
+        if error:
+            fields[CELL_EVENTS[TOOL_ERROR] + cell] += 1
 
 
 def _job(rng: random.Random, base: float, p: float, rho: float) -> tuple[bool, bool]:
@@ -98,9 +159,9 @@ def _job(rng: random.Random, base: float, p: float, rho: float) -> tuple[bool, b
     return u_current < base, u_candidate < p
 
 
-def _start(policy: GatePolicy) -> VersionedBinding:
+def _start(policy: GatePolicy, holdback: float = DEFAULT_HOLDBACK) -> VersionedBinding:
     binding = Binding(current="cfg-a", candidate="cfg-b", stage=Stage.SHADOW, share=0.0,
-                      gate=policy, stage_since=0.0)
+                      gate=policy, stage_since=0.0, holdback=holdback)
     return VersionedBinding(role="sim", version=1, binding=binding, updated_at=0.0,
                             updated_by="sim")
 
@@ -175,8 +236,11 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float) -> dict[s
         view["paired"] = _paired_json(counts.pairs, counts.regressions, counts.improvements,
                                       final_alpha(thresholds.alpha, Stage.SHADOW),
                                       shadow_pairs_needed(thresholds))
-    params = params_for(RUN_FAILURE, policy.drift, current.merge(counts.carried),
-                        thresholds.min_samples, thresholds.alpha)
+    # With the concurrent section the candidate's drift detector only shows (decide()
+    # rolls back on the section's tests): the simulator leaves it out.
+    params = None if counts.concurrent else params_for(
+        RUN_FAILURE, policy.drift, current.merge(counts.carried), thresholds.min_samples,
+        thresholds.alpha)
     shown = {}
     if params is not None:
         detector = counts.detector
@@ -186,6 +250,12 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float) -> dict[s
         counts.detector = detector = detector.advance(counts.entries[detector.n:])
         shown = {RUN_FAILURE: detector.as_dict(True)}
     view["drift"] = section(shown, {}, policy.drift)
+    if counts.concurrent:
+        before = closed_before(now)
+        if counts.section is None or counts.section[0] != before:
+            counts.section = (before, section_of(counts.cand_cells, counts.cur_cells, binding,
+                                                 now))
+        view["concurrent"] = counts.section[1]
     if counts.rollout is not None:
         view["rollout"] = counts.rollout.as_dict(binding)
     return view
@@ -231,9 +301,11 @@ class Ledger:
                 record: VersionedBinding) -> None:
         """`ended`'s stage is over with `counts`; `record` is the binding it advanced to."""
         binding = ended.binding
+        compared = Comparison.of(cells_of(counts.cand_cells.cells(RUN_FAILURE),
+                                          counts.cur_cells.cells(RUN_FAILURE)))
         self.finished[epoch_key(binding.stage_since)] = EarlierStage(
             binding.stage, binding.share, binding.stage_since, counts.cand_n,
-            counts.cand_passes, counts.regressions, counts.improvements)
+            counts.cand_passes, counts.regressions, counts.improvements, compared)
         self.entries.append(_entry(record))
 
     def rollout(self, record: VersionedBinding) -> Carried | None:
@@ -252,47 +324,107 @@ def _entry(record: VersionedBinding) -> HistoryEntry:
                         actor="sim", action="promote", reason="", binding=record.binding)
 
 
+class Traffic:
+    """Who a job is, and how each arm does on it at a time: tenants, the rule, the shock."""
+
+    def __init__(self, world: World, p: float) -> None:
+        self.world = world
+        self.tenants = world.tenants or (Tenant(1.0, world.base, p),)
+        total = sum(t.weight for t in self.tenants)
+        self.cumulative = []
+        acc = 0.0
+        for tenant in self.tenants:
+            acc += tenant.weight / total
+            self.cumulative.append(acc)
+        self.shock_at: float | None = None
+
+    def enter(self, stage: Stage, now: float) -> None:
+        """The rollout entered `stage` at `now`: a shock waiting for it is timed from here."""
+        shock = self.world.shock
+        if shock is not None and self.shock_at is None and stage.value == shock.stage:
+            self.shock_at = now + shock.after_s
+
+    def tenant(self, rng: random.Random) -> int:
+        """Draw a job's tenant."""
+        if len(self.tenants) == 1:
+            return 0
+        u = rng.random()
+        return next(i for i, c in enumerate(self.cumulative) if u < c)
+
+    def rates(self, tenant: int, time: float) -> tuple[float, float, bool]:
+        """(current's pass rate, the candidate's, in an outage) for the tenant at `time`."""
+        found = self.tenants[tenant]
+        shock = self.world.shock
+        if shock is not None and self.shock_at is not None and \
+                self.shock_at <= time < self.shock_at + shock.duration_s:
+            if shock.outage:
+                return 0.0, 0.0, True
+            return (max(0.0, found.current - shock.drop), max(0.0, found.candidate - shock.drop),
+                    False)
+        return found.current, found.candidate, False
+
+
 def rollout(world: World, p: float, rng: random.Random,
             rule: Rule = gatekeeper_rule) -> Outcome:
     """Walk one rollout tick by tick until it is rolled back or stable."""
-    record = _start(world.policy)
+    record = _start(world.policy, world.holdback)
     ledger = Ledger(record, world.carry)
     history = History(rng, world.base, world.history)
-    counts = StageCounts(carried=history.window(), rollout=ledger.rollout(record))
+    traffic = Traffic(world, p)
+    traffic.enter(Stage.SHADOW, 0.0)
+
+    def fresh() -> StageCounts:
+        return StageCounts(carried=history.window(), rollout=ledger.rollout(record),
+                           concurrent=world.concurrent)
+
+    counts = fresh()
     runs = served = 0
     now = 0.0
     per_tick = world.rate * world.interval
     owed = 0.0
     seq = 0
     while True:
-        now += world.interval
         binding = record.binding
         owed += per_tick
         jobs = int(owed)
         owed -= jobs
-        for _ in range(jobs):
+        for j in range(jobs):
+            t = now + (j + 1) * world.interval / jobs
+            tenant = traffic.tenant(rng)
+            base, p_cand, outage = traffic.rates(tenant, t)
+            error = outage or (world.tool_error > 0 and rng.random() < world.tool_error)
             if binding.stage is Stage.SHADOW:
-                ok_current, ok = _job(rng, world.base, p, world.rho)
+                ok_current, ok = _job(rng, base, p_cand, world.rho)
                 counts.cur_n += 1
                 counts.cur_passes += ok_current
                 history.add(ok_current)
+                counts.cell("current", t, "", ok_current, error)
                 counts.pairs += 1
                 counts.regressions += ok_current and not ok
                 counts.improvements += ok and not ok_current
-            elif binding.stage is Stage.FULL or rng.random() < binding.share:
-                ok = rng.random() < p
-                served += 1
+                stratum = ""
             else:
-                ok_current = rng.random() < world.base
-                counts.cur_n += 1
-                counts.cur_passes += ok_current
-                history.add(ok_current)
-                continue
+                ruled = world.rule_tenant is not None and tenant == world.rule_tenant
+                share = (1.0 - binding.holdback) if binding.stage is Stage.FULL \
+                    else binding.share
+                if ruled or rng.random() < share:
+                    ok = rng.random() < p_cand
+                    served += 1
+                    stratum = "rule" if ruled else ""
+                else:
+                    ok_current = rng.random() < base
+                    counts.cur_n += 1
+                    counts.cur_passes += ok_current
+                    history.add(ok_current)
+                    counts.cell("current", t, "", ok_current, error)
+                    continue
             runs += 1
             seq += 1
             counts.cand_n += 1
             counts.cand_passes += ok
+            counts.cell("candidate", t, stratum, ok, error)
             counts.entries.append((f"{seq}-0", PASS if ok else FAIL))
+        now += world.interval
         action = rule(record, counts, now)
         if action is Action.ROLLBACK:
             return Outcome(True, runs, served, binding.stage.value)
@@ -303,4 +435,5 @@ def rollout(world: World, p: float, rng: random.Random,
             ended, record = record, record.model_copy(
                 update={"binding": moved, "version": record.version + 1, "updated_at": now})
             ledger.advance(ended, counts, record)
-            counts = StageCounts(carried=history.window(), rollout=ledger.rollout(record))
+            traffic.enter(moved.stage, now)
+            counts = fresh()

@@ -238,6 +238,11 @@ class Rule(Frozen):
         return value
 
 
+#: The share of bucketed jobs `full` keeps on current by default, and the most it may keep.
+DEFAULT_HOLDBACK = 0.05
+MAX_HOLDBACK = 0.5
+
+
 class Binding(Frozen):
     """One role's routing: the current config, the candidate and its stage."""
 
@@ -257,6 +262,11 @@ class Binding(Frozen):
     #: clears it (an approval is for one step, never the next).
     approved: Approval | None = None
     description: str = Field("", max_length=2000)
+    #: In `full`, the share of bucketed jobs kept on current while the candidate bakes:
+    #: the concurrent control the gate compares the candidate with (sticky: the keys
+    #: whose bucket is at or above 1 - holdback). 0 turns it off, and with it the
+    #: gate's ability to tell a regression in `full` from a world-wide shift.
+    holdback: float = Field(DEFAULT_HOLDBACK, ge=0.0, le=MAX_HOLDBACK)
 
     @field_validator("share")
     @classmethod

@@ -10,7 +10,12 @@ Fields: the scalars in `SCALARS`, and counters under a prefix: `crit_n:<key>`
 and `crit_pass:<key>` per criterion, `steps:<count>` and `cost:<micro-USD
 bucket>` histograms, `rep:<time bucket>` runs that arrived per bucket of their
 start, `lat:<ms bucket>` the latency histogram, `tool:<name>` calls, `forbid:<name>` traces that called a
-forbidden tool, `lost:<name>` traces that lost a required tool.
+forbidden tool, `lost:<name>` traces that lost a required tool; and per
+(time bucket, stratum) `cn:<bucket>:<stratum>` runs, `cf:` failed runs, `ce:`
+runs with a tool error and `cx:` runs with a forbidden call, what the candidate
+is compared with concurrent current on (`gatekeeper.stats.concurrent`: the
+bucket is the run's end time over `BUCKET_S`, the stratum the targeting rule
+that picked the arm, "" for a bucketed job).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 
 from bindings.models import Invariants
 from gatekeeper.checks.invariants import CRITERIA, TraceVerdict, check
-from gatekeeper.stats.concurrent import BUCKET_S
+from gatekeeper.stats.concurrent import BUCKET_S, bucket_of
 from gatekeeper.stats.statistics import histogram_percentile
 from rolegate.trace import Trace
 
@@ -46,6 +51,9 @@ LATENCY = "lat:"
 TOKENS = "tok:"
 #: Not an increment of a trace: the ingest script counts run-id clashes into the window.
 CLASHES = "clashes"
+#: Per (bucket, stratum) counters: runs, and runs with each metric's event.
+CELL_N = "cn:"
+CELL_EVENTS = {"run_failure": "cf:", "tool_error": "ce:", "forbidden_call": "cx:"}
 
 MICROS = 1_000_000
 #: Cost histogram resolution: significant digits kept (rounded up), so a p95 read
@@ -105,6 +113,15 @@ def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
     for tool in trace.tools:
         key = TOOL + tool
         out[key] = out.get(key, 0) + 1
+    if trace.time is not None:
+        cell = f"{bucket_of(trace.time)}:{trace.rule or ''}"
+        out[CELL_N + cell] = 1
+        if not verdict.passed:
+            out["cf:" + cell] = 1
+        if trace.tool_errors:
+            out["ce:" + cell] = 1
+        if verdict.forbidden:
+            out["cx:" + cell] = 1
     return out
 
 
@@ -236,6 +253,29 @@ class WindowStats:
     def reported_buckets(self) -> dict[int, int]:
         """{time bucket of the run's start: runs that arrived}."""
         return {int(k): v for k, v in self._prefixed(REPORTED).items()}
+    def cells(self, metric: str) -> dict[tuple[int, str], tuple[int, int]]:
+        """{(bucket, stratum): (runs, runs with `metric`'s event)} for the concurrent test."""
+        return self.all_cells()[metric]
+
+    def all_cells(self) -> dict[str, dict[tuple[int, str], tuple[int, int]]]:
+        """`cells` of every metric, read in one pass over the fields."""
+        runs: dict[str, int] = {}
+        events: dict[str, dict[str, int]] = {prefix: {} for prefix in CELL_EVENTS.values()}
+        for name, value in self.fields.items():
+            head = name[:3]
+            if head == CELL_N:
+                runs[name[3:]] = value
+            elif head in events:
+                events[head][name[3:]] = value
+        out: dict[str, dict[tuple[int, str], tuple[int, int]]] = {}
+        for metric, prefix in CELL_EVENTS.items():
+            mine = events[prefix]
+            cells = {}
+            for cell, n in runs.items():
+                bucket, _, stratum = cell.partition(":")
+                cells[(int(bucket), stratum)] = (n, mine.get(cell, 0))
+            out[metric] = cells
+        return out
 
     def latency_histogram(self) -> dict[float, int]:
         """{latency bucket upper bound in seconds: runs} (runs that reported a latency)."""

@@ -9,7 +9,10 @@ job no rule picks is bucketed.
 The bucket is a keyed hash of (role, key), the same in every process and on every
 host (never Python's salted `hash()`), so a key is sticky to its arm, and a key
 goes to the candidate iff its bucket is below the share, so raising the share
-only ever moves keys from current to candidate (monotone).
+only ever moves keys from current to candidate (monotone). In `full` the share
+is 1 - `holdback`: the keys whose bucket is at or above it stay on current
+while the candidate bakes (a sticky holdback, the concurrent control the gate
+compares with), the same keys that were on current in every canary step below it.
 """
 
 from __future__ import annotations
@@ -67,6 +70,9 @@ class Routable(Protocol):
     @property
     def share(self) -> float: ...
 
+    @property
+    def holdback(self) -> float: ...
+
 
 class Resolution(TypedDict):
     """The answer to "which config serves role R for job K?"."""
@@ -84,6 +90,18 @@ class Resolution(TypedDict):
     #: attributes the rule read (what a trace records as having decided).
     rule: NotRequired[str]
     attributes: NotRequired[dict[str, str]]
+    #: In `full` only: the share of bucketed jobs kept on current (0: none).
+    holdback: NotRequired[float]
+
+
+def routed_share(binding: Routable) -> float:
+    """The share of bucketed jobs the candidate gets: the canary's share, in `full` all
+    but the holdback, else none."""
+    if binding.candidate is None:
+        return 0.0
+    if binding.stage is Stage.FULL:
+        return 1.0 - binding.holdback
+    return binding.share if binding.stage is Stage.CANARY else 0.0
 
 
 def rule_id(rule: RoutingRule, index: int) -> str:
@@ -128,7 +146,7 @@ def resolve(
             decided = matching_rule(binding.rules, attributes)
         if decided is not None:
             arm = decided[1].arm
-        elif stage is Stage.FULL or bucket(role, key) < binding.share:
+        elif bucket(role, key) < routed_share(binding):
             arm = "candidate"
     answer: Resolution = {
         "role": role,
@@ -141,6 +159,8 @@ def resolve(
         "key": key,
         "stale": stale,
     }
+    if stage is Stage.FULL:
+        answer["holdback"] = binding.holdback
     if decided is not None and attributes is not None:
         answer["rule"] = decided[0]
         answer["attributes"] = {name: attributes[name] for name in decided[1].when}

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rolegate.body import body_hashes
-from rolegate.routing import Resolution, Stage, bucket, resolve
+from rolegate.routing import Resolution, Stage, bucket, resolve, routed_share
 
 log = logging.getLogger("rolegate.client")
 
@@ -63,6 +63,8 @@ class RoutedBinding(BaseModel):
     candidate: str | None = None
     stage: Stage = Stage.STABLE
     share: float = Field(0.0, ge=0.0, le=1.0)
+    #: Absent from an older router's snapshot, which held nothing back.
+    holdback: float = Field(0.0, ge=0.0, le=1.0)
     gate: RoutedGate = RoutedGate()
     rules: tuple[RoutedRule, ...] = ()
 
@@ -187,8 +189,8 @@ def compile_role(role: str, record: RoutedRecord,
     entry: Entry = (current, None, 0.0)
     if binding.candidate is not None and binding.stage in (Stage.CANARY, Stage.FULL):
         candidate = {**answer, "arm": "candidate", "config": binding.candidate}
-        entry = (candidate, None, 0.0) if binding.stage is Stage.FULL else (
-            current, candidate, binding.share)
+        share = routed_share(binding)
+        entry = (candidate, None, 0.0) if share >= 1.0 else (current, candidate, share)
     for probe in _PROBE_KEYS:
         expected = resolve(role, binding, record.version, probe)
         if _answer(role, entry, probe, False) != expected:

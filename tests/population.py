@@ -41,13 +41,15 @@ def forbidden(i: int) -> tuple[bool, bool]:
 
 BEHAVIOURS: dict[str, Callable[[int], tuple[bool, bool]]] = {
     "cfg-a": baseline, "cfg-good": baseline, "cfg-bad": regressed, "cfg-forbid": forbidden,
-    "cfg-broken": broken,
+    "cfg-broken": broken, "cfg-base": baseline, "cfg-solo": baseline,
 }
 
 
-def trace(role: str, config: str, arm: str, i: int, tag: str) -> dict[str, object]:
-    """The trace one run of job `i` reports."""
+def trace(role: str, config: str, arm: str, i: int, tag: str,
+          failing: frozenset[str] = frozenset()) -> dict[str, object]:
+    """The trace one run of job `i` reports (every run of a config in `failing` fails)."""
     passed, forbidden_call = BEHAVIOURS[config](i)
+    passed = passed and config not in failing
     tools = ["search", "write"] + (["delete_all"] if forbidden_call else [])
     return {"run_id": f"{role}-{tag}-{arm}-{i}", "role": role, "config": config, "arm": arm,
             "key": f"job-{i}", "tools": tools, "artifacts": ["out.md"] if passed else [],
@@ -66,6 +68,8 @@ class Population:
         self.tag = tag
         self.jobs = 0
         self.errors: list[str] = []
+        #: Configs whose every run fails while they are in it (an outage).
+        self.failing: frozenset[str] = frozenset()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._work, daemon=True)
         self._session = requests.Session()
@@ -86,14 +90,15 @@ class Population:
             answer.raise_for_status()
             roles = answer.json()["roles"]
         traces = []
+        failing = self.failing
         for role in self.roles:
             record = VersionedBinding.model_validate(roles[role])
             for _ in range(self.batch):
                 i = self.jobs = self.jobs + 1
                 where = resolve(role, record.binding, record.version, f"job-{i}")
-                traces.append(trace(role, where["config"], where["arm"], i, self.tag))
+                traces.append(trace(role, where["config"], where["arm"], i, self.tag, failing))
                 if where["shadow"] is not None:
-                    traces.append(trace(role, where["shadow"], "shadow", i, self.tag))
+                    traces.append(trace(role, where["shadow"], "shadow", i, self.tag, failing))
         with self._session.post(f"{self.url}/v1/traces", json={"traces": traces},
                                 timeout=10) as answer:
             if answer.status_code != 200:

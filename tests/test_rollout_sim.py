@@ -32,11 +32,12 @@ def test_healthy_candidates_are_not_rolled_back_at_any_base_rate() -> None:
     assert back <= 1  # 60 rollouts; the budget is at most 1% each
 
 
-def test_a_candidate_at_half_its_runs_is_rolled_back_within_30_runs() -> None:
-    """From a 0.95 current with the shipped hold, pass rate 0.5 is caught inside 30 runs."""
+def test_a_candidate_at_half_its_runs_is_rolled_back_within_40_runs() -> None:
+    """From a 0.95 current with the shipped hold, pass rate 0.5 is caught in shadow inside
+    40 runs, on the paired flips alone (no p0 from history: 30 with one, before issue 23)."""
     world = World(base=0.95, policy=policy_for(0.95, hold=True))
     outcomes = batch(world, 0.5, 20, seed=5)
-    assert all(o.rolled_back and o.runs <= 30 and o.served == 0 for o in outcomes)
+    assert all(o.rolled_back and o.runs <= 40 and o.served == 0 for o in outcomes)
 
 
 def test_large_drops_are_caught_near_the_information_bound() -> None:

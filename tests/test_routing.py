@@ -79,9 +79,26 @@ def test_shadow_serves_current_and_names_the_candidate() -> None:
 
 
 def test_full_and_rolled_back_route_everything_one_way() -> None:
-    """Full sends every key to the candidate; rolled_back sends every key to current."""
-    full = Binding(current="cfg_a", candidate="cfg_b", stage=Stage.FULL, share=1.0)
+    """Full without a holdback sends every key to the candidate; rolled_back every key to
+    current."""
+    full = Binding(current="cfg_a", candidate="cfg_b", stage=Stage.FULL, share=1.0,
+                   holdback=0.0)
     rolled = Binding(current="cfg_a", candidate="cfg_b", stage=Stage.ROLLED_BACK)
     assert {resolve("r", full, 1, k)["config"] for k in KEYS[:500]} == {"cfg_b"}
     assert {resolve("r", rolled, 1, k)["config"] for k in KEYS[:500]} == {"cfg_a"}
     assert resolve("r", rolled, 1, "k")["shadow"] is None
+
+
+def test_full_holds_back_a_sticky_share_on_current() -> None:
+    """Full keeps the keys whose bucket is at or above 1 - holdback on current (5% by
+    default, said on the answer): the same keys every canary step below it kept there."""
+    full = Binding(current="cfg_a", candidate="cfg_b", stage=Stage.FULL, share=1.0)
+    assert full.holdback == 0.05
+    answers = [resolve("r", full, 1, k) for k in KEYS]
+    held = [a for a in answers if a["arm"] == "current"]
+    assert 0.03 * len(KEYS) < len(held) < 0.07 * len(KEYS)
+    assert all(a["holdback"] == 0.05 for a in answers)
+    assert {a["key"] for a in held} == {k for k in KEYS if bucket("r", k) >= 0.95}
+    half = Binding(current="cfg_a", candidate="cfg_b", stage=Stage.CANARY, share=0.5)
+    assert "holdback" not in resolve("r", half, 1, KEYS[0])
+    assert all(resolve("r", half, 1, a["key"])["arm"] == "current" for a in held)

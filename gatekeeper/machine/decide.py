@@ -47,9 +47,10 @@ from bindings.models import Binding, Stage, Thresholds, VersionedBinding
 from gatekeeper.machine.baseline import baseline_failure, baseline_runs
 from gatekeeper.machine.deadline import overdue
 from gatekeeper.machine.durations import stage_minimum
+from gatekeeper.machine.matched import concurrent_alarms, concurrent_of, concurrent_reason, matched
 from gatekeeper.machine.reports import report_decision
 from gatekeeper.machine.responses import HELD, HOLD, WARN, Responder, response_details
-from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, Combined, final_alpha
+from gatekeeper.stats.budget import CONCURRENT, FLIPS, FLOOR, RATE, Combined, final_alpha
 from gatekeeper.stats.criteria_gate import KeyCounts, KeyVerdict, acting, criteria_tests
 from gatekeeper.stats.rollout import LIVE_STAGES, Carried, StageCounts, rollout_evidence
 from gatekeeper.stats.sequential import flips_of, upper_p0
@@ -92,6 +93,8 @@ class Evidence:
     #: The rollout's earlier stages (the gate view's `rollout` section); None: the view
     #: has none, and the sequential tests run over this stage alone at the stage alpha.
     carried: Carried | None = None
+    #: The view's `concurrent` section: when present what rolls back (`machine.matched`).
+    concurrent: Mapping[str, Any] | None = None
     #: Metrics whose CUSUM alarms on the candidate, and on the current arm.
     candidate_alarms: tuple[str, ...] = ()
     current_alarms: tuple[str, ...] = ()
@@ -178,7 +181,12 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
                                     [v.counts.key for v in zero], gate_reasons=list(blocking),
                                     **_criteria_details(zero))):
         return failed
-    if evidence.candidate_alarms and (failed := fail(
+    if evidence.concurrent is not None:
+        if (alarms := concurrent_alarms(evidence)) and (failed := fail(
+                "drift", f"CUSUM against concurrent current alarms on candidate "
+                f"{binding.candidate}: " + ", ".join(alarms), concurrent_alarms=alarms)):
+            return failed
+    elif evidence.candidate_alarms and (failed := fail(
             "drift", f"drift alarm on candidate {binding.candidate}: "
             + ", ".join(evidence.candidate_alarms),
             drift_alarms=list(evidence.candidate_alarms))):
@@ -219,7 +227,7 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
         worse_paired = _mcnemar_worse(paired, level)
         if worse_paired is not None and (failed := fail("mcnemar", worse_paired)):
             return failed
-    worse = _worse_than_current(evidence, level)
+    worse = _worse_than_current(matched(evidence), level)
     if worse is not None and (failed := fail("vs_current", worse)):
         return failed
     if binding.needs_approval() and binding.approved is None:
@@ -270,7 +278,7 @@ def sequential_evidence(binding: Binding, evidence: Evidence) -> Combined:
     flips = None
     if stage is Stage.SHADOW and evidence.paired is not None:
         flips = flips_of(evidence.paired)
-    counts = StageCounts(stage, evidence.n, evidence.passes, flips)
+    counts = StageCounts(stage, evidence.n, evidence.passes, flips, concurrent_of(evidence))
     return rollout_evidence(binding, counts, evidence.carried, rate_p0(evidence))
 
 
@@ -304,7 +312,8 @@ def _rejected(combined: Combined, evidence: Evidence, paired: Mapping[str, Any] 
         regressions, improvements = (regressions + carried.flips[0],
                                      improvements + carried.flips[1])
     runs = f"{n - passes} of {n} candidate runs" + (" of the rollout" if n != evidence.n else "")
-    what = {RATE: f"{runs} failed against current's p0",
+    what = {CONCURRENT: concurrent_reason(evidence, carried),
+            RATE: f"{runs} failed against current's p0",
             FLOOR: f"{runs} failed: the pass rate is under min_pass_rate",
             FLIPS: f"shadow flips {regressions} pass->fail vs {improvements} fail->pass"
                    + ("" if paired is not None else ", then the rate test after shadow")}[lead]
@@ -332,7 +341,9 @@ def _hold(binding: Binding, evidence: Evidence, paired: Mapping[str, Any] | None
         return evidence.judged_wait, {}
     under = [r for code, r in rated if code == "pass_rate"]
     if under:
-        return f"{under[0]}; not yet excluded by the floor test", {}
+        return f"{under[0]}; " + ("held: min_pass_rate holds promotion, it does not roll back"
+                                  if evidence.concurrent is not None
+                                  else "not yet excluded by the floor test"), {}
     return None
 
 
@@ -405,5 +416,6 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
         criteria=tuple(KeyCounts.from_dict(k) for k in keys if isinstance(k, Mapping)),
         judged_wait=(view.get("judges") or {}).get("wait"),
         reports=view.get("reports"),
+        concurrent=section if isinstance(section := view.get("concurrent"), Mapping) else None,
     )
 

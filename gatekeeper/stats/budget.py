@@ -75,6 +75,8 @@ FINAL_SHARE = SHARES["final"]
 CUSUM_HORIZON_RUNS = 10_000
 #: The candidate's CUSUMs that share CUSUM_SHARE (`drift.METRICS`).
 CUSUM_DETECTORS = 3
+#: Cells (time buckets) per stage the concurrent CUSUMs' share is sized for (83 h at 30 s).
+CUSUM_HORIZON_CELLS = 10_000
 
 RATE = "rate"
 FLIPS = "flips"
@@ -85,10 +87,18 @@ CONCURRENT = "concurrent"
 #: Declared weights of the sequential tests per stage (shadow has the paired flips).
 SHADOW_WEIGHTS = {FLIPS: 0.4, RATE: 0.4, FLOOR: 0.2}
 LIVE_WEIGHTS = {RATE: 0.8, FLOOR: 0.2}
+#: The same against concurrent current (a view with the `concurrent` section): the
+#: floor is no rollback test there (a world under the floor is not the candidate's
+#: fault); it holds promotion instead.
+CONCURRENT_SHADOW_WEIGHTS = {FLIPS: 0.75, CONCURRENT: 0.25}
+CONCURRENT_LIVE_WEIGHTS = {CONCURRENT: 1.0}
 
 
-def weights(stage: Stage, *, floor: bool) -> dict[str, float]:
+def weights(stage: Stage, *, floor: bool, concurrent: bool = False) -> dict[str, float]:
     """The e-value weights in `stage`; without a floor its weight goes to the others."""
+    if concurrent:
+        return dict(CONCURRENT_SHADOW_WEIGHTS if stage is Stage.SHADOW
+                    else CONCURRENT_LIVE_WEIGHTS)
     chosen = dict(SHADOW_WEIGHTS if stage is Stage.SHADOW else LIVE_WEIGHTS)
     if not floor:
         chosen.pop(FLOOR)
@@ -105,6 +115,12 @@ def cusum_arl0(alpha: float, detectors: int = CUSUM_DETECTORS) -> float:
 def criteria_alpha(alpha: float, keys: int) -> float:
     """The level of each gated criterion's test: CRITERIA_SHARE of the stage alpha over `keys`."""
     return CRITERIA_SHARE * alpha / max(1, keys)
+
+
+def concurrent_cusum_alpha(alpha: float, metrics: int) -> float:
+    """Each concurrent CUSUM's level: the CUSUM share of stage alpha `alpha`, split evenly
+    over the `metrics` it watches (run failure, tool error, forbidden call)."""
+    return CUSUM_SHARE * alpha / metrics
 
 
 def final_alpha(alpha: float, stage: Stage) -> float:

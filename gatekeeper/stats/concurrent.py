@@ -109,8 +109,13 @@ def cell_log_ratio(cell: Cell, risk: float) -> float:
     """ln of the cell's likelihood ratio at one odds ratio `risk` (any value > 0)."""
     if not cell.informative:
         return 0.0
-    return _exact(cell.candidate_n, cell.candidate_events, cell.current_n,
-                  cell.current_events, (risk,))[0]
+    return _one(cell.candidate_n, cell.candidate_events, cell.current_n, cell.current_events,
+                risk)
+
+
+@functools.lru_cache(maxsize=200_000)
+def _one(cn: int, ce: int, kn: int, ke: int, risk: float) -> float:
+    return _exact(cn, ce, kn, ke, (risk,))[0]
 
 
 @functools.lru_cache(maxsize=200_000)
@@ -269,6 +274,7 @@ def bucket_of(time: float) -> int:
 def closed_before(now: float) -> int:
     """The first bucket not yet closed at `now`: cells below it count."""
     return int((now - GRACE_S) // BUCKET_S)
+
 
 
 def cells_of(candidate: Counts, current: Counts, *, before: int | None = None) -> list[Cell]:

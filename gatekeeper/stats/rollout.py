@@ -31,11 +31,12 @@ Pure: history entries and counts in, data out (`gatekeeper.store.rollout` reads 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bindings.models import Binding, HistoryEntry, Stage, Thresholds, VersionedBinding
-from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, Combined, combine, weights
+from gatekeeper.stats.budget import CONCURRENT, FLIPS, FLOOR, RATE, Combined, combine, weights
+from gatekeeper.stats.concurrent import Comparison
 from gatekeeper.stats.sequential import log_ratio, rate_log_ratio
 
 LIVE_STAGES = frozenset({Stage.SHADOW, Stage.CANARY, Stage.FULL})
@@ -116,12 +117,15 @@ class EarlierStage:
     passes: int = 0
     regressions: int = 0
     improvements: int = 0
+    #: The candidate's run failures against concurrent current's over the stage's cells.
+    concurrent: Comparison = field(default_factory=Comparison)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, for the gate view's `rollout.stages`."""
         out: dict[str, Any] = {"stage": self.stage.value, "share": self.share,
                                "since": self.since, "epoch": epoch_key(self.since),
-                               "n": self.n, "passes": self.passes}
+                               "n": self.n, "passes": self.passes,
+                               "concurrent": self.concurrent.as_dict()}
         if self.stage is Stage.SHADOW:
             out["flips"] = {"pass_to_fail": self.regressions, "fail_to_pass": self.improvements}
         return out
@@ -135,7 +139,8 @@ class EarlierStage:
                    since=None if since is None else float(since),
                    n=int(data.get("n", 0)), passes=int(data.get("passes", 0)),
                    regressions=int(flips.get("pass_to_fail", 0)),
-                   improvements=int(flips.get("fail_to_pass", 0)))
+                   improvements=int(flips.get("fail_to_pass", 0)),
+                   concurrent=Comparison.from_dict(data.get("concurrent")))
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,15 @@ class Carried:
         """(runs, passes) of the earlier stages after shadow (canary steps and full)."""
         after = [s for s in self.stages if s.stage is not Stage.SHADOW]
         return sum(s.n for s in after), sum(s.passes for s in after)
+
+    @property
+    def concurrent(self) -> Comparison:
+        """The earlier stages' concurrent comparisons after shadow (canary steps and full)."""
+        total = Comparison()
+        for s in self.stages:
+            if s.stage is not Stage.SHADOW:
+                total = total.merge(s.concurrent)
+        return total
 
     def as_dict(self, binding: Binding) -> dict[str, Any]:
         """The gate view's `rollout` section for `binding`'s current stage."""
@@ -203,13 +217,21 @@ class StageCounts:
     passes: int
     #: Shadow's (pass->fail, fail->pass) flips in this stage; None outside shadow.
     flips: tuple[int, int] | None = None
+    #: This stage's closed cells against concurrent current (run failures); None: the
+    #: view has no `concurrent` section (an older router), and the rate test against
+    #: current's p0 runs instead.
+    concurrent: Comparison | None = None
 
 
 def sequential_logs(now: StageCounts, carried: Carried | None, p0: float | None,
                     floor: float | None) -> dict[str, float]:
     """ln of each sequential test's e-value, over the rollout (or the stage alone without
-    `carried`): rate against p0, the floor, and shadow's flips carried on by the rate test."""
+    `carried`): the candidate against concurrent current and shadow's flips carried on by
+    it; from a view without the concurrent section, rate against p0, the floor and the
+    flips carried on by the rate test."""
     before = carried or Carried(began=now.stage)
+    if now.concurrent is not None:
+        return concurrent_logs(now, before)
     total_n, total_passes = before.n + now.n, before.passes + now.passes
     failures = total_n - total_passes
     logs: dict[str, float] = {}
@@ -230,6 +252,21 @@ def sequential_logs(now: StageCounts, carried: Carried | None, p0: float | None,
     return logs
 
 
+def concurrent_logs(now: StageCounts, before: Carried) -> dict[str, float]:
+    """The concurrent tests' logs: the comparison over every stage after shadow, and in a
+    rollout that began in shadow the flips' e-value carried on by that comparison."""
+    after = before.concurrent
+    if now.stage is not Stage.SHADOW and now.concurrent is not None:
+        after = after.merge(now.concurrent)
+    logs = {CONCURRENT: after.log_e()}
+    if before.began is Stage.SHADOW or now.stage is Stage.SHADOW:
+        regressions, improvements = before.flips
+        if now.flips is not None:
+            regressions, improvements = regressions + now.flips[0], improvements + now.flips[1]
+        logs[FLIPS] = log_ratio(regressions, improvements) + after.log_e()
+    return logs
+
+
 def rollout_evidence(binding: Binding, now: StageCounts, carried: Carried | None,
                      p0: float | None) -> Combined:
     """The rollout's sequential e-value against its level (`budget.combine`).
@@ -246,4 +283,5 @@ def rollout_evidence(binding: Binding, now: StageCounts, carried: Carried | None
     logs = sequential_logs(now, carried if whole else None, p0, floor if has_floor else None)
     began = carried.began if whole and carried is not None else now.stage
     level = rollout_alpha(binding) if whole else thresholds.alpha
-    return combine(logs, weights(began, floor=has_floor), level)
+    return combine(logs, weights(began, floor=has_floor, concurrent=now.concurrent is not None),
+                   level)

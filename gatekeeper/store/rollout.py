@@ -4,7 +4,9 @@ Nothing new is written for this. The stages come from the binding history
 (`gatekeeper.stats.rollout.walk` over the newest entries, read a page at a time,
 `LOOKBACK` at most), and each stage's counts from what ingest already keeps
 for it: the candidate's window under that stage's epoch (the shadow arm in
-shadow, the candidate arm after) and, for shadow, the paired tally's flips. A
+shadow, the candidate arm after) and, for shadow, the paired tally's flips;
+with current's window of the epoch, the stage's comparison with concurrent
+current over its cells (`gatekeeper.stats.concurrent`). A
 window counts each run id once (a retried trace is stored and counted once,
 `gatekeeper.store.traces`), and ingest files a run under the stage the
 authoritative binding is in when it arrives, so a finished stage's counts no
@@ -18,6 +20,8 @@ from collections.abc import Iterator
 
 from bindings.models import Binding, HistoryEntry, Stage, VersionedBinding
 from bindings.store import BindingStore
+from gatekeeper.stats.concurrent import Comparison, cells_of
+from gatekeeper.stats.drift import RUN_FAILURE
 from gatekeeper.stats.rollout import Carried, EarlierStage, carried_of, epoch_key, walk
 from gatekeeper.store.paired_state import Arms, PairedStates
 from gatekeeper.store.traces import TraceStore
@@ -71,8 +75,11 @@ class RolloutReader:
                      None if trusted is None else frozenset(trusted)))
             if tally is not None:
                 regressions, improvements = tally.regressions, tally.improvements
+        # Every cell of a finished stage is closed: its runs no longer move.
+        current = self._window(role, binding.current, "current", epoch, binding)
+        compared = Comparison.of(cells_of(window.cells(RUN_FAILURE), current.cells(RUN_FAILURE)))
         return EarlierStage(binding.stage, binding.share, binding.stage_since, window.n,
-                            window.passes, regressions, improvements)
+                            window.passes, regressions, improvements, compared)
 
     def _window(self, role: str, config: str, arm: str, epoch: str,
                 binding: Binding) -> WindowStats:

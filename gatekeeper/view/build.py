@@ -15,6 +15,7 @@ from gatekeeper.store.configs import ConfigStore
 from gatekeeper.store.heartbeat import HeartbeatStore
 from gatekeeper.store.traces import TraceStore
 from gatekeeper.view.arms import arms_section, comparison_section
+from gatekeeper.view.concurrent import concurrent_section
 from gatekeeper.view.context import gate_context, view_header
 from gatekeeper.store.judging import JudgeStore
 from gatekeeper.view.criteria import criteria_section
@@ -37,6 +38,7 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["reports"] = reports_section(ctx)
     view["paired"] = paired_section(ctx)
     view["drift"] = drift_section(ctx)
+    view["concurrent"] = concurrent_section(ctx)
     view["rollout"] = rollout_section(store, ctx)
     view["previous"] = previous_section(store, traces, ctx.record, now)
     view["gatekeeper"] = HeartbeatStore(traces.connection).summary()

@@ -1,0 +1,52 @@
+"""What decide() reads of the gate view's `concurrent` section (`gatekeeper.view.concurrent`).
+
+The stage's run-failure comparison with concurrent current, and the stage-end
+look's counts taken over the cells both arms ran in (same minutes, same
+stratum) instead of each arm's whole window. Pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from gatekeeper.stats.concurrent import Comparison
+from gatekeeper.stats.drift import RUN_FAILURE
+
+if TYPE_CHECKING:
+    from gatekeeper.machine.decide import Evidence
+    from gatekeeper.stats.rollout import Carried
+
+
+def concurrent_of(evidence: Evidence) -> Comparison | None:
+    """The stage's run-failure comparison with concurrent current; None without the section."""
+    if evidence.concurrent is None:
+        return None
+    metrics = evidence.concurrent.get("metrics") or {}
+    return Comparison.from_dict(metrics.get(RUN_FAILURE))
+
+
+def matched(evidence: Evidence) -> Evidence:
+    """For the stage-end look: with the concurrent section, both arms' runs of the cells
+    both ran in, not each arm's whole window."""
+    found = concurrent_of(evidence)
+    if found is None:
+        return evidence
+    return replace(evidence, n=found.candidate_n,
+                   passes=found.candidate_n - found.candidate_events,
+                   current_n=found.current_n,
+                   current_passes=found.current_n - found.current_events)
+
+
+def concurrent_alarms(evidence: Evidence) -> list[str]:
+    """The metrics whose CUSUM against concurrent current alarms on the candidate."""
+    return [str(m) for m in (evidence.concurrent or {}).get("alarms", ())]
+
+
+def concurrent_reason(evidence: Evidence, carried: Carried | None) -> str:
+    """What the comparison over the rollout's cells found, for a rollback's reason."""
+    stage = concurrent_of(evidence) or Comparison()
+    found = (carried.concurrent if carried is not None else Comparison()).merge(stage)
+    return (f"{found.candidate_events} of {found.candidate_n} candidate runs failed against "
+            f"{found.current_events} of {found.current_n} current runs in the same "
+            f"{found.cells} cells (minutes and stratum)")
