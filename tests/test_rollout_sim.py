@@ -16,6 +16,7 @@ from bench.rollout_sim import (
     policy_for,
     runs_to_rollback,
 )
+from bench.rollout_scenarios import paired_bound
 from bench.sim_core import World, plain_rule
 from bindings.models import Thresholds
 
@@ -41,17 +42,20 @@ def test_a_candidate_at_half_its_runs_is_rolled_back_within_40_runs() -> None:
 
 
 def test_large_drops_are_caught_near_the_information_bound() -> None:
-    """A 0.20 drop from 0.95 and from 0.99: median runs within 2x ln(1/0.01)/KL.
+    """A 0.20 drop from 0.95 and from 0.99: caught in shadow, median runs within 1.5x of
+    the bound of the test run there (shadow's paired flips, `paired_bound`).
 
-    (The full simulator's table in docs/gatekeeper.md measures 1.3-1.5x at our own
-    false-rollback rate; 25 rollouts here leave room for their spread.)
+    (Against the one-sample bound of a known p0, which no test without one can reach,
+    `python -m bench.rollout_scenarios` prints both.)
     """
     for base in (0.95, 0.99):
         q = round(base - 0.20, 2)
         # A read a second (one job each): runs are counted, not the read schedule.
         world = World(base=base, policy=policy_for(base, hold=True), interval=1.0)
-        median = runs_to_rollback(batch(world, q, 25, seed=7))
-        assert median <= 2.0 * information_bound(base, q), (base, median)
+        outcomes = batch(world, q, 25, seed=7)
+        median = runs_to_rollback(outcomes)
+        assert all(o.stage == "shadow" for o in outcomes)
+        assert median <= 1.5 * paired_bound(base, q), (base, median)
 
 
 def test_the_seed_plain_policy_rolls_back_healthy_candidates() -> None:
@@ -62,18 +66,16 @@ def test_the_seed_plain_policy_rolls_back_healthy_candidates() -> None:
 
 
 def test_a_small_drop_is_caught_over_the_rollout_not_stage_by_stage() -> None:
-    """0.75 against 0.80 (about 620 runs at the 1% bound, more than shadow's 900 s hold can
-    settle): carried across stages the median is within 1.75x the bound and most are
-    caught before full; each stage afresh (no `rollout` section) it is over 2.5x."""
-    bound = information_bound(0.80, 0.75)
-    found = {}
+    """0.75 against 0.80, judged against concurrent current: a slow drop (shadow's flips,
+    90 and 450 canary runs, then full's 5% holdback). Carried across stages most are caught
+    (14 of 21 at this seed, 9 before full); each stage afresh (no `rollout` section) few
+    are (4 of 21)."""
+    caught = {}
     for carry in (True, False):
         world = World(base=0.80, policy=policy_for(0.80, hold=True), carry=carry)
         outcomes = batch(world, 0.75, 21, seed=9)
-        assert all(o.rolled_back for o in outcomes)
-        found[carry] = (runs_to_rollback(outcomes), sum(o.stage != "full" for o in outcomes))
-    assert found[True][0] <= 1.75 * bound and found[True][1] >= 15, found
-    assert found[False][0] > 2.5 * bound and found[False][1] <= 12, found
+        caught[carry] = sum(o.rolled_back for o in outcomes)
+    assert caught[True] >= 12 and caught[False] <= 6, caught
 
 
 def test_the_report_rate_table_stays_in_budget_and_catches_missing_reports(

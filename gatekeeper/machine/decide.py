@@ -6,12 +6,13 @@ The rule, in order (the first that applies wins):
 2. a zero-tolerance gate reason (a forbidden call with `max_forbidden_rate` 0,
    a lost required tool; in shadow a pair that lost a required tool; a failed
    criterion the policy marks blocking) fails it at once, at any n: roll back;
-3. a drift detector alarms on the candidate (CUSUM over the stage's runs against
-   current's p0, h derived for the p0 at hand): roll back;
+3. a CUSUM alarms on the candidate (against current over the same cells,
+   `gatekeeper.stats.concurrent`; from an older view, against current's p0): roll back;
 4. the rollout's sequential evidence reaches its share of alpha: roll back. One
-   e-value, the weighted average of the failure-rate test against current's p0,
-   the sequential McNemar test over the shadow flips and the pass-rate floor test
-   (`budget`), each over every candidate run since the rollout began (the view's
+   e-value, the weighted average of the comparison with concurrent current and
+   the sequential McNemar test over the shadow flips carried on by it (from an
+   older view: the failure-rate test against current's p0, the flips and the
+   pass-rate floor test; `budget`), each over every candidate run since the rollout began (the view's
    `rollout` section carries the earlier stages, `gatekeeper.stats.rollout`): valid
    however often it is read, so it is read at every tick from the first run,
    before `min_samples` (a candidate failing half its runs is rolled back within
@@ -47,7 +48,7 @@ from bindings.models import Binding, Stage, Thresholds, VersionedBinding
 from gatekeeper.machine.baseline import baseline_failure, baseline_runs
 from gatekeeper.machine.deadline import overdue
 from gatekeeper.machine.durations import stage_minimum
-from gatekeeper.machine.matched import concurrent_alarms, concurrent_of, concurrent_reason, matched
+from gatekeeper.machine.matched import candidate_alarms, concurrent_of, concurrent_reason, matched
 from gatekeeper.machine.reports import report_decision
 from gatekeeper.machine.responses import HELD, HOLD, WARN, Responder, response_details
 from gatekeeper.stats.budget import CONCURRENT, FLIPS, FLOOR, RATE, Combined, final_alpha
@@ -181,15 +182,9 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
                                     [v.counts.key for v in zero], gate_reasons=list(blocking),
                                     **_criteria_details(zero))):
         return failed
-    if evidence.concurrent is not None:
-        if (alarms := concurrent_alarms(evidence)) and (failed := fail(
-                "drift", f"CUSUM against concurrent current alarms on candidate "
-                f"{binding.candidate}: " + ", ".join(alarms), concurrent_alarms=alarms)):
-            return failed
-    elif evidence.candidate_alarms and (failed := fail(
-            "drift", f"drift alarm on candidate {binding.candidate}: "
-            + ", ".join(evidence.candidate_alarms),
-            drift_alarms=list(evidence.candidate_alarms))):
+    alarms, what = candidate_alarms(evidence)
+    if alarms and (failed := fail("drift", f"{what} on candidate {binding.candidate}: "
+                                  + ", ".join(alarms), drift_alarms=alarms)):
         return failed
     paired = evidence.paired if binding.stage is Stage.SHADOW else None
     # A pair that lost a required tool fails at once; so does a failing report that

@@ -38,9 +38,13 @@ def matched(evidence: Evidence) -> Evidence:
                    current_passes=found.current_n - found.current_events)
 
 
-def concurrent_alarms(evidence: Evidence) -> list[str]:
-    """The metrics whose CUSUM against concurrent current alarms on the candidate."""
-    return [str(m) for m in (evidence.concurrent or {}).get("alarms", ())]
+def candidate_alarms(evidence: Evidence) -> tuple[list[str], str]:
+    """(metrics, what alarmed): the CUSUMs against concurrent current; from a view without
+    the section, the drift detectors against current's p0."""
+    if evidence.concurrent is None:
+        return list(evidence.candidate_alarms), "drift alarm"
+    return ([str(m) for m in evidence.concurrent.get("alarms", ())],
+            "CUSUM against concurrent current alarms")
 
 
 def concurrent_reason(evidence: Evidence, carried: Carried | None) -> str:
