@@ -7,15 +7,26 @@ stratum) instead of each arm's whole window. Pure.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar
 
 from gatekeeper.stats.concurrent import Comparison
 from gatekeeper.stats.drift import RUN_FAILURE
+from gatekeeper.stats.rollout import Carried
 
-if TYPE_CHECKING:
-    from gatekeeper.machine.decide import Evidence
-    from gatekeeper.stats.rollout import Carried
+
+class Evidence(Protocol):
+    """The fields of `decide.Evidence` read here (a protocol: decide imports this module)."""
+
+    @property
+    def concurrent(self) -> Mapping[str, Any] | None: ...
+
+    @property
+    def candidate_alarms(self) -> tuple[str, ...]: ...
+
+
+E = TypeVar("E", bound=Evidence)
 
 
 def concurrent_of(evidence: Evidence) -> Comparison | None:
@@ -26,13 +37,13 @@ def concurrent_of(evidence: Evidence) -> Comparison | None:
     return Comparison.from_dict(metrics.get(RUN_FAILURE))
 
 
-def matched(evidence: Evidence) -> Evidence:
+def matched(evidence: E) -> E:
     """For the stage-end look: with the concurrent section, both arms' runs of the cells
     both ran in, not each arm's whole window."""
     found = concurrent_of(evidence)
     if found is None:
         return evidence
-    return replace(evidence, n=found.candidate_n,
+    return replace(evidence, n=found.candidate_n,  # type: ignore[type-var]
                    passes=found.candidate_n - found.candidate_events,
                    current_n=found.current_n,
                    current_passes=found.current_n - found.current_events)
