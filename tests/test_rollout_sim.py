@@ -10,13 +10,12 @@ from __future__ import annotations
 import pytest
 
 from bench import report_sim
+from bench.rollout_scenarios import paired_bound
 from bench.rollout_sim import (
     batch,
-    information_bound,
     policy_for,
     runs_to_rollback,
 )
-from bench.rollout_scenarios import paired_bound
 from bench.sim_core import World, plain_rule
 from bindings.models import Thresholds
 

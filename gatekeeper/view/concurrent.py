@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from bindings.models import Binding, Stage
-from gatekeeper.stats.budget import CUSUM_HORIZON_CELLS, concurrent_cusum_alpha
 from gatekeeper.stats import concurrent
+from gatekeeper.stats.budget import CUSUM_HORIZON_CELLS, concurrent_cusum_alpha
 from gatekeeper.stats.concurrent import (
     Comparison,
     cells_of,
