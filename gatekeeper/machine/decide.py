@@ -311,7 +311,9 @@ def _rejected(combined: Combined, evidence: Evidence, paired: Mapping[str, Any] 
             RATE: f"{runs} failed against current's p0",
             FLOOR: f"{runs} failed: the pass rate is under min_pass_rate",
             FLIPS: f"shadow flips {regressions} pass->fail vs {improvements} fail->pass"
-                   + ("" if paired is not None else ", then the rate test after shadow")}[lead]
+                   + ("" if paired is not None else ", then the " + (
+                       "comparison with concurrent current" if evidence.concurrent is not None
+                       else "rate test") + " after shadow")}[lead]
     return (f"sequential evidence e^{combined.log_e:.2f} >= e^{combined.threshold:.2f} "
             f"(alpha {combined.alpha:g}), mostly {lead}: {what}")
 
