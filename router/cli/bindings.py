@@ -234,7 +234,7 @@ def export(api: ApiClient, output: str | None) -> None:
         click.echo(text, nl=False)
 
 
-class ShareType(click.ParamType):
+class ShareType(click.ParamType):  # type: ignore[type-arg]  # generic from click 8.2
     """A share as a fraction of 1; `10%` is refused saying that 0.1 means 10%."""
 
     name = "share"
