@@ -54,7 +54,11 @@ class Thresholds(Frozen):
 
     min_pass_rate: JsonNumber = Field(0.9, ge=0.0, le=1.0)
     max_forbidden_rate: JsonNumber = Field(0.0, ge=0.0, le=1.0)
+    #: The judged arm's p95 steps may not exceed this, nor current's p95 by more
+    #: than `max_p95_steps_increase` (None: not compared with current); read once,
+    #: at the stage's end, with distribution-free quantile bounds.
     p95_step_ceiling: PositiveJsonInt | None = None
+    max_p95_steps_increase: JsonNumber | None = Field(None, ge=0.0)
     max_mean_cost_usd: JsonNumber | None = Field(None, ge=0.0)
     #: The candidate's p95 latency may not exceed this (seconds), nor current's p95
     #: by more than `max_p95_latency_increase` (seed 001's warning line: +20%); read

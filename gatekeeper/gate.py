@@ -140,8 +140,13 @@ def metrics(window: WindowStats) -> dict[str, Any]:
     }
 
 
-def evaluate(window: WindowStats, policy: GatePolicy) -> Verdict:
-    """Judge one window against the policy's thresholds; every failing rule is a reason."""
+def evaluate(window: WindowStats, policy: GatePolicy, *, point_steps: bool = True) -> Verdict:
+    """Judge one window against the policy's thresholds; every failing rule is a reason.
+
+    `point_steps=False` leaves p95 steps out: the live gate view judges them with
+    quantile bounds at the stage's one look (`gatekeeper.view.steps`); the offline
+    suite reads the point estimate.
+    """
     t = policy.thresholds
     n = window.n
     figures = metrics(window)
@@ -176,7 +181,7 @@ def evaluate(window: WindowStats, policy: GatePolicy) -> Verdict:
                 f"is under min_pass_rate {t.min_pass_rate:.3f}",
                 rate, t.min_pass_rate,
             ))
-        if t.p95_step_ceiling is not None:
+        if point_steps and t.p95_step_ceiling is not None:
             p95 = window.p95_steps()
             if p95 > t.p95_step_ceiling:
                 rated.append(Reason(

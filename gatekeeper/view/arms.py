@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from bindings.models import GatePolicy
-from gatekeeper.gate import compare, evaluate
+from bindings.models import GatePolicy, Stage
+from gatekeeper.gate import Reason, compare, evaluate
 from gatekeeper.stats.winsor import TOKENS_WARN, winsorized_comparison
 from gatekeeper.view.context import GateContext
 from gatekeeper.view.latency import latency_reasons, with_latency
+from gatekeeper.view.steps import step_reasons
 from gatekeeper.window import WindowStats
 
 
@@ -26,14 +27,24 @@ def arms_section(ctx: GateContext) -> dict[str, Any]:
     trusted = policy.trusted_reporters
     _, current = ctx.arms["current"]
     stage = ctx.record.binding.stage
-    return {arm: {"config": config, **with_latency(evaluate(window, policy).to_json(), [] if (
-                      arm == "current") else latency_reasons(window, current, policy.thresholds,
-                                                             stage)),
+    return {arm: {"config": config, **with_latency(
+                      evaluate(window, policy, point_steps=False).to_json(),
+                      _quantile_reasons(arm, window, current, policy, stage)),
                   "clashes": sum(own.clashes for own in ctx.by_reporter.get(arm, {}).values()),
                   "by_reporter": {
                       name: {**_evidence(own), "counted": trusted is None or name in trusted}
                       for name, own in ctx.by_reporter.get(arm, {}).items()}}
             for arm, (config, window) in ctx.arms.items()}
+
+
+def _quantile_reasons(arm: str, window: WindowStats, current: WindowStats, policy: GatePolicy,
+                      stage: Stage) -> list[Reason]:
+    """p95 steps (every arm against the ceiling, the others against current too) and latency."""
+    t = policy.thresholds
+    if arm == "current":
+        return step_reasons(window, None, t, stage)
+    return [*step_reasons(window, current, t, stage),
+            *latency_reasons(window, current, t, stage)]
 
 
 def _evidence(window: WindowStats) -> dict[str, Any]:
