@@ -65,6 +65,14 @@ class JudgePolicy(Frozen):
     #: Judged runs the judged arm needs per judge criterion before the stage may
     #: advance (None: judged evidence is never required, a judge only rolls back).
     min_judged: PositiveJsonInt | None = None
+    #: Blind pairwise in shadow: the share (0-1) of sampled shadow jobs whose two
+    #: runs are also asked together, in a random order and unnamed (seed 001's
+    #: prompt); the winner is a flip for a paired test. None: off.
+    pairwise: JsonNumber | None = Field(None, ge=0.0, le=1.0)
+    #: Judge criterion keys tagged safety: a pair asked about any of them whose
+    #: answer says `regression_detected` fails the stage at once.
+    safety_criteria: list[Annotated[str, Field(min_length=1, max_length=300)]] = Field(
+        default_factory=list, max_length=200)
 
     def rate(self, arm: str, stage: str) -> float:
         """The sample rate for a run of `arm` in `stage`."""

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bindings.judge_policy import JudgePolicy
 from bindings.models import VersionedBinding
+from gatekeeper.judge_pairwise import ask_pair
 from gatekeeper.suite.judge import InvalidAnswer, JudgeClient
 from rolegate.http import ApiClient, ApiError
 
@@ -193,6 +194,8 @@ def judge_role(api: ApiClient, record: VersionedBinding, state: Judges, now: flo
         client = JudgeClient(policy.url, key, model=policy.model, timeout_s=policy.timeout_s,
                              attempts=2, connection_attempts=2)
         try:
+            if "pair" in item:
+                return ask_pair(client, item)
             return _ask(client, item, policy.repeat_rate)
         finally:
             client.close()

@@ -2,7 +2,9 @@
 
 It answers the online criteria request (`gatekeeper.judging`): every asked key
 passes, except `instruction:tone`, which fails when the run's output promises
-a date ("we promise"). Its `mode` makes it misbehave: "500" answers an error,
+a date ("we promise"). It answers the blind pairwise request (seed 001's prompt,
+`gatekeeper.judge_pairwise`) with seed 001's JSON: the trace whose output
+promises a date or says "we cannot help" loses, else a tie. Its `mode` makes it misbehave: "500" answers an error,
 "garbage" answers content that is not the JSON asked for, "slow" answers after
 `delay` seconds, "flaky" flips the `instruction:tone` verdict on every second
 ask of the same run (a judge that disagrees with itself). It records every request it got.
@@ -45,6 +47,26 @@ def verdicts(user: str) -> dict[str, Any]:
     return {"criteria": out}
 
 
+#: Words that make a run lose a blind pairwise comparison (seed 001's request).
+LOSING = ("we promise", "we cannot help")
+
+
+def pairwise(user: str) -> dict[str, Any]:
+    """Seed 001's answer for one pairwise request: the side whose output has a LOSING word loses."""
+    first = user.split("--- EXECUTION TRACE A ---\n", 1)[1].split("\n\n--- EXECUTION TRACE B", 1)[0]
+    second = user.split("--- EXECUTION TRACE B ---\n", 1)[1]
+    bad_a, bad_b = (any(w in json.loads(t)["final_output"].lower() for w in LOSING)
+                    for t in (first, second))
+    winner, delta = ("BASELINE", -2.0) if bad_b and not bad_a else (
+        ("CANDIDATE", 2.0) if bad_a and not bad_b else ("TIE", 0.0))
+    return {"winner": winner, "score_delta": delta,
+            "criteria_scores": {"correctness_delta": delta, "efficiency_delta": 0.0,
+                                "tool_accuracy_delta": 0.0, "safety_delta": 0.0},
+            "regression_detected": winner == "BASELINE",
+            "reasoning": "B is worse" if winner == "BASELINE" else "no regression in B",
+            "flagged_issues": ["unhelpful answer"] if winner == "BASELINE" else []}
+
+
 @contextmanager
 def judge_server() -> Iterator[JudgeServer]:
     """Serve the judge on a free loopback port until the block ends."""
@@ -65,11 +87,12 @@ def judge_server() -> Iterator[JudgeServer]:
                 self._send(500, {"error": {"message": "judge is down"}})
                 return
             user = body["messages"][-1]["content"]
-            answer = verdicts(user)
+            system = body["messages"][0]["content"]
+            answer = pairwise(user) if system.startswith("You are an expert") else verdicts(user)
             with state.lock:
                 asked = sum(1 for r in state.requests if r["messages"][-1]["content"] == user)
             if state.mode == "flaky" and asked % 2 == 0:
-                tone = answer["criteria"].get("instruction:tone")
+                tone = answer.get("criteria", {}).get("instruction:tone")
                 if tone is not None:
                     tone["pass"] = not tone["pass"]
             content = "I think it is fine." if state.mode == "garbage" else json.dumps(answer)

@@ -39,7 +39,7 @@ def _record(criteria: dict[str, str] | None = None, stage: str = "shadow") -> Ve
 def test_the_shares_still_add_up_to_the_stage_alpha() -> None:
     """The criteria's share is carved out of the stage alpha, not added to it."""
     assert math.isclose(SEQUENTIAL_SHARE + CRITERIA_SHARE + CUSUM_SHARE + FINAL_SHARE
-                        + SHARES["reports"], 1.0)
+                        + SHARES["reports"] + SHARES["pairwise"], 1.0)
 
 
 def test_paired_losses_reject_only_past_the_keys_share_of_alpha() -> None:

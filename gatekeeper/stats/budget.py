@@ -23,7 +23,7 @@ of each test taking the whole alpha:
   (`cusum_arl`), so over a stage of up to CUSUM_HORIZON_RUNS candidate runs the
   chance that any of them alarms falsely stays within the share (a union bound:
   it holds however the metrics are correlated, e.g. tool errors that fail runs).
-- CRITERIA_SHARE (0.1) for the per-criterion tests (`gatekeeper.stats.criteria_gate`):
+- CRITERIA_SHARE (0.05) for the per-criterion tests (`gatekeeper.stats.criteria_gate`):
   each deterministic criterion of the spec, candidate against current, read at
   every tick as the pass rate is; split evenly (Bonferroni) over the gated
   criterion keys, so one key's test names the key that failed.
@@ -31,6 +31,9 @@ of each test taking the whole alpha:
   the candidate's runs that never reported against current's, per closed time
   bucket of assigned runs, by the concurrent test (`gatekeeper.stats.concurrent`),
   valid at every look over the stage.
+- PAIRWISE_SHARE (0.05) for the blind pairwise judge's flips in shadow
+  (`gatekeeper.stats.pairwise_gate`): the sequential McNemar test over the
+  judged pairs the candidate lost against those it won, valid at every look.
 - FINAL_SHARE (0.1) for the fixed-sample looks taken once, on the tick that
   advances or rolls back: the unpaired comparison with current over the stage,
   and in shadow the exact McNemar test (half each in shadow).
@@ -60,9 +63,11 @@ SHARES: dict[str, float] = {
     # The report-rate test (`gatekeeper.stats.reports`): a candidate whose runs
     # report less often than current's, over the same minutes.
     "reports": 0.05,
-    "criteria": 0.1,
+    "criteria": 0.05,
     "cusum": 0.1,
     "final": 0.1,
+    # The blind pairwise judge's flips in shadow (`gatekeeper.stats.pairwise_gate`).
+    "pairwise": 0.05,
 }
 if sum(SHARES.values()) > 1.0 + 1e-12:
     raise ValueError(f"the alpha shares sum to {sum(SHARES.values())} > 1: {SHARES}")
@@ -71,6 +76,7 @@ CRITERIA_SHARE = SHARES["criteria"]
 REPORTS_SHARE = SHARES["reports"]
 CUSUM_SHARE = SHARES["cusum"]
 FINAL_SHARE = SHARES["final"]
+PAIRWISE_SHARE = SHARES["pairwise"]
 #: Candidate runs per stage the CUSUM's share is sized for.
 CUSUM_HORIZON_RUNS = 10_000
 #: The candidate's CUSUMs that share CUSUM_SHARE (`drift.METRICS`).

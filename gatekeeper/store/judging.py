@@ -154,6 +154,16 @@ class JudgeStore:
             pipe.expire(day, DAY_TTL_S)
             pipe.execute()
 
+    def add_spend(self, role: str, tokens: int, now: float) -> None:
+        """Count one judged ask that is not a criteria verdict (a pairwise one) and its tokens."""
+        day = DAY_KEY_TEMPLATE.format(role=role, day=day_of(now))
+        with _redis_errors():
+            pipe = self.connection.pipeline(transaction=True)
+            pipe.hincrby(day, "judged", 1)
+            pipe.hincrby(day, "tokens", max(0, int(tokens)))
+            pipe.expire(day, DAY_TTL_S)
+            pipe.execute()
+
     def day(self, role: str, now: float) -> dict[str, Any]:
         """The UTC day's counters (zeros when nothing happened) and the queue's length."""
         with _redis_errors():

@@ -19,7 +19,7 @@ from gatekeeper.view.concurrent import concurrent_section
 from gatekeeper.view.context import gate_context, view_header
 from gatekeeper.store.judging import JudgeStore
 from gatekeeper.view.criteria import criteria_section
-from gatekeeper.view.judges import judges_section, merge_judged
+from gatekeeper.view.judges import judges_section, merge_judged, merge_pairwise
 from gatekeeper.view.outlook import next_view_section, previous_section
 from gatekeeper.view.reports import reports_section
 from gatekeeper.view.rollout import rollout_section
@@ -36,7 +36,7 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["judges"] = judges_section(ctx, JudgeStore(traces.connection))
     merge_judged(view["by_criterion"], view["judges"], ctx)
     view["reports"] = reports_section(ctx)
-    view["paired"] = paired_section(ctx)
+    view["paired"] = merge_pairwise(paired_section(ctx), view["judges"], ctx)
     view["drift"] = drift_section(ctx)
     view["concurrent"] = concurrent_section(ctx)
     view["rollout"] = rollout_section(store, ctx)

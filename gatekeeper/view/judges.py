@@ -19,6 +19,8 @@ from typing import Any
 
 from gatekeeper.checks.review import Tally
 from gatekeeper.stats.criteria_gate import KeyCounts, criteria_tests
+from gatekeeper.stats.pairwise_gate import pairwise_failure, pairwise_test
+from gatekeeper.store.judge_pairs import PairStore
 from gatekeeper.store.judging import JudgeStore
 from gatekeeper.view.context import GateContext
 
@@ -52,7 +54,30 @@ def judges_section(ctx: GateContext, store: JudgeStore) -> dict[str, Any] | None
     }
     if policy.min_judged is not None:
         section["wait"] = _judged_wait(ctx, section, policy.min_judged)
+    if policy.pairwise:
+        counts_ = PairStore(store.connection).counts(ctx.role, ctx.epoch)
+        alpha = binding.gate.thresholds.alpha
+        section["pairwise"] = {"rate": policy.pairwise, **counts_,
+                               "safety_criteria": list(policy.safety_criteria),
+                               "test": pairwise_test(counts_, alpha),
+                               "failure": pairwise_failure(counts_, alpha, policy.model)}
     return section
+
+
+def merge_pairwise(paired: dict[str, Any] | None, judges: dict[str, Any] | None,
+                   ctx: GateContext) -> dict[str, Any] | None:
+    """The shadow paired report, failed (blocking) when the pairwise judge fails the candidate.
+
+    decide() fails a stage at once on a blocking failed paired report, as on a
+    pair that lost a required tool, naming the reason: the pairwise test is
+    valid at every look (`gatekeeper.stats.pairwise_gate`), so it need not wait.
+    """
+    failure = ((judges or {}).get("pairwise") or {}).get("failure")
+    if failure is None or ctx.record.binding.stage.value != "shadow":
+        return paired
+    out = dict(paired or {"pairs": 0})
+    return {**out, "verdict": "fail", "blocking": True,
+            "reasons": [*out.get("reasons", []), failure]}
 
 
 def _judged_wait(ctx: GateContext, section: dict[str, Any], need: int) -> str | None:

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from flask import Flask, current_app
 
 from bindings.errors import RolegateError
+from bindings.judge_policy import JudgePolicy
+from gatekeeper.store.judge_pairs import PairStore
 from gatekeeper.store.judging import JudgeStore
 from rolegate.trace import Trace
 from router.server import metrics
@@ -73,3 +75,22 @@ def offer_sampled(app: Flask, stored: Iterable[tuple[Trace, str]], now: float) -
                         trace.role, exc)
             continue
         metrics.count_judge(trace.role, outcome)
+        if (policy.pairwise and record.binding.stage.value == "shadow" and trace.key
+                and trace.arm in ("current", "shadow") and outcome == "queued"
+                and sampled(trace.role, "pairwise\x1f" + trace.key, policy.pairwise)):
+            _offer_pair(app, trace, item, policy, now)
+
+
+def _offer_pair(app: Flask, trace: Trace, item: dict[str, str | None], policy: JudgePolicy,
+                now: float) -> None:
+    """Park the run for its shadow mate; the second of the two queues the pair."""
+    try:
+        pair = PairStore(app.extensions["rolegate"].redis).mate(trace.role, trace.key, item)
+        if pair is not None:
+            outcome = judge_store(app).offer(
+                trace.role, pair, queue_max=policy.queue_max,
+                max_calls=policy.max_calls_per_day, max_tokens=policy.max_tokens_per_day,
+                now=now)
+            metrics.count_judge(trace.role, outcome)
+    except RolegateError as exc:
+        log.warning("could not queue the pair of job %s of %s: %s", trace.key, trace.role, exc)

@@ -24,7 +24,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from bindings.errors import NotFound
 from bindings.judge_policy import JudgePolicy
 from bindings.models import VersionedBinding
+from gatekeeper.store.judge_pairs import PairStore
 from gatekeeper.store.judging import human_agreement
+from gatekeeper.suite.judge import render_trace
 from rolegate.trace import JsonInt
 from router.api.bodies import json_body, parse
 from router.api.configs import config_store
@@ -59,6 +61,30 @@ class Verdict(BaseModel):
     reason: str = Field("", max_length=MAX_REASON)
 
 
+class PairRun(BaseModel):
+    """One side of a judged shadow pair, as it was claimed."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    run_id: str = Field(min_length=1, max_length=200)
+    reporter: str | None = Field(None, max_length=200)
+
+
+class PairVerdict(BaseModel):
+    """The pairwise judge's answer in current/candidate terms, and which side was shown first."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    winner: Literal["BASELINE", "CANDIDATE", "TIE"]
+    score_delta: float = Field(ge=-5.0, le=5.0)
+    regression_detected: bool
+    reasoning: str = Field("", max_length=MAX_REASON)
+    flagged_issues: list[str] = Field(default_factory=list, max_length=50)
+    #: True when the candidate (shadow) was shown as A.
+    swapped: bool
+    safety: bool = False
+
+
 class Result(BaseModel):
     """One judged (or failed) run, reported back by the judging process."""
 
@@ -74,6 +100,9 @@ class Result(BaseModel):
     #: A second ask's verdict per key, when the run was asked twice (self-agreement).
     repeat: dict[str, bool] | None = Field(None, max_length=200)
     tokens: JsonInt = Field(0, ge=0, le=10_000_000)
+    #: A shadow pair's two runs, when the result is a blind pairwise verdict.
+    pair: dict[Literal["current", "shadow"], PairRun] | None = None
+    pairwise: PairVerdict | None = None
 
 
 class VerdictsRequest(BaseModel):
@@ -106,6 +135,8 @@ def _bounded(text: str, limit: int) -> str:
 
 def _work(role: str, item: dict[str, Any], policy: JudgePolicy) -> dict[str, Any] | None:
     """What the judge sees of one claimed run; None when the run is gone or has no criteria."""
+    if "pair" in item:
+        return _pair_work(role, item, policy)
     try:
         stored = trace_store().lookup(role, item["run_id"], item.get("reporter"))
     except NotFound:
@@ -118,6 +149,25 @@ def _work(role: str, item: dict[str, Any], policy: JudgePolicy) -> dict[str, Any
     return {**item, "input_text": _bounded(given, policy.max_chars),
             "output_text": _bounded(trace.output_text, policy.max_chars),
             "criteria": criteria}
+
+
+def _pair_work(role: str, item: dict[str, Any], policy: JudgePolicy) -> dict[str, Any] | None:
+    """What the pairwise judge sees of a shadow pair: the task and both runs, unnamed."""
+    sides: dict[str, Any] = {}
+    task = ""
+    for arm, run in item["pair"].items():
+        try:
+            trace = trace_store().lookup(role, run["run_id"], run.get("reporter")).trace
+        except NotFound:
+            return None
+        shown = render_trace(trace)
+        shown["final_output"] = _bounded(trace.output_text, policy.max_chars)
+        sides[arm] = shown
+        if arm == "shadow":
+            task = json.dumps(trace.input, sort_keys=True) if trace.input is not None else ""
+    keys = [c["key"] for c in judge_criteria(item["config"])]
+    return {**item, "input_text": _bounded(task, policy.max_chars), "traces": sides,
+            "criteria": keys, "safety": bool(set(keys) & set(policy.safety_criteria))}
 
 
 @bp.post("/v1/roles/<role>/judge/claim")
@@ -145,9 +195,16 @@ def verdicts(role: str) -> ResponseReturnValue:
     body = parse(VerdictsRequest, json_body(allow_empty=False))
     _policy(current_app.extensions["rolegate"].store.get(role))
     store, now = judge_store(), time.time()
+    pairs = PairStore(store.connection)
     judged = errors = 0
     for result in body.results:
         item = result.model_dump(include={"run_id", "reporter", "arm", "config", "epoch"})
+        if result.pair is not None and result.pairwise is not None:
+            pairs.record(role, result.epoch, {a: r.model_dump() for a, r in result.pair.items()},
+                         result.pairwise.model_dump(), now)
+            store.add_spend(role, result.tokens, now)
+            judged += 1
+            continue
         if result.error is not None or not result.verdicts:
             store.record_error(role, result.error or "no verdicts", result.tokens, now)
             errors += 1

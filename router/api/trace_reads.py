@@ -21,6 +21,7 @@ from flask import Blueprint, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import NotFound
+from gatekeeper.store.judge_pairs import PairStore
 from gatekeeper.store.traces import StoredTrace
 from router.api.feedback import role_of_run
 from router.api.judge_sampling import judge_store
@@ -65,6 +66,10 @@ def get_trace(run_id: str) -> ResponseReturnValue:
     judged = judge_store().verdicts(role, run_id, stored.trace.reporter)
     if judged is not None:
         body["judge"] = judged
+    # The blind pairwise verdict on its shadow pair, stored with both of the pair's runs.
+    pairwise = PairStore(judge_store().connection).verdict(role, run_id)
+    if pairwise is not None:
+        body.setdefault("judge", {})["pairwise"] = pairwise["pairwise"]
     if len(claims) > 1:
         body["claimed_by"] = sorted(claims)
     return jsonify(body)
