@@ -23,6 +23,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from gatekeeper.stats import concurrent
 from router import create_app
 from router.server import logs
 from tests.cluster import OwnCluster, started_cluster
@@ -179,6 +180,17 @@ def redis_conn(redis_url: str) -> Iterator[redis.Redis]:
     connection = redis.Redis.from_url(redis_url)
     yield connection
     connection.close()
+
+
+@pytest.fixture
+def quick_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """1 s concurrent-comparison buckets, counted 1 s after they end (30 s and 30 s shipped).
+
+    For tests whose in-process router must roll a broken candidate back within seconds:
+    the concurrent test reads only buckets that have ended and had their grace.
+    """
+    monkeypatch.setattr(concurrent, "BUCKET_S", 1)
+    monkeypatch.setattr(concurrent, "GRACE_S", 1)
 
 
 @pytest.fixture

@@ -353,6 +353,7 @@ def test_role_page_intervals_say_what_they_are(page: Page, live: str) -> None:
     assert shown == f"[{low:.3g}, {high:.3g}]"
 
 
+@pytest.mark.usefixtures("quick_buckets")
 def test_a_policy_hold_holds_and_the_page_says_why(page: Page, live: str, shots: Path) -> None:
     """gate.responses hold: a broken candidate is paused, not rolled back; the page says why."""
     put_canary(live, "holder", "cfg-broken", [0.5], {rule: "hold" for rule in EVERY_RULE})

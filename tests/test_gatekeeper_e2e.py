@@ -85,6 +85,7 @@ def _stage(url: str, role: str) -> str:
     return str(_get(url, f"/v1/bindings/{role}")["binding"]["stage"])
 
 
+@pytest.mark.usefixtures("quick_buckets")
 def test_autonomous_rollouts_and_leader_failover(app: Flask) -> None:
     """Healthy -> stable, regressed and forbidden -> rolled back, leader killed -> taken over."""
     with werkzeug_server(app) as url, webhook_receiver() as (hook, events):

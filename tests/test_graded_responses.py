@@ -84,6 +84,7 @@ def test_the_policy_names_real_rules_and_responses() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.usefixtures("quick_buckets")
 def test_a_real_gatekeeper_holds_or_only_warns_as_the_policy_says(app: Flask) -> None:
     """hold: the broken candidate is paused on its canary for a human; warn: never rolled back,
     and `rolegate status` shows the warning."""

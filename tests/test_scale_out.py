@@ -33,8 +33,11 @@ GENEROUS_S = 5.0
 @pytest.fixture
 def routers(cluster_url: str) -> Iterator[tuple[str, str]]:
     """Two gunicorn routers pointed at one node of the cluster, nothing else configured."""
+    # 1 s concurrent-comparison buckets (30 s shipped), so the regressed candidate's
+    # rollback comes within seconds, as in the tests with an in-process router.
     env = base_env(REDIS_URL=cluster_url, ROLEGATE_TOKENS=TOKENS,
-                   ROLEGATE_REFRESH_INTERVAL="0.2", ROLEGATE_LOG_RESOLVES="0")
+                   ROLEGATE_REFRESH_INTERVAL="0.2", ROLEGATE_LOG_RESOLVES="0",
+                   ROLEGATE_BUCKET_SECONDS="1", ROLEGATE_BUCKET_GRACE_SECONDS="1")
     with gunicorn(env, workers=2) as first, gunicorn(env, workers=1) as second:
         yield first, second
 

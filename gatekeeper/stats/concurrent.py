@@ -53,14 +53,32 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-#: Seconds per time bucket: runs are compared only with runs of the same bucket.
-BUCKET_S = 30
-#: Seconds after its end before a bucket counts (late traces still land in it).
-GRACE_S = 30
+
+def _seconds(variable: str, default: int) -> int:
+    """A bucket setting from the environment, else `default`; refused unless a whole >= 1.
+
+    Every router of a deployment must use the same values (ingest files runs by them and
+    the gate view reads them back): set them, if at all, with no rollout live.
+    """
+    raw = os.environ.get(variable, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{variable} must be a whole number of seconds >= 1, got {raw!r}")
+    return int(raw)
+
+
+#: Seconds per time bucket: runs are compared only with runs of the same bucket
+#: (ROLEGATE_BUCKET_SECONDS; smaller buckets decide sooner at low traffic).
+BUCKET_S = _seconds("ROLEGATE_BUCKET_SECONDS", 30)
+#: Seconds after its end before a bucket counts (late traces still land in it)
+#: (ROLEGATE_BUCKET_GRACE_SECONDS).
+GRACE_S = _seconds("ROLEGATE_BUCKET_GRACE_SECONDS", 30)
 #: Relative risks (candidate's rate over current's) the mixture is over, and their weights.
 RISKS: tuple[float, ...] = (1.2, 1.5, 2.1, 3.2, 5.0, 7.5, 11.0, 17.0, 26.0)
 RISK_WEIGHTS: tuple[float, ...] = tuple(1.0 / len(RISKS) for _ in RISKS)
