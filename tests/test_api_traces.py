@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -322,3 +323,33 @@ def test_stale_config_breach_does_not_hide_a_live_one(client: FlaskClient) -> No
              trace("live", arm="candidate", tools=["web_write"])]
     r = post(client, {"traces": batch})
     assert [t["run_id"] for t in r.json["tripwire"]] == ["live"]
+
+
+def test_a_roles_trace_retention_caps_its_own_streams(client: FlaskClient, app: Flask) -> None:
+    """A binding's trace_retention caps that role's streams; a role without it keeps the app's."""
+    for role in ("summarizer", "triage"):
+        binding = {"current": "cfg_a", "candidate": "cfg_b", "gate": GATE}
+        if role == "summarizer":
+            binding["trace_retention"] = 50
+        r = client.put(f"/v1/bindings/{role}", headers=auth(OPERATOR), json=binding)
+        assert r.status_code == 201, r.json
+    assert client.get("/v1/bindings/summarizer",
+                      headers=auth(OPERATOR)).json["binding"]["trace_retention"] == 50
+    for batch in range(4):
+        for role in ("summarizer", "triage"):
+            body = {"traces": [trace(f"{role}-{batch}-{i}", role=role) for i in range(100)]}
+            r = post(client, body)
+            assert r.status_code == 200 and r.json["accepted"] == 100, r.json
+    store = app.extensions["rolegate.traces"]
+    # MAXLEN ~ trims whole stream nodes (100 entries by default), never below the cap.
+    assert 50 <= store.length("summarizer", "cfg_a", "current") <= 150
+    assert store.length("triage", "cfg_a", "current") == 400
+
+
+@pytest.mark.parametrize("bad", [0, -3, "many"])
+def test_a_bad_trace_retention_is_refused_naming_the_field(client: FlaskClient, bad: Any) -> None:
+    """trace_retention must be a positive whole number: 4xx naming it, nothing written."""
+    r = client.put("/v1/bindings/summarizer", headers=auth(OPERATOR),
+                   json={"current": "cfg_a", "trace_retention": bad})
+    assert 400 <= r.status_code < 500 and "trace_retention" in json.dumps(r.json), r.json
+    assert client.get("/v1/bindings/summarizer", headers=auth(OPERATOR)).status_code == 404

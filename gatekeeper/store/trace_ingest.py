@@ -201,6 +201,8 @@ class Checked:
     verdict: TraceVerdict
     epoch: str
     version: int | None = None
+    #: The role's own stream cap (its binding's `trace_retention`); None: the store's.
+    retention: int | None = None
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,8 @@ class IngestGroup:
         self.indices: list[int] = []
         self.repeats: list[tuple[int, int]] = []  # (index in request, position in items)
         self.expect_known: list[bool] | None = None
+        #: The role's stream cap when its binding sets one (else the store's applies).
+        self.retention: int | None = None
         self._seen: dict[str, int] = {}
         #: The stored location JSON up to the stream id, which the script appends.
         self.prefix = _location_prefix(config, arm, epoch)
@@ -263,6 +267,8 @@ class IngestGroup:
             self.repeats.append((index, first))
             return
         self._seen[item.trace.run_id] = len(self.items)
+        if item.retention is not None:
+            self.retention = item.retention
         self.items.append(item)
         self.indices.append(index)
 

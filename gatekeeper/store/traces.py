@@ -175,8 +175,8 @@ class TraceStore:
         charged = charge
         for _ in range(_ATTEMPTS):
             with partly_applied(any(isinstance(r, Stored) for r in results)):
-                answers = self._run([g.call(self.retention, self.run_ttl_s, self.window_ttl_s,
-                                            charge) for g in pending])
+                answers = self._run([g.call(g.retention or self.retention, self.run_ttl_s,
+                                            self.window_ttl_s, charge) for g in pending])
             charge = None  # counted once: a group sent again leaves it out
             retry = []
             for group, answer in zip(pending, answers):

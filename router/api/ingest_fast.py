@@ -149,7 +149,8 @@ class IngestFastPath:
         charge = script_charge(services.quota, caller.name, 1, len(raw), now)
         if tripwire.applies(trace, verdict) or not store.takes_charge:
             return None
-        item = Checked(trace, verdict, epoch_of(record.binding), record.version)
+        item = Checked(trace, verdict, epoch_of(record.binding), record.version,
+                       record.binding.trace_retention)
         try:
             (outcome,) = store.add([item], charge)
         except OverQuota as over:

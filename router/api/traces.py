@@ -293,7 +293,8 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
         if trace.time is None:
             trace = trace.model_copy(update={"time": now})
         verdict = check(trace, record.binding.gate.invariants)
-        checked.append(Checked(trace, verdict, epoch_of(record.binding), record.version))
+        checked.append(Checked(trace, verdict, epoch_of(record.binding), record.version,
+                               record.binding.trace_retention))
         positions.append(index)
     return checked, positions
 
