@@ -273,7 +273,7 @@ class Binding(Frozen):
     holdback: float = Field(DEFAULT_HOLDBACK, ge=0.0, le=MAX_HOLDBACK)
     #: This role's cap on each of its trace streams (entries), over the router's
     #: ROLEGATE_TRACE_RETENTION; None keeps the router's. Applied at the next trace.
-    trace_retention: int | None = Field(None, ge=1)
+    trace_retention: int | None = Field(None, ge=1, le=1_000_000_000)
 
     @field_validator("share")
     @classmethod
