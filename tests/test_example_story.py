@@ -135,6 +135,7 @@ class _Routable:
         self.candidate: str | None = binding["candidate"]
         self.stage = Stage(binding["stage"])
         self.share: float = binding["share"]
+        self.holdback: float = binding.get("holdback", 0.0)
 
 
 @contextmanager
