@@ -73,7 +73,10 @@ def test_tick_advances_healthy_and_rolls_back_regressed(live: str, api: ApiClien
     assert decisions["good"].action is Action.ADVANCE
     assert decisions["good"].details["outcome"] == "applied"
     assert decisions["bad"].action is Action.ROLLBACK
-    assert "candidate runs failed" in decisions["bad"].reason
+    # In shadow the evidence is the flips carried on by the concurrent comparison, or
+    # the failure rate: either way the reason names the runs that failed.
+    reason = decisions["bad"].reason
+    assert "candidate runs failed" in reason or "pass->fail" in reason, reason
     bad = api.get("/v1/bindings/bad")
     assert bad["binding"]["stage"] == "rolled_back"
     entry = api.get("/v1/bindings/bad/history")["entries"][0]

@@ -1,4 +1,4 @@
-"""Redis that lost its data (FLUSHALL, an empty restart): routers keep the last good table,
+"""Redis that lost its data (FLUSHDB, an empty restart): routers keep the last good table,
 say so, keep it on disk, and one command writes it back; a real archive of every role still
 empties the table."""
 
@@ -73,13 +73,13 @@ def router(own: OwnRedis) -> Iterator[Flask]:
     app.extensions["rolegate"].redis.close()
 
 
-def test_flushall_keeps_the_table_stale_degrades_health_and_restore_writes_it_back(
+def test_a_flush_keeps_the_table_stale_degrades_health_and_restore_writes_it_back(
         own: OwnRedis, router: Flask) -> None:
-    """After a FLUSHALL resolves keep answering (stale), health names redis_data_lost, GET
+    """After a FLUSHDB resolves keep answering (stale), health names redis_data_lost, GET
     /v1/bindings keeps the roles, and restore-snapshot writes them back with history."""
     client = router.test_client()
     cache = router.extensions["rolegate"].cache
-    redis.Redis.from_url(own.url).flushall()
+    redis.Redis.from_url(own.url).flushdb()
     assert cache.refresh() is False
     for role in ROLES:
         r = client.get(f"/v1/resolve/{role}?key=job-1", headers=auth(CALLER))
@@ -146,7 +146,7 @@ def test_archiving_every_role_empties_the_table(router: Flask) -> None:
 
 def test_discard_archives_the_lost_roles_everywhere(own: OwnRedis, router: Flask) -> None:
     """restore-snapshot --discard writes the lost roles back archived: they leave the table."""
-    redis.Redis.from_url(own.url).flushall()
+    redis.Redis.from_url(own.url).flushdb()
     cache = router.extensions["rolegate"].cache
     assert cache.refresh() is False
     with werkzeug_server(router) as url:
