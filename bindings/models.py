@@ -270,10 +270,10 @@ class Binding(Frozen):
     #: the concurrent control the gate compares the candidate with (sticky: the keys
     #: whose bucket is at or above 1 - holdback). 0 turns it off, and with it the
     #: gate's ability to tell a regression in `full` from a world-wide shift.
-    holdback: float = Field(DEFAULT_HOLDBACK, ge=0.0, le=MAX_HOLDBACK)
+    holdback: JsonNumber = Field(DEFAULT_HOLDBACK, ge=0.0, le=MAX_HOLDBACK)
     #: This role's cap on each of its trace streams (entries), over the router's
     #: ROLEGATE_TRACE_RETENTION; None keeps the router's. Applied at the next trace.
-    trace_retention: int | None = Field(None, ge=1, le=1_000_000_000)
+    trace_retention: Annotated[JsonInt, Field(ge=1, le=1_000_000_000)] | None = None
 
     @field_validator("share")
     @classmethod
