@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # One config-id rule, and one definition of the stages, in the caller SDK: clients
 # name configs and route with them too.
 from bindings.judge_policy import JudgePolicy
+from bindings.reports_policy import ReportsPolicy
 from rolegate.config_ids import STORED, ConfigId
 from rolegate.routing import Stage
 from rolegate.trace import JsonInt, JsonNumber, NonNegativeJsonInt, PositiveJsonInt
@@ -170,6 +171,8 @@ class GatePolicy(Frozen):
         default_factory=dict, max_length=200)
     #: The online judge of the config's judge criteria (None: none is asked).
     judge: JudgePolicy | None = None
+    #: Runs assigned but never reported (`bindings.reports_policy`): failed, or ignored.
+    reports: ReportsPolicy = Field(default_factory=ReportsPolicy)
 
     @field_validator("responses")
     @classmethod

@@ -14,7 +14,7 @@ forbidden tool, `lost:<name>` traces that lost a required tool; and per
 (time bucket, stratum) `cn:<bucket>:<stratum>` runs, `cf:` failed runs, `ce:`
 runs with a tool error and `cx:` runs with a forbidden call, what the candidate
 is compared with concurrent current on (`gatekeeper.stats.concurrent`: the
-bucket is the run's end time over `BUCKET_S`, the stratum the targeting rule
+bucket is the run's end time over `concurrent.BUCKET_S`, the stratum the targeting rule
 that picked the arm, "" for a bucketed job).
 """
 
@@ -26,7 +26,8 @@ from typing import Any
 
 from bindings.models import Invariants
 from gatekeeper.checks.invariants import CRITERIA, TraceVerdict, check
-from gatekeeper.stats.concurrent import BUCKET_S, bucket_of
+from gatekeeper.stats.concurrent import bucket_of
+from gatekeeper.stats.missing import report_bucket_of
 from gatekeeper.stats.statistics import histogram_percentile
 from rolegate.trace import Trace
 
@@ -43,7 +44,8 @@ COST = "cost:"
 TOOL = "tool:"
 FORBID = "forbid:"
 LOST = "lost:"
-#: Runs that arrived, per time bucket (of `BUCKET_S` seconds) of their start.
+#: Runs that arrived, per report bucket (30 s, the exposures' own: not `BUCKET_S`) of
+#: their start.
 REPORTED = "rep:"
 #: Latency histogram: milliseconds rounded up to COST_DIGITS significant digits.
 LATENCY = "lat:"
@@ -75,7 +77,7 @@ def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
     # Every arriving run, judged or not, counts as reported in the time bucket it
     # started in (`gatekeeper.stats.reports` compares these with the assignments).
     started = (None if trace.time is None
-               else f"{REPORTED}{int((trace.time - trace.latency_s) // BUCKET_S)}")
+               else f"{REPORTED}{report_bucket_of(trace.time - trace.latency_s)}")
     if not verdict.judged:
         return {"unjudged": 1} if started is None else {"unjudged": 1, started: 1}
     cost = round(trace.cost_usd * MICROS)

@@ -113,6 +113,21 @@ def test_status_without_a_role_prints_one_line_per_role(live_url: str) -> None:
     assert "needs 15 more candidate runs" in lines[1]
 
 
+def test_status_shows_fulls_holdback(live_url: str) -> None:
+    """In full, status (the role and the one-line list) says how much stays on current."""
+    r = requests.put(f"{live_url}/v1/bindings/summarizer", timeout=5,
+                     headers={**auth(OPERATOR), "If-Match": "1"},
+                     json={"current": "cfg_a", "candidate": "cfg_b", "stage": "full",
+                           "share": 1.0, "holdback": 0.08, "gate": GATE})
+    assert r.status_code == 200, r.text
+    out = run(live_url, "status", "summarizer").stdout
+    assert "  holdback   0.08 of bucketed jobs stay on current" in out, out
+    line = run(live_url, "status").stdout.splitlines()[0]
+    assert line.startswith("summarizer  full holdback 0.08  v2"), line
+    move(live_url, "rollback")
+    assert "holdback" not in run(live_url, "status", "summarizer").stdout
+
+
 def test_status_json_is_the_gate_view(live_url: str) -> None:
     """--json prints the gate view, `next` section included."""
     view = json.loads(run(live_url, "status", "summarizer", "--json").stdout)

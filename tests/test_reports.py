@@ -114,7 +114,10 @@ def test_a_candidate_failing_to_report_30_percent_is_rolled_back(router: str) ->
     view, decision = _decide(router)
     assert view["reports"]["verdict"] == SHORT, view["reports"]
     assert view["reports"]["assigned"] == {"candidate": 80, "current": 720}
-    assert decision.action is Action.ROLLBACK and "report rate" in decision.reason
+    # The default gate.reports.missing_runs "fail" counts the missing runs as failed, so
+    # the run-failure comparison (read before the report-rate test) may name them first.
+    assert decision.action is Action.ROLLBACK
+    assert "report rate" in decision.reason or "never reported" in decision.reason
 
 
 def test_a_candidate_whose_runs_all_report_is_not_rolled_back(router: str) -> None:

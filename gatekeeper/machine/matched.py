@@ -2,7 +2,9 @@
 
 The stage's run-failure comparison with concurrent current, and the stage-end
 look's counts taken over the cells both arms ran in (same minutes, same
-stratum) instead of each arm's whole window. Pure.
+stratum) instead of each arm's whole window; under `gate.reports.missing_runs:
+"fail"` those counts include the runs that never reported, as failed runs, and
+a rollback's reason says how many. Pure.
 """
 
 from __future__ import annotations
@@ -54,14 +56,30 @@ def candidate_alarms(evidence: Evidence) -> tuple[list[str], str]:
     the section, the drift detectors against current's p0."""
     if evidence.concurrent is None:
         return list(evidence.candidate_alarms), "drift alarm"
-    return ([str(m) for m in evidence.concurrent.get("alarms", ())],
-            "CUSUM against concurrent current alarms")
+    alarms = [str(m) for m in evidence.concurrent.get("alarms", ())]
+    counted = missing_words(evidence) if RUN_FAILURE in alarms else ""
+    return alarms, "CUSUM against concurrent current" + (f", {counted}," if counted else "") \
+        + " alarms"
+
+
+def missing_words(evidence: Evidence) -> str:
+    """"counting N candidate and M current runs that never reported as failed" when the
+    run-failure comparison counted any (`gate.reports.missing_runs`), else ""."""
+    missing = (evidence.concurrent or {}).get("missing")
+    if not isinstance(missing, Mapping):
+        return ""
+    cand, cur = int(missing.get("candidate", 0)), int(missing.get("current", 0))
+    if not cand and not cur:
+        return ""
+    return (f"counting {cand} candidate and {cur} current runs that never reported as failed "
+            f"(gate.reports.missing_runs)")
 
 
 def concurrent_reason(evidence: Evidence, carried: Carried | None) -> str:
     """What the comparison over the rollout's cells found, for a rollback's reason."""
     stage = concurrent_of(evidence) or Comparison()
     found = (carried.concurrent if carried is not None else Comparison()).merge(stage)
+    counted = missing_words(evidence)
     return (f"{found.candidate_events} of {found.candidate_n} candidate runs failed against "
             f"{found.current_events} of {found.current_n} current runs in the same "
-            f"{found.cells} cells (minutes and stratum)")
+            f"{found.cells} cells (minutes and stratum)" + (f", {counted}" if counted else ""))

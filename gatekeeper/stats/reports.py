@@ -3,11 +3,12 @@
 A candidate whose agent crashes, hangs or is killed before it reports leaves no
 trace, so a pass rate over the traces that did arrive describes the survivors.
 The router counts every assignment (HTTP resolves, and the SDK's in-process
-resolves it is sent) per role, config, arm, stage epoch and time bucket of
-`concurrent.BUCKET_S` seconds; ingest counts every arriving run in the bucket
-its run started in (`time - latency_s`). A bucket counts once it is older than
-`REPORT_GRACE_S` (runs report some seconds after their resolve: a run still in
-flight is not missing).
+resolves it is sent) per role, config, arm, stage epoch and report bucket of
+30 s (`rolegate.exposures.BUCKET_S`, fixed: the SDK counts in it); ingest counts
+every arriving run in the report bucket its run started in (`time -
+latency_s`). A bucket counts once it ended `gate.reports.grace_seconds` ago
+(`REPORT_GRACE_S` by default: runs report some seconds after their resolve, and
+a run still in flight is not missing).
 
 Per closed bucket the candidate's and current's assigned runs and their runs
 that never reported make one `concurrent.Cell` (the event: never reported), and
@@ -38,10 +39,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gatekeeper.stats.concurrent import BUCKET_S, Cell, concurrent_test
+from bindings.reports_policy import DEFAULT_GRACE_S
+from gatekeeper.stats.concurrent import Cell, concurrent_test
+from gatekeeper.stats.missing import mature_before as _mature_before
 
 #: Seconds after a bucket's end before its runs are expected to have reported.
-REPORT_GRACE_S = 120.0
+REPORT_GRACE_S = DEFAULT_GRACE_S
 #: Under this report rate in current's own arm the reporting itself is broken.
 MIN_REPORT_RATE = 0.95
 #: How far under current's rate the candidate's may be before promotion waits.
@@ -59,7 +62,7 @@ Buckets = Mapping[int, int]
 
 def mature_before(now: float, grace_s: float = REPORT_GRACE_S) -> int:
     """The first bucket whose runs may still be in flight at `now`: buckets below it count."""
-    return int((now - grace_s) // BUCKET_S)
+    return _mature_before(now, grace_s)
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class ReportCheck:
     threshold: float
     alpha: float
     before: int
+    grace_s: float = REPORT_GRACE_S
 
     def rate(self, arm: int) -> float | None:
         """Arm 0 (candidate) or 1 (current): reported / assigned, None with none assigned."""
@@ -100,14 +104,15 @@ class ReportCheck:
                 "rate": {"candidate": self.rate(0), "current": self.rate(1)},
                 "log_e": round(self.log_e, 4), "threshold": round(self.threshold, 4),
                 "alpha": self.alpha, "mature_before": self.before,
-                "grace_s": REPORT_GRACE_S, "reason": self.reason()}
+                "grace_s": self.grace_s, "reason": self.reason()}
 
 
 def report_check(candidate: tuple[Buckets, Buckets], current: tuple[Buckets, Buckets],
-                 before: int, alpha: float) -> ReportCheck:
+                 before: int, alpha: float, grace_s: float = REPORT_GRACE_S) -> ReportCheck:
     """Test the candidate's (assigned, reported) buckets against current's, below `before`.
 
-    `alpha` is the test's own level (REPORTS_SHARE of the stage alpha).
+    `alpha` is the test's own level (REPORTS_SHARE of the stage alpha); `grace_s` the
+    grace `before` was taken with (shown).
     """
     cells = []
     assigned = [0, 0]
@@ -124,7 +129,7 @@ def report_check(candidate: tuple[Buckets, Buckets], current: tuple[Buckets, Buc
             counts += [n, n - got]
         cells.append(Cell(counts[0], counts[1], counts[2], counts[3], bucket))
     test = concurrent_test(cells, alpha)
-    args = (tuple(assigned), tuple(reported), test.log_e, test.threshold, alpha, before)
+    args = (tuple(assigned), tuple(reported), test.log_e, test.threshold, alpha, before, grace_s)
     if not assigned[0] or not assigned[1]:
         return ReportCheck(INSUFFICIENT, *args)  # type: ignore[arg-type]
     cand_rate, cur_rate = reported[0] / assigned[0], reported[1] / assigned[1]

@@ -21,7 +21,7 @@ from gatekeeper.store.judging import JudgeStore
 from gatekeeper.view.criteria import criteria_section
 from gatekeeper.view.judges import judges_section, merge_judged, merge_pairwise
 from gatekeeper.view.outlook import next_view_section, previous_section
-from gatekeeper.view.reports import reports_section
+from gatekeeper.view.reports import merge_missing, missing_for, report_counts, reports_section
 from gatekeeper.view.rollout import rollout_section
 from gatekeeper.view.sections import drift_section, paired_section
 
@@ -35,10 +35,12 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["by_criterion"] = criteria_section(ctx, ConfigStore(traces.connection))
     view["judges"] = judges_section(ctx, JudgeStore(traces.connection))
     merge_judged(view["by_criterion"], view["judges"], ctx)
-    view["reports"] = reports_section(ctx)
+    counts = report_counts(ctx)  # the exposure hashes, read once for both sections
+    view["reports"] = reports_section(ctx, counts)
+    merge_missing(view["arms"], view["reports"])
     view["paired"] = merge_pairwise(paired_section(ctx), view["judges"], ctx)
     view["drift"] = drift_section(ctx)
-    view["concurrent"] = concurrent_section(ctx)
+    view["concurrent"] = concurrent_section(ctx, missing_for(ctx, counts))
     view["rollout"] = rollout_section(store, ctx)
     view["previous"] = previous_section(store, traces, ctx.record, now)
     view["gatekeeper"] = HeartbeatStore(traces.connection).summary()

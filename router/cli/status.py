@@ -68,6 +68,11 @@ def arm_line(arm: str, figures: dict[str, Any]) -> list[str]:
     unjudged = figures.get("unjudged") or 0
     # A run whose spans said nothing the gate can judge is no pass: shown beside n.
     extra = f"  unjudged {unjudged}" if unjudged else ""
+    counted = figures.get("counting_missing")
+    if counted and counted.get("missing"):
+        # gate.reports.missing_runs "fail": over every run assigned, beside the reported runs'.
+        extra += (f"  ({_percent(counted.get('pass_rate'))} counting {counted['missing']} "
+                  f"unreported as failed)")
     lines = [(f"  {arm:<10} {figures.get('config', '-')}  {figures.get('verdict', '-')}  "
              f"n={figures.get('n', 0)}  pass {_percent(figures.get('pass_rate'))}{ci}{extra}")]
     for reason in figures.get("reasons", []):
@@ -131,6 +136,17 @@ def judge_lines(view: dict[str, Any]) -> list[str]:
     return lines
 
 
+def missing_policy_words(reports: dict[str, Any]) -> str:
+    """What `gate.reports.missing_runs` does with the runs that never reported."""
+    policy = reports.get("missing_runs") or {}
+    grace = f"after {reports.get('grace_s', 0):g} s"
+    if policy.get("applied"):
+        return f"missing runs count as failed (gate.reports.missing_runs: fail, {grace})"
+    if policy.get("why_not"):
+        return f"missing runs not counted as failed: {policy['why_not']}"
+    return f"missing runs ignored (gate.reports.missing_runs: {policy.get('policy', '-')})"
+
+
 def clock(moment: float | None) -> str:
     """An epoch time as "2026-12-01 12:05 UTC"."""
     if moment is None:
@@ -153,6 +169,11 @@ def render(view: dict[str, Any]) -> list[str]:
     lines = [(f"{view['role']}: {stage_words(view)}{paused} (version {view['version']}, "
              f"since {clock((view.get('window') or {}).get('since'))})"),
              f"  configs    current {view.get('current')}, candidate {candidate}"]
+    holdback = (view.get("concurrent") or {}).get("holdback")
+    if view.get("stage") == "full" and holdback is not None:
+        # full's control: the share of bucketed jobs kept on current while it bakes.
+        lines.append(f"  holdback   {holdback:g} of bucketed jobs stay on current "
+                     f"(the control full is compared with)")
     arms = view.get("arms", {})
     for arm in SHOWN_ARMS.get(str(view.get("stage")), ("current",)):
         if arm in arms:
@@ -163,6 +184,7 @@ def render(view: dict[str, Any]) -> list[str]:
     if isinstance(reports, dict) and reports.get("assigned"):
         # Runs that never arrived: reported against assigned, per arm.
         lines.append(f"  reported   {reports.get('verdict')}: {reports.get('reason')}")
+        lines.append(f"{'':13}{missing_policy_words(reports)}")
     previous = view.get("previous")
     if previous:
         rollback = previous["rollback"]
@@ -192,8 +214,10 @@ def one_line(view: dict[str, Any]) -> str:
     nxt = view.get("next") or {}
     lines = nxt.get("lines") or [nxt.get("summary", "")]
     paused = " PAUSED" if view.get("paused") else ""
-    return f"{view['role']}  {stage_words(view)}{paused}  v{view['version']}  {verdict}  " \
-        + " / ".join(lines)
+    holdback = (view.get("concurrent") or {}).get("holdback")
+    kept = f" holdback {holdback:g}" if view.get("stage") == "full" and holdback else ""
+    return f"{view['role']}  {stage_words(view)}{kept}{paused}  v{view['version']}  " \
+        f"{verdict}  " + " / ".join(lines)
 
 
 def wait_outcome(started_with: str | None, view: dict[str, Any]) -> int | None:
