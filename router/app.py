@@ -38,6 +38,7 @@ BLUEPRINT_MODULES = (
     "router.api.restore_snapshot",
     "router.api.traces",
     "router.api.gate",
+    "router.api.fleet",
     "router.api.lease",
     "router.api.drift",
     "router.api.watch",

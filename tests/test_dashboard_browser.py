@@ -367,3 +367,54 @@ def test_a_policy_hold_holds_and_the_page_says_why(page: Page, live: str, shots:
     expect(page.locator(".paused").first).to_be_visible()
     expect(page.locator("#what-next")).to_contain_text("held by policy (gate.responses[")
     _shot(page, shots, "dashboard-held.png")
+
+
+@pytest.fixture
+def budgeted(redis_url: str) -> Iterator[str]:
+    """The seeded router with ROLEGATE_FLEET_BUDGET 0.005 (two rollouts live at 1% each)."""
+    app = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True,
+                      "refresh_interval_s": 0.05, "fleet_budget": 0.005})
+    server: BaseWSGIServer = make_server("127.0.0.1", 0, app, threaded=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_port}"
+    try:
+        with requests.Session() as session:
+            seed(session, url)
+        yield url
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
+
+
+def test_the_overview_says_what_the_fleet_gets_and_who_is_over_budget(
+        page: Page, budgeted: str, shots: Path) -> None:
+    """The overview ends with the fleet's line and the router's budget; a role whose alpha
+    is brought within its share leaves the over-budget list."""
+    _load_roles(page, budgeted, CALLER)
+    fleet = page.locator("#fleet")
+    expect(fleet.locator(".fleet-line")).to_contain_text(
+        "fleet: 2 rollout(s) live, each rolls back a healthy candidate with chance <= 1.00%")
+    budget = page.locator("#fleet-budget li")
+    expect(budget.first).to_contain_text(
+        "fleet budget (ROLEGATE_FLEET_BUDGET): 0.005 false rollback(s) a day at 2 rollout(s) "
+        "a day needs thresholds.alpha <= 0.000625")
+    over = page.locator("#fleet-budget li.over")
+    expect(over).to_have_count(2)
+    expect(over.first).to_contain_text("over budget: classifier")
+    _shot(page, shots, "dashboard-fleet.png")
+
+    # The team sets the alpha it was shown on summarizer (the router never does).
+    record = requests.get(f"{budgeted}/v1/bindings/summarizer", headers=auth(CALLER),
+                          timeout=5).json()
+    body = record["binding"]
+    body["gate"]["thresholds"]["alpha"] = 0.000625
+    r = requests.put(f"{budgeted}/v1/bindings/summarizer", json=body, timeout=5,
+                     headers={**auth(OPERATOR), "If-Match": str(record["version"])})
+    assert r.status_code == 200, r.text
+    page.reload()
+    expect(page.locator("#fleet-budget li.over")).to_have_count(1)
+    expect(page.locator("#fleet-budget li.over")).to_contain_text("classifier")

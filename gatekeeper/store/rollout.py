@@ -22,7 +22,14 @@ from bindings.models import Binding, HistoryEntry, Stage, VersionedBinding
 from bindings.store import BindingStore
 from gatekeeper.stats.concurrent import Comparison, cells_of
 from gatekeeper.stats.drift import RUN_FAILURE
-from gatekeeper.stats.rollout import Carried, EarlierStage, carried_of, epoch_key, walk
+from gatekeeper.stats.rollout import (
+    Carried,
+    EarlierStage,
+    Walk,
+    carried_of,
+    epoch_key,
+    walk,
+)
 from gatekeeper.store.paired_state import Arms, PairedStates
 from gatekeeper.store.traces import TraceStore
 from gatekeeper.window import WindowStats
@@ -45,10 +52,14 @@ class RolloutReader:
 
     def carried(self, record: VersionedBinding) -> Carried | None:
         """The earlier stages of `record`'s rollout with their counts; None: no live rollout."""
-        found = walk(record, self._entries(record.role))
+        found = self.walk(record)
         if found is None:
             return None
         return carried_of(found, [self._counts(record.role, b) for b in found.earlier])
+
+    def walk(self, record: VersionedBinding) -> Walk | None:
+        """The stages of `record`'s rollout, without their counts; None: no live rollout."""
+        return walk(record, self._entries(record.role))
 
     def _entries(self, role: str) -> Iterator[HistoryEntry]:
         """The role's history newest first, a page at a time, `lookback` entries at most."""

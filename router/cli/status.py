@@ -18,8 +18,9 @@ from urllib.parse import quote
 
 import click
 
-from gatekeeper.stats.fleet import DEFAULT_STAGES, Outlook, alpha_for, outlook
-from rolegate.http import ApiClient
+from gatekeeper.stats.fleet import outlook
+from gatekeeper.stats.fleet_budget import BUDGET_SOURCE, BudgetAdvice, budget_advice
+from rolegate.http import ApiClient, ApiError
 from router.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, api_command, echo_json
 
 #: --wait's answers: the candidate became stable, it was rolled back, time ran out.
@@ -286,7 +287,8 @@ def _poll(api: ApiClient, role: str, interval: float, deadline: float | None,
                    "rollouts a day [default: the pace of the last day].")
 @click.option("--fleet-budget", type=click.FloatRange(min=0.0, min_open=True), default=None,
               help="Without ROLE: the stage alpha that keeps the fleet within this many "
-                   "expected false rollbacks a day.")
+                   "expected false rollbacks a day, and the roles over it [default: the "
+                   "router's ROLEGATE_FLEET_BUDGET, if set].")
 @api_command
 def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: float,
            interval: float, as_json: bool, rollouts_per_day: float | None,
@@ -300,9 +302,12 @@ def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: f
         views = [api.get(gate_path(name)) for name in roles]
         now = views[0].get("time", time.time()) if views else time.time()
         fleet = outlook(views, now, rollouts_per_day)
-        advice = _fleet_advice(fleet, fleet_budget)
+        budget, source = fleet_budget, "--fleet-budget"
+        if budget is None:
+            budget, source = _router_budget(api), BUDGET_SOURCE
+        advice = None if budget is None else budget_advice(views, fleet, budget)
         if as_json:
-            echo_json({"roles": views, "fleet": {**fleet.as_dict(), **advice}})
+            echo_json({"roles": views, "fleet": {**fleet.as_dict(), **_fleet_advice(advice)}})
         for view in [] if as_json else views:
             click.echo(one_line(view))
         if not as_json:
@@ -310,11 +315,8 @@ def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: f
                 api.get("/v1/gatekeeper/heartbeat")
             click.echo(f"gatekeeper: {keeper.get('text', keeper.get('status'))}")
             click.echo(fleet.text())
-            if advice:
-                click.echo(f"fleet budget: {fleet_budget:g} false rollback(s) a day at "
-                           f"{fleet.rollouts_per_day:g} rollout(s) a day needs "
-                           f"thresholds.alpha <= {advice['alpha_for_budget']:.3g} "
-                           f"(a {DEFAULT_STAGES}-stage ladder)")
+            for line in [] if advice is None else advice.lines(source):
+                click.echo(line)
         return
     if not (watch or wait):
         view = api.get(gate_path(role))
@@ -348,12 +350,24 @@ def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: f
     sys.exit(code)
 
 
-def _fleet_advice(fleet: Outlook, budget: float | None) -> dict[str, Any]:
-    """The stage alpha a fleet budget asks for, at the fleet's rollouts a day."""
-    if budget is None or fleet.rollouts_per_day <= 0.0:
+def _fleet_advice(advice: BudgetAdvice | None) -> dict[str, Any]:
+    """--json's budget figures: the stage alpha it asks for, and the roles over it."""
+    if advice is None:
         return {}
-    return {"budget_per_day": budget,
-            "alpha_for_budget": alpha_for(budget, fleet.rollouts_per_day, DEFAULT_STAGES)}
+    return {"budget_per_day": advice.budget_per_day, "alpha_for_budget": advice.alpha,
+            "budget": advice.as_dict()}
+
+
+def _router_budget(api: ApiClient) -> float | None:
+    """The router's ROLEGATE_FLEET_BUDGET (GET /v1/fleet); None: none set, or an older
+    router without the route."""
+    try:
+        budget = (api.get("/v1/fleet").get("budget") or {}).get("budget_per_day")
+    except ApiError as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return float(budget) if isinstance(budget, (int, float)) else None
 
 
 def register(main: click.Group) -> None:

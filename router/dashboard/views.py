@@ -30,6 +30,7 @@ from flask.typing import ResponseReturnValue
 from bindings.errors import NotFound, RolegateError
 from bindings.models import Stage, validate_role_name
 from gatekeeper.store.heartbeat import HeartbeatStore
+from gatekeeper.view.fleet import fleet_report
 from router.api.traces import trace_store
 from router.dashboard.data import overview, role_detail
 from router.dashboard.svg import bar_chart, line_chart
@@ -136,7 +137,11 @@ def _overview_fragment() -> str:
         keeper = HeartbeatStore(services.redis).summary()
     except RolegateError:
         keeper = None
-    return render_template("_roles.html", rows=rows, actions=actions, keeper=keeper)
+    # What the fleet gets, as `rolegate status` ends with it, and the router's budget.
+    fleet = fleet_report(services.store, trace_store(), services.store.clock(),
+                         services.settings.fleet_budget, visible=may_act_on)
+    return render_template("_roles.html", rows=rows, actions=actions, keeper=keeper,
+                           fleet=fleet)
 
 
 def _role_fragment(role: str) -> str:

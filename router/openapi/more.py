@@ -62,6 +62,13 @@ HEARTBEAT = _obj("status", "leader", "last_tick", "age_s", "text",
                  status={"enum": ["ok", "late", "absent"]}, leader={"type": ["string", "null"]},
                  last_tick={"type": ["number", "null"]}, age_s={"type": ["number", "null"]},
                  text={"type": "string"})
+#: `gatekeeper.view.fleet.fleet_report`: the outlook and, with a fleet budget, the advice.
+FLEET = _obj("fleet", "text", "budget", "budget_lines", "roles",
+             fleet=_obj("live", "live_bound", "last_day", "last_day_bound", "per_rollout",
+                        "rollouts_per_day", "per_day"),
+             text={"type": "string"}, budget={"type": ["object", "null"]},
+             budget_lines={"type": "array", "items": {"type": "string"}},
+             roles={"type": "array", "items": OBJECT})
 ROLE_QUERY = {"name": "role", "in": "query", "required": False,
               "schema": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"}}
 STORED_TRACE = _obj("id", "received", "role", "trace", "verdict",
@@ -309,6 +316,15 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
             "errors": (*AUTH, 503),
         },
     },
+    "/v1/fleet": {"get": {
+        "summary": "What the fleet gets: expected false rollbacks among the live rollouts and "
+                   "per day; with ROLEGATE_FLEET_BUDGET, the alpha it asks of each rollout "
+                   "and the roles over it (advice, never applied).",
+        "scopes": ("caller", "reviewer", "gatekeeper"),
+        "responses": {"200": json_response("The fleet's outlook over the token's roles.",
+                                           FLEET)},
+        "errors": (*AUTH, 503),
+    }},
     "/roles/{role}": {"get": {
         "summary": "The dashboard page of one role (data inline only on an open server).",
         "scopes": None,

@@ -34,6 +34,7 @@ ENVIRONMENT = {
     "ROLEGATE_TOKENS_FILE": "tokens_file",
     "ROLEGATE_ALLOWED_HOSTS": "allowed_hosts",
     "ROLEGATE_INGEST_QUOTA": "ingest_quota",
+    "ROLEGATE_FLEET_BUDGET": "fleet_budget",
 }
 
 
@@ -78,6 +79,10 @@ class Settings(BaseModel):
     #: Log resolves (their request and decision lines) too; 0 keeps the hot path quiet.
     log_resolves: bool = True
     testing: bool = False
+    #: Expected false rollbacks a day the team accepts across the roles served: shown
+    #: with the alpha it asks of each rollout and the roles over it (advice, never
+    #: applied: `gatekeeper.stats.fleet_budget`). None: no budget.
+    fleet_budget: float | None = Field(None, gt=0.0, le=1e6, allow_inf_nan=False)
 
     @field_validator("redis_sentinels")
     @classmethod
