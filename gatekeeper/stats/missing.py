@@ -47,7 +47,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from bindings.models import Binding, Stage
 from gatekeeper.stats import concurrent
@@ -145,13 +144,3 @@ def with_missing(candidate: Counts, current: Counts,
         out.append(cells)
     return out[0], out[1]
 
-
-def policy_view(policy: Any, why_not: str | None, missing: Missing | None,
-                before: int | None = None) -> dict[str, Any]:
-    """JSON-ready: the policy, whether it is applied (and why not), and the runs it added."""
-    out: dict[str, Any] = {"policy": policy.missing_runs, "grace_s": policy.grace_seconds,
-                           "applied": missing is not None, "why_not": why_not}
-    if missing is not None and before is not None:
-        cand, cur = missing.added(before)
-        out.update({"counted_before": before, "candidate": cand, "current": cur})
-    return out
