@@ -27,7 +27,7 @@ from typing import Any
 from bindings.models import Invariants
 from gatekeeper.checks.invariants import CRITERIA, TraceVerdict, check
 from gatekeeper.stats.concurrent import bucket_of
-from gatekeeper.stats.missing import report_bucket_of
+from gatekeeper.stats.missing import REPORT_BUCKET_S
 from gatekeeper.stats.statistics import histogram_percentile
 from rolegate.trace import Trace
 
@@ -77,7 +77,7 @@ def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
     # Every arriving run, judged or not, counts as reported in the time bucket it
     # started in (`gatekeeper.stats.reports` compares these with the assignments).
     started = (None if trace.time is None
-               else f"{REPORTED}{report_bucket_of(trace.time - trace.latency_s)}")
+               else f"{REPORTED}{int((trace.time - trace.latency_s) // REPORT_BUCKET_S)}")
     if not verdict.judged:
         return {"unjudged": 1} if started is None else {"unjudged": 1, started: 1}
     cost = round(trace.cost_usd * MICROS)

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 import pytest
 import requests
-from pydantic import ValidationError
 from click.testing import CliRunner
 from flask import Flask
+from pydantic import ValidationError
 
 from gatekeeper.stats.fleet import alpha_for, outlook
 from gatekeeper.stats.fleet_budget import budget_advice

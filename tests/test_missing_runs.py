@@ -33,6 +33,7 @@ from gatekeeper.stats.missing import (
 from rolegate.exposures import epoch_of
 from router.cli.main import main
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
+from tests.gatekeeping import binding, keeper, tick_until
 from tests.servers import werkzeug_server
 
 ROLE = "summarizer"
@@ -156,6 +157,20 @@ def test_a_candidate_dropping_its_failing_runs_is_rolled_back_on_run_failures(
     assert decision.action is Action.ROLLBACK, decision
     assert decision.details["response"]["rule"] in ("drift", "sequential"), decision.details
     assert "24 candidate and 0 current runs that never reported as failed" in decision.reason
+
+
+def test_the_gatekeeper_rolls_the_dropping_candidate_back_naming_the_missing_runs(
+        router: str) -> None:
+    """A real Gatekeeper ticking over HTTP rolls the role back; the history entry's reason
+    names the runs that never reported."""
+    _stage(router, *DROPPING)
+    with keeper(router, "missing-runs") as gatekeeper:
+        tick_until(gatekeeper, lambda: binding(router, ROLE)["stage"] == "rolled_back",
+                   "the dropping candidate to be rolled back")
+    entry = requests.get(f"{router}/v1/bindings/{ROLE}/history?limit=1", headers=auth(CALLER),
+                         timeout=5).json()["entries"][0]
+    assert entry["actor"] == "gatekeeper" and entry["action"] == "rollback", entry
+    assert "24 candidate and 0 current runs that never reported as failed" in entry["reason"]
 
 
 def test_with_the_policy_off_the_figures_are_the_reported_runs(ignoring: str) -> None:

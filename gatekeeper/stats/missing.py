@@ -50,8 +50,11 @@ from dataclasses import dataclass
 
 from bindings.models import Binding, Stage
 from gatekeeper.stats import concurrent
-from rolegate.exposures import BUCKET_S as REPORT_BUCKET_S
+from rolegate import exposures
 
+#: Seconds per report bucket: the width the SDK and the router count exposures in
+#: (fixed: the SDK cannot read the service's ROLEGATE_BUCKET_SECONDS).
+REPORT_BUCKET_S: int = exposures.BUCKET_S
 FAIL = "fail"
 IGNORE = "ignore"
 #: Per arm: bucket -> count.
