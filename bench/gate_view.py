@@ -1,0 +1,257 @@
+"""The gate view over a 100,000-run window per arm, with the cells spread as real traffic spreads them.
+
+    .venv/bin/python -m bench.gate_view [--runs 100000] [--jobs-per-s 1] [--rule-share 0.1]
+                                         [--rounds 15] [--http] [--profile]
+
+Starts its own diskless redis-server on a free loopback port (touches no other
+Redis), registers the refunds example's spec for both configs (so the
+`by_criterion` section scores the newest 1,000 runs per arm, as it does for a
+role with a spec), writes a canary-stage binding whose stage began when the
+first run did, and stores `--runs` traces per arm in-process (TraceStore.add,
+reporter `bench-caller` as the router would stamp, untimed). Each arm's runs end
+`1 / --jobs-per-s` seconds apart, so at 1 job/s a 30 s bucket holds 30 runs per
+arm (about 3,300 buckets over 100,000 runs) and at 10 jobs/s 300 (about 330);
+`--rule-share` of the jobs are routed by a targeting rule (a second stratum).
+About 5% of current's runs and 6% of the candidate's fail, a few have tool
+errors, latency, tokens and cost vary, and the exposures (assignments) of each
+bucket are stored as the router would count them (1% never report).
+
+It then times `gatekeeper.view.gate_view` in-process (every section, the drift
+detectors first caught up), in wall time and in this process's CPU time
+(`time.process_time`: the Redis server's share is not in it, so load noise
+shows as the gap between the two); each section alone; and the baseline: the
+Redis reads the view cannot do without (each arm's window, its pending
+increments and its reporters' windows: `TraceStore.windows_by_reporter`),
+the floor any view over these windows pays. With `--http`, also
+`GET /v1/roles/refunds/gate` from a gunicorn router (deploy/gunicorn.conf.py)
+on the same Redis, over a keep-alive connection. With `--profile`, the
+cProfile of 5 in-process views, top 30 by cumulative time.
+Target (issue 23): the whole view <= 50 ms median.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis
+import requests
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.client_resolve import redis_server  # noqa: E402
+from bindings.models import Binding, GatePolicy, Stage  # noqa: E402
+from bindings.store import BindingStore  # noqa: E402
+from gatekeeper.checks.invariants import check  # noqa: E402
+from gatekeeper.checks.spec import Spec  # noqa: E402
+from gatekeeper.stats.concurrent import BUCKET_S  # noqa: E402
+from gatekeeper.store.configs import ConfigStore  # noqa: E402
+from gatekeeper.store.exposures import Exposure, ExposureStore  # noqa: E402
+from gatekeeper.store.trace_keys import epoch_of  # noqa: E402
+from gatekeeper.store.traces import Checked, TraceStore  # noqa: E402
+from rolegate.trace import Trace  # noqa: E402
+
+ROLE = "refunds"
+CURRENT, CANDIDATE = "refunds_v1", "refunds_v2"
+REPORTER = "bench-caller"
+GATE: dict[str, Any] = {
+    "thresholds": {"min_samples": 50, "min_pass_rate": 0.9, "p95_step_ceiling": 12,
+                   "p95_latency_ceiling_s": 60.0},
+    "invariants": {"allowed_tools": ["read_file", "lookupOrder", "verifyIdentity"],
+                   "required_tools": ["lookupOrder"]},
+    "criteria": {"escalation:high-value": "blocking"}}
+STAMPS = {"agent_version": "refunds-example 1.0", "instruction_hash": "sha256:refunds-v1",
+          "model_id": "deterministic-example", "tool_schema_hash": "sha256:refunds-tools-v1"}
+#: Runs per TraceStore.add call while filling.
+CHUNK = 1_000
+
+
+def trace(arm: str, job: int, ended: float, rule_every: int) -> Trace:
+    """One refunds run of `job` on `arm` that ended at `ended`."""
+    config = CURRENT if arm == "current" else CANDIDATE
+    amount = float(40 + (job * 37) % 2_000)
+    fails = job % 20 == 3 or (arm == "candidate" and job % 100 == 41)
+    tools = ["read_file", "lookupOrder"]
+    if amount > 1_000 and not (arm == "candidate" and job % 200 == 9):
+        tools.append("verifyIdentity")
+    if fails:
+        tools = ["read_file"]  # lost the required lookupOrder
+    latency = 2.0 + (job * 7919) % 4_000 / 1_000 + (0.3 if arm == "candidate" else 0.0)
+    return Trace.model_validate({
+        "run_id": f"{arm}-{job}", "role": ROLE, "config": config, "arm": arm,
+        "key": f"order-{job}", "tools": tools, "tool_errors": 1 if job % 97 == 5 else 0,
+        "cost_usd": round(0.004 + (job * 31) % 90 / 10_000, 6),
+        "tokens": 900 + (job * 13) % 1_500, "latency_s": round(latency, 3),
+        "output_text": json.dumps({"decision": "refund", "customer": {"id": f"c{job}"},
+                                   "amount": amount}),
+        "input": {"order": f"o{job}", "amount": amount}, "stamps": STAMPS,
+        "time": ended, "reporter": REPORTER,
+        "rule": "enterprise" if rule_every and job % rule_every == 0 else None})
+
+
+def fill(connection: redis.Redis, runs: int, jobs_per_s: float, rule_share: float) -> Binding:
+    """Write the binding and store `runs` runs per arm spread at `jobs_per_s`; the binding."""
+    spec = Spec.model_validate_json((ROOT / "examples" / "refunds" / "spec.json").read_text())
+    for config in (CURRENT, CANDIDATE):
+        ConfigStore(connection).put(config, spec, actor="bench")
+    now = time.time()
+    start = now - runs / jobs_per_s - 2 * BUCKET_S
+    binding = Binding(current=CURRENT, candidate=CANDIDATE, stage=Stage.CANARY, share=0.1,
+                      stage_since=start, gate=GatePolicy.model_validate(GATE))
+    BindingStore(connection).write(ROLE, binding, expected_version=0, actor="bench",
+                                   action="create", reason="bench")
+    epoch, store = epoch_of(binding), TraceStore(connection)
+    invariants = binding.gate.invariants
+    rule_every = round(1 / rule_share) if rule_share > 0 else 0
+    assigned: dict[tuple[str, str, int], int] = {}
+    for low in range(0, runs, CHUNK):
+        batch = []
+        for job in range(low, min(runs, low + CHUNK)):
+            ended = start + BUCKET_S + job / jobs_per_s
+            for arm in ("current", "candidate"):
+                t = trace(arm, job, ended, rule_every)
+                config = t.config
+                started = int((ended - t.latency_s) // BUCKET_S)
+                assigned[(config, arm, started)] = assigned.get((config, arm, started), 0) + 1
+                if job % 100 != 17:  # 1% of the assigned runs never report
+                    batch.append(Checked(t, check(t, invariants), epoch))
+        store.add(batch)
+    ExposureStore(connection).add(Exposure(ROLE, config, arm, epoch, bucket, count)
+                                  for (config, arm, bucket), count in assigned.items())
+    return binding
+
+
+def timed(call: Callable[[], Any], rounds: int) -> tuple[list[float], list[float], Any]:
+    """(wall seconds, CPU seconds of this process) per call over `rounds` calls; the last answer."""
+    wall, cpu, answer = [], [], None
+    for _ in range(rounds):
+        w, c = time.perf_counter(), time.process_time()
+        answer = call()
+        cpu.append(time.process_time() - c)
+        wall.append(time.perf_counter() - w)
+    return wall, cpu, answer
+
+
+def ms(values: list[float]) -> str:
+    """Median and max in milliseconds."""
+    return f"median {statistics.median(values) * 1e3:7.1f} ms, max {max(values) * 1e3:7.1f} ms"
+
+
+def sections(store: BindingStore, traces: TraceStore, now: float) -> dict[str, Callable[[], Any]]:
+    """Each section of the view alone, over one context read once (the context too)."""
+    from gatekeeper.store.configs import ConfigStore as Configs
+    from gatekeeper.store.judging import JudgeStore
+    from gatekeeper.view.arms import arms_section, comparison_section
+    from gatekeeper.view.concurrent import concurrent_section
+    from gatekeeper.view.context import gate_context
+    from gatekeeper.view.criteria import criteria_section
+    from gatekeeper.view.judges import judges_section
+    from gatekeeper.view.reports import reports_section
+    from gatekeeper.view.sections import drift_section
+
+    ctx = gate_context(store, traces, ROLE, now)
+    return {
+        "context (the windows read)": lambda: gate_context(store, traces, ROLE, now),
+        "arms": lambda: arms_section(ctx),
+        "comparison": lambda: comparison_section(ctx),
+        "by_criterion": lambda: criteria_section(ctx, Configs(traces.connection)),
+        "judges": lambda: judges_section(ctx, JudgeStore(traces.connection)),
+        "reports": lambda: reports_section(ctx),
+        "drift": lambda: drift_section(ctx),
+        "concurrent": lambda: concurrent_section(ctx),
+    }
+
+
+def http_view(url: str, rounds: int) -> tuple[list[float], dict[str, Any]]:
+    """GET /v1/roles/refunds/gate `rounds` times on one keep-alive session."""
+    from bench.ingest import CALLER
+
+    spent, view = [], {}
+    with requests.Session() as session:
+        for _ in range(rounds):
+            started = time.perf_counter()
+            answer = session.get(f"{url}/v1/roles/{ROLE}/gate", timeout=60,
+                                 headers={"Authorization": f"Bearer {CALLER}"})
+            spent.append(time.perf_counter() - started)
+            answer.raise_for_status()
+            view = answer.json()
+    return spent, view
+
+
+def run(args: argparse.Namespace) -> None:
+    """Fill the window, then time the view every way asked."""
+    from gatekeeper.view.build import gate_view
+
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    with redis_server() as url:
+        connection = redis.Redis.from_url(url)
+        started = time.perf_counter()
+        fill(connection, args.runs, args.jobs_per_s, args.rule_share)
+        store, traces = BindingStore(connection), TraceStore(connection)
+        now = time.time()
+        view = gate_view(store, traces, ROLE, now)
+        while not view["drift"]["caught_up"]:
+            view = gate_view(store, traces, ROLE, now)  # the kept detectors catch up
+        cells = len(view["concurrent"]["metrics"]["run_failure"]["logs"] and
+                    traces.window(ROLE, CANDIDATE, "candidate", view["window"]["epoch"])
+                    .all_cells()["run_failure"])
+        print(f"gate view bench: {args.runs:,} runs per arm at {args.jobs_per_s:g} jobs/s, "
+              f"{args.rule_share:.0%} by a rule: {cells:,} (bucket, stratum) cells per arm, "
+              f"{view['concurrent']['metrics']['run_failure']['cells']:,} closed in both; "
+              f"filled in {time.perf_counter() - started:.0f} s (untimed)")
+        wall, cpu, _ = timed(lambda: traces.windows_by_reporter(
+            ROLE, [(CURRENT, "current"), (CANDIDATE, "candidate"), (CANDIDATE, "shadow")],
+            view["window"]["epoch"]), args.rounds)
+        base = statistics.median(wall)
+        print(f"  baseline: the arms' windows and reporters' windows read  {ms(wall)};  "
+              f"CPU {ms(cpu)}")
+        wall, cpu, view = timed(lambda: gate_view(store, traces, ROLE, time.time()), args.rounds)
+        whole = statistics.median(wall)
+        print(f"  gate_view in-process (every section)                    {ms(wall)};  "
+              f"CPU {ms(cpu)}   (target <= 50 ms)")
+        print(f"  gate_view / baseline read: {whole / base:.1f}x")
+        for name, call in sections(store, traces, time.time()).items():
+            wall, cpu, _ = timed(call, args.rounds)
+            print(f"    {name:<28} {ms(wall)};  CPU {ms(cpu)}")
+        if args.http:
+            from bench.ingest import gunicorn_router
+
+            with gunicorn_router(url) as (router_url, _):
+                spent, answer = http_view(router_url, args.rounds + 2)
+            print(f"  GET /v1/roles/{ROLE}/gate over HTTP (gunicorn)           "
+                  f"{ms(spent[2:])}   (first two left out: the worker warms up)")
+            assert answer["concurrent"]["metrics"] == view["concurrent"]["metrics"]
+        if args.profile:
+            profile = cProfile.Profile()
+            profile.enable()
+            for _ in range(5):
+                gate_view(store, traces, ROLE, time.time())
+            profile.disable()
+            pstats.Stats(profile).sort_stats("cumulative").print_stats(30)
+        connection.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Parse the arguments and run the bench."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=100_000)
+    parser.add_argument("--jobs-per-s", type=float, default=1.0)
+    parser.add_argument("--rule-share", type=float, default=0.1)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--http", action="store_true")
+    parser.add_argument("--profile", action="store_true")
+    run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    main()
