@@ -49,17 +49,17 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.client_resolve import redis_server  # noqa: E402
-from bindings.models import Binding, GatePolicy, Stage  # noqa: E402
-from bindings.store import BindingStore  # noqa: E402
-from gatekeeper.checks.invariants import check  # noqa: E402
-from gatekeeper.checks.spec import Spec  # noqa: E402
-from gatekeeper.stats.concurrent import BUCKET_S  # noqa: E402
-from gatekeeper.store.configs import ConfigStore  # noqa: E402
-from gatekeeper.store.exposures import Exposure, ExposureStore  # noqa: E402
-from gatekeeper.store.trace_keys import epoch_of  # noqa: E402
-from gatekeeper.store.traces import Checked, TraceStore  # noqa: E402
-from rolegate.trace import Trace  # noqa: E402
+from bench.client_resolve import redis_server
+from bindings.models import Binding, GatePolicy, Stage
+from bindings.store import BindingStore
+from gatekeeper.checks.invariants import check
+from gatekeeper.checks.spec import Spec
+from gatekeeper.stats.concurrent import BUCKET_S
+from gatekeeper.store.configs import ConfigStore
+from gatekeeper.store.exposures import Exposure, ExposureStore
+from gatekeeper.store.trace_keys import epoch_of
+from gatekeeper.store.traces import Checked, TraceStore
+from rolegate.trace import Trace
 
 ROLE = "refunds"
 CURRENT, CANDIDATE = "refunds_v1", "refunds_v2"

@@ -130,10 +130,21 @@ def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
 class WindowStats:
     """Running aggregate of trace verdicts over one (role, config, arm) window."""
 
-    __slots__ = ("fields",)
+    __slots__ = ("_cells", "_fields", "_index")
 
     def __init__(self, fields: Mapping[str, int] | None = None) -> None:
-        self.fields: Counter[str] = Counter(fields or {})
+        self._fields: Counter[str] = Counter(fields or {})
+        # The fields grouped by prefix, and the cells, built at the first read that
+        # needs them: a 100,000-run window has some 20,000 fields, and the gate
+        # view reads a dozen prefixes of each of its windows.
+        self._index: dict[str, dict[str, int]] | None = None
+        self._cells: dict[str, dict[tuple[int, str], tuple[int, int]]] | None = None
+
+    @property
+    def fields(self) -> Counter[str]:
+        """The flat counts. Reading them drops what was built from them (the caller may change them)."""
+        self._index = self._cells = None
+        return self._fields
 
     # -- building --------------------------------------------------------------
 
@@ -160,12 +171,12 @@ class WindowStats:
 
     def merge(self, other: WindowStats) -> WindowStats:
         """A new window holding both windows' traces."""
-        return WindowStats(self.fields + other.fields)
+        return WindowStats(self._fields + other._fields)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WindowStats):
             return NotImplemented
-        return +self.fields == +other.fields
+        return +self._fields == +other._fields
 
     def __repr__(self) -> str:
         return f"WindowStats(n={self.n}, passes={self.passes})"
@@ -173,11 +184,25 @@ class WindowStats:
     # -- reading ---------------------------------------------------------------
 
     def _get(self, name: str) -> int:
-        return self.fields.get(name, 0)
+        return self._fields.get(name, 0)
+
+    def _grouped(self) -> dict[str, dict[str, int]]:
+        """{prefix through its first colon: {rest of the name: value}}, in field order."""
+        if self._index is None:
+            index: dict[str, dict[str, int]] = {}
+            for name, value in self._fields.items():
+                cut = name.find(":") + 1
+                if cut:
+                    group = index.get(name[:cut])
+                    if group is None:
+                        group = index[name[:cut]] = {}
+                    group[name[cut:]] = value
+            self._index = index
+        return self._index
 
     def _prefixed(self, prefix: str) -> dict[str, int]:
-        size = len(prefix)
-        return {k[size:]: v for k, v in self.fields.items() if k.startswith(prefix) and v}
+        """{name less `prefix`: value} of the non-zero fields under `prefix` (one colon, at its end)."""
+        return {k: v for k, v in self._grouped().get(prefix, {}).items() if v}
 
     @property
     def n(self) -> int:
@@ -260,24 +285,20 @@ class WindowStats:
         return self.all_cells()[metric]
 
     def all_cells(self) -> dict[str, dict[tuple[int, str], tuple[int, int]]]:
-        """`cells` of every metric, read in one pass over the fields."""
-        runs: dict[str, int] = {}
-        events: dict[str, dict[str, int]] = {prefix: {} for prefix in CELL_EVENTS.values()}
-        for name, value in self.fields.items():
-            head = name[:3]
-            if head == CELL_N:
-                runs[name[3:]] = value
-            elif head in events:
-                events[head][name[3:]] = value
-        out: dict[str, dict[tuple[int, str], tuple[int, int]]] = {}
-        for metric, prefix in CELL_EVENTS.items():
-            mine = events[prefix]
-            cells = {}
-            for cell, n in runs.items():
+        """`cells` of every metric, read in one pass over the fields (kept: read them, don't change them)."""
+        if self._cells is None:
+            grouped = self._grouped()
+            runs = grouped.get(CELL_N, {})
+            keys = {}
+            for cell in runs:
                 bucket, _, stratum = cell.partition(":")
-                cells[(int(bucket), stratum)] = (n, mine.get(cell, 0))
-            out[metric] = cells
-        return out
+                keys[cell] = (int(bucket), stratum)
+            self._cells = {}
+            for metric, prefix in CELL_EVENTS.items():
+                mine = grouped.get(prefix, {})
+                self._cells[metric] = {keys[cell]: (n, mine.get(cell, 0))
+                                       for cell, n in runs.items()}
+        return self._cells
 
     def latency_histogram(self) -> dict[float, int]:
         """{latency bucket upper bound in seconds: runs} (runs that reported a latency)."""

@@ -11,22 +11,47 @@ stage's end: a single look at the stage's alpha, no repeated-look correction.
 
 from __future__ import annotations
 
+import bisect
+import functools
 import math
 
+#: A log-probability under this has exp() exactly 0.0 in doubles (the least
+#: subnormal is e^-744.4), so the tails past it add exactly nothing to the CDF.
+_NOTHING = -800.0
 
-def _log_pmf(k: int, n: int, q: float) -> float:
-    return (math.lgamma(n + 1) - math.lgamma(k + 1) - math.lgamma(n - k + 1)
-            + k * math.log(q) + (n - k) * math.log1p(-q))
 
+@functools.lru_cache(maxsize=64)
+def _cdf(n: int, q: float) -> tuple[int, list[float]]:
+    """(first, P(Bin(n, q) <= k) for k = first..last); 0.0 below first, the last value above.
 
-def _cdf(n: int, q: float) -> list[float]:
-    """P(Bin(n, q) <= k) for k = 0..n."""
-    pmf = [math.exp(_log_pmf(k, n, q)) for k in range(n + 1)]
+    Only the k whose probability is not exactly 0.0 are summed (about 80 standard
+    deviations around the mode, not all n + 1): each term and each running sum is
+    the same double the whole sum from k = 0 gives, since the terms left out are
+    0.0. The log-pmf is concave in k, so walking out from the mode, the first k
+    under `_NOTHING` ends that side. Kept per (n, q): the arms' windows of one
+    view share their n (a read-only list: don't change it).
+    """
+    whole, log_q, log_p = math.lgamma(n + 1), math.log(q), math.log1p(-q)
+
+    def log_pmf(k: int) -> float:  # ln P(Bin(n, q) = k), its constants read once
+        return whole - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p
+
+    mode = min(n, max(0, math.floor((n + 1) * q)))
+    left: list[float] = []  # log-pmf from the mode down
+    k = mode
+    while k >= 0 and (value := log_pmf(k)) >= _NOTHING:
+        left.append(value)
+        k -= 1
+    right: list[float] = []  # and up from the one after it
+    k = mode + 1
+    while k <= n and (value := log_pmf(k)) >= _NOTHING:
+        right.append(value)
+        k += 1
     out, total = [], 0.0
-    for p in pmf:
-        total += p
+    for value in [*reversed(left), *right]:
+        total += math.exp(value)
         out.append(min(1.0, total))
-    return out
+    return mode - len(left) + 1, out
 
 
 def _ordered(counts: dict[float, int]) -> list[tuple[float, int]]:
@@ -50,15 +75,33 @@ def quantile_bounds(counts: dict[float, int], q: float,
     n = sum(c for _, c in ordered)
     if n == 0:
         return None, None
-    cdf = _cdf(n, q)
+    first, span = _cdf(n, q)
+    last = first + len(span) - 1
+    # cdf[j] is 0.0 for j < first, span[j - first] to `last`, span[-1] past it; each
+    # test below is monotone in j, so a bisection finds where the scan over every
+    # k would stop.
     lower = upper = None
     # P(Bin >= k) = 1 - cdf[k - 1]; the largest k with that >= 1 - alpha.
-    for k in range(n, 0, -1):
-        if 1.0 - (cdf[k - 2] if k >= 2 else 0.0) >= 1.0 - alpha:
-            lower = _kth(ordered, k)
-            break
-    for k in range(1, n + 1):
-        if cdf[k - 1] >= 1.0 - alpha:
-            upper = _kth(ordered, k)
-            break
+
+    def holds(j: int) -> bool:  # the lower bound's test of k = j + 2 (cdf[-1] is 0.0)
+        return 1.0 - (0.0 if j < first else span[min(j, last) - first]) >= 1.0 - alpha
+
+    if holds(n - 2):
+        lower = _kth(ordered, n)
+    elif holds(-1):
+        low, high = -1, min(n - 2, last)  # holds(low), not holds(high)
+        while high - low > 1:
+            middle = (low + high) // 2
+            if holds(middle):
+                low = middle
+            else:
+                high = middle
+        lower = _kth(ordered, low + 2)
+    # The smallest k with cdf[k - 1] >= 1 - alpha.
+    if 0.0 >= 1.0 - alpha:
+        upper = _kth(ordered, 1)
+    else:
+        j = bisect.bisect_left(span, 1.0 - alpha)
+        if j < len(span) and first + j + 1 <= n:
+            upper = _kth(ordered, first + j + 1)
     return lower, upper

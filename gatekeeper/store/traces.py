@@ -31,8 +31,7 @@ version the traces were checked against (`gatekeeper.store.trace_ingest`).
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -59,16 +58,13 @@ from gatekeeper.store.trace_keys import (
     claims_key,
     configs_key,
     legacy_run_key,
-    pending_key,
-    reporter_window_key,
-    reporters_key,
     stream_id_time,
     stream_key,
     tally_key,
-    window_key,
 )
-from gatekeeper.store.window_fold import READ_SCRIPT, pending_counts
-from gatekeeper.window import TOOL, WindowStats
+from gatekeeper.store.window_fold import READ_SCRIPT
+from gatekeeper.store.window_reads import WindowReads
+from gatekeeper.window import TOOL
 from rolegate.trace import Trace
 
 #: Checked, Charge, Stored, Moved and OverQuota are what callers of `TraceStore.add` pass and get back.
@@ -115,7 +111,7 @@ class StoredTrace:
                 "trace": self.trace.model_dump(mode="json"), "verdict": self.verdict.to_json()}
 
 
-class TraceStore:
+class TraceStore(WindowReads):
     """Stores traces idempotently with running aggregates; reads them back."""
 
     def __init__(self, connection: Connection, *, retention: int = DEFAULT_RETENTION,
@@ -128,6 +124,7 @@ class TraceStore:
         self.window_ttl_s = window_ttl_s
         self._ingest = connection.register_script(INGEST_SCRIPT)
         self._read = connection.register_script(READ_SCRIPT)
+        self._reporters_seen = {}
         #: The single-call path's connections (none for a Cluster client: no one pool).
         self._kept = None if isinstance(connection, RedisCluster) else KeptConnections(
             connection.connection_pool, before_command)
@@ -228,69 +225,6 @@ class TraceStore:
             return self.connection.execute_command(  # type: ignore[no-untyped-call]
                 "EVALSHA", self._ingest.sha, len(keys), *keys, *args)
         return self._kept.call("EVALSHA", self._ingest.sha, len(keys), *keys, *args)
-
-    def window(self, role: str, config: str, arm: str, epoch: str) -> WindowStats:
-        """The running aggregate of one (role, config, arm) over one stage."""
-        return self.windows(role, [(config, arm)], epoch)[0]
-
-    def windows(self, role: str, pairs: Iterable[tuple[str, str]],
-                epoch: str) -> list[WindowStats]:
-        """Several (config, arm) aggregates over one stage, in one round trip."""
-        reads = self._read_windows(role, [(config, arm, ()) for config, arm in pairs], epoch)
-        return [WindowStats(_plus(_fields(read[0]), pending_counts(read[1])[0]))
-                for read in reads]
-
-    def windows_by_reporter(self, role: str, pairs: Sequence[tuple[str, str]],
-                            epoch: str) -> list[dict[str, WindowStats]]:
-        """Per (config, arm) over one stage: each reporter's own aggregate, by its name.
-
-        Two round trips: the reporter names of every pair, then their windows
-        with the increments still pending (read together, so none is missed or
-        counted twice); again for a pair whose reporters grew in between.
-        """
-        asks: list[tuple[str, str, tuple[str, ...]]] = [(c, a, ()) for c, a in pairs]
-        out: list[dict[str, WindowStats] | None] = [None] * len(asks)
-        for _ in range(_ATTEMPTS):
-            todo = [i for i, got in enumerate(out) if got is None]
-            reads = self._read_windows(role, [asks[i] for i in todo], epoch)
-            for i, read in zip(todo, reads):
-                names = sorted(_text(n) for n in read[2])
-                if names != sorted(asks[i][2]):
-                    asks[i] = (*asks[i][:2], tuple(names))
-                    continue
-                _, by = pending_counts(read[1])
-                windows = {name: _fields(flat) for name, flat in zip(asks[i][2], read[3:])}
-                for name, counts in by.items():
-                    windows[name] = _plus(windows.get(name, Counter()), counts)
-                out[i] = {name: WindowStats(windows[name]) for name in sorted(windows)}
-            if all(got is not None for got in out):
-                return [got for got in out if got is not None]
-        raise Conflict("reporters kept appearing under a concurrent ingest; read again")
-
-    def _read_windows(self, role: str, asks: Sequence[tuple[str, str, Sequence[str]]],
-                      epoch: str) -> list[list[Any]]:
-        """Per (config, arm, reporters): READ_SCRIPT's answer (window, pending, names, their windows)."""
-        calls: list[tuple[list[str], list[Any]]] = [
-            ([pending_key(role, config, arm, epoch), window_key(role, config, arm, epoch),
-              reporters_key(role, config, arm, epoch),
-              *(reporter_window_key(role, config, arm, epoch, name) for name in names)], [])
-            for config, arm, names in asks]
-        if not calls:
-            return []
-        with _redis_errors():
-            try:
-                return self._pipelined(self._read.sha, calls)
-            except redis.exceptions.NoScriptError:
-                self._read.sha = self.connection.script_load(READ_SCRIPT)
-                return self._pipelined(self._read.sha, calls)
-
-    def _pipelined(self, sha: str, calls: list[tuple[list[str], list[Any]]]) -> list[Any]:
-        pipe = self.connection.pipeline(transaction=False)
-        for keys, args in calls:
-            # EVALSHA as a plain command: a Cluster pipeline refuses pipe.evalsha().
-            pipe.execute_command("EVALSHA", sha, len(keys), *keys, *args)
-        answers: list[Any] = pipe.execute()
-        return answers
 
     def read(self, role: str, config: str, arm: str, since: float | None = None,
              count: int | None = None, *, after: str | None = None,
@@ -403,17 +337,6 @@ def _stored_trace(entry_id: bytes | str, fields: dict[bytes, bytes]) -> StoredTr
 def _stream_order(stream_id: str) -> tuple[int, int]:
     ms, _, seq = stream_id.partition("-")
     return int(ms), int(seq)
-
-
-def _plus(stored: Counter[str], pending: Counter[str]) -> Counter[str]:
-    """Stored counts with the pending ones added (Counter's + would drop fields at 0 or below)."""
-    stored.update(pending)
-    return stored
-
-
-def _fields(flat: list[bytes]) -> Counter[str]:
-    """An HGETALL answered by a script (a flat field, value list) as counts."""
-    return Counter({_text(name): int(value) for name, value in zip(flat[::2], flat[1::2])})
 
 
 def _text(value: bytes | str) -> str:

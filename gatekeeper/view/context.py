@@ -2,7 +2,9 @@
 
 The window of each arm is "the traces since the current stage began" (the
 binding's `stage_since`), read from the running aggregates the ingest keeps, so
-building a context costs one Redis round trip whatever the window holds.
+building a context costs one Redis round trip whatever the window holds
+(`TraceStore.stage_windows`: each window hash once, of each reporter's window
+only what the view shows, unless the policy trusts only some reporters).
 """
 
 from __future__ import annotations
@@ -29,7 +31,9 @@ class GateContext:
     arms: dict[str, tuple[str, WindowStats]]
     traces: TraceStore
     now: float
-    #: arm -> reporter name -> that reporter's own window (every reporter, trusted or not).
+    #: arm -> reporter name -> that reporter's own window (every reporter, trusted or not);
+    #: with no `trusted_reporters`, only its `window_reads.EVIDENCE` fields (what the
+    #: arms section shows per reporter: n, passes, forbidden calls, clashes).
     by_reporter: dict[str, dict[str, WindowStats]] = field(default_factory=dict)
 
 
@@ -54,14 +58,16 @@ def context_of(record: VersionedBinding, traces: TraceStore, now: float) -> Gate
     epoch = epoch_of(record.binding)
     configs = arm_configs(record)
     pairs = [(config, arm) for arm, config in configs.items()]
-    windows = traces.windows(role, pairs, epoch)
-    by_reporter = dict(zip(configs, traces.windows_by_reporter(role, pairs, epoch)))
     trusted = record.binding.gate.trusted_reporters
-    if trusted is not None:
-        # Only the trusted reporters' traces count toward promotion: an arm's window
-        # is the sum of theirs, whatever other in-scope tokens reported.
-        windows = [trusted_window(by_reporter[arm], trusted) for arm in configs]
-    arms = {arm: (config, window) for (arm, config), window in zip(configs.items(), windows)}
+    read = traces.stage_windows(role, pairs, epoch, whole_reporters=trusted is not None)
+    by_reporter = {arm: reporters for arm, (_, reporters) in zip(configs, read)}
+    arms = {}
+    for (arm, config), (window, reporters) in zip(configs.items(), read):
+        if window is None:  # read so only when the policy trusts some reporters
+            # Only the trusted reporters' traces count toward promotion: an arm's window
+            # is the sum of theirs, whatever other in-scope tokens reported.
+            window = trusted_window(reporters, trusted or ())
+        arms[arm] = (config, window)
     return GateContext(role, record, epoch, arms, traces, now, by_reporter)
 
 

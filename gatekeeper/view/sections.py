@@ -14,8 +14,8 @@ from typing import Any, cast
 
 from bindings.models import Stage
 from bindings.store import _redis_errors
-from gatekeeper.stats.budget import final_alpha
 from gatekeeper.machine.decide import shadow_pairs_needed
+from gatekeeper.stats.budget import final_alpha
 from gatekeeper.stats.drift import METRICS, disabled_view, params_for, section
 from gatekeeper.stats.pairing import Run
 from gatekeeper.store.drift_state import DriftStates, Watch, run_of_fields
@@ -135,8 +135,9 @@ def drift_section(ctx: GateContext) -> dict[str, Any]:
         view["alert"] = False
         return view
     thresholds = binding.gate.thresholds
+    reference = reference_of(ctx)  # read and merged once: a stage window holds ~20,000 fields
     wanted = {metric: params for metric in METRICS
-              if (params := params_for(metric, policy, reference_of(ctx),
+              if (params := params_for(metric, policy, reference,
                                        thresholds.min_samples, thresholds.alpha)) is not None}
     watches = {"current": Watch(binding.current, "current", binding.stage_since, wanted)}
     if binding.candidate is not None and binding.stage in (Stage.SHADOW, Stage.CANARY,
