@@ -300,6 +300,14 @@ class WindowStats:
                                        for cell, n in runs.items()}
         return self._cells
 
+    def cell_fields(self) -> dict[str, dict[str, int]]:
+        """The cells' counts as stored, per prefix (`CELL_N`, then `CELL_EVENTS`'): {"<bucket>:<stratum>": n}.
+
+        Kept with the window: read them, don't change them.
+        """
+        grouped = self._grouped()
+        return {prefix: grouped.get(prefix, {}) for prefix in (CELL_N, *CELL_EVENTS.values())}
+
     def latency_histogram(self) -> dict[float, int]:
         """{latency bucket upper bound in seconds: runs} (runs that reported a latency)."""
         return {int(k) / 1000: v for k, v in self._prefixed(LATENCY).items()}

@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
-from bindings.models import Binding, GatePolicy, Stage
+from bindings.models import Binding, GatePolicy, Invariants, Stage
 from bindings.store import BindingStore
 from gatekeeper.checks.invariants import check
+from gatekeeper.checks.spec import Spec
 from gatekeeper.stats.concurrent import BUCKET_S
+from gatekeeper.store.configs import ConfigStore
 from gatekeeper.store.trace_ingest import Checked
-from gatekeeper.store.trace_keys import epoch_of
+from gatekeeper.store.trace_keys import epoch_of, stream_key
 from gatekeeper.store.traces import TraceStore
 from gatekeeper.store.window_reads import EVIDENCE
+from gatekeeper.view import kept
 from gatekeeper.view.arms import arms_section, comparison_section
 from gatekeeper.view.concurrent import concurrent_section
 from gatekeeper.view.context import GateContext, arm_configs, context_of, trusted_window
-from gatekeeper.view.reports import reports_section
+from gatekeeper.view.reports import missing_for, report_counts, reports_section
+from gatekeeper.view.scored import SAMPLE, scored_runs
 from gatekeeper.window import WindowStats
 from rolegate.trace import Trace
 
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 ROLE = "summarizer"
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}
@@ -89,8 +96,10 @@ def whole_context(connection: redis.Redis, now: float) -> GateContext:
 
 def sections(ctx: GateContext) -> dict[str, Any]:
     """The sections that read the context's windows."""
+    counts = report_counts(ctx)
     return {"arms": arms_section(ctx), "comparison": comparison_section(ctx),
-            "concurrent": concurrent_section(ctx), "reports": reports_section(ctx)}
+            "concurrent": concurrent_section(ctx, missing_for(ctx, counts)),
+            "reports": reports_section(ctx, counts)}
 
 
 @pytest.mark.parametrize("trusted", [None, ("team-a", "late")])
@@ -165,3 +174,89 @@ def test_window_readers_match_a_plain_scan_and_follow_changes(redis_conn: redis.
     assert window.all_cells()["run_failure"][(7, "beta")] == (1, 0)  # run 2,499: rule beta
     window.fields["steps:99"] += 2  # through `fields`: the grouped reads follow
     assert window.steps_histogram()[99] == 2
+
+
+def test_kept_scored_runs_are_the_whole_reads_runs(redis_conn: redis.Redis) -> None:
+    """Scored runs kept across reads equal a fresh store's: after new runs, a trim, a new spec."""
+    spec = Spec.model_validate_json((EXAMPLES / "refunds" / "spec.json").read_text())
+    configs = ConfigStore(redis_conn)
+    configs.put("cfg_a", spec, actor="test")
+    store = TraceStore(redis_conn, retention=1_100)
+    epoch, since = "1.000000", 1.0
+
+    def add(low: int, high: int) -> None:
+        runs = [trace("current", i, 10.0).model_copy(update={"output_text": json.dumps(
+            {"decision": "refund", "amount": 500 + i})} if i % 3 else {}) for i in range(low, high)]
+        store.add([Checked(t, check(t, Invariants(required_tools=("read",))), epoch) for t in runs])
+
+    def both() -> tuple[list[Any], list[Any]]:
+        record = configs.find("cfg_a")
+        kept = scored_runs(store, ROLE, "cfg_a", "current", since, record)
+        return kept, scored_runs(TraceStore(redis_conn), ROLE, "cfg_a", "current", since, record)
+
+    add(0, 700)
+    kept, whole = both()
+    assert kept == whole and len(kept) == 700
+    assert {v for _, verdicts in kept for v in verdicts.values()} >= {True, False}
+    add(700, 760)
+    kept, whole = both()
+    assert kept == whole and kept[-1][0] == "job-759"
+    add(760, 1_050)  # past SAMPLE: the oldest kept runs fall out
+    kept, whole = both()
+    assert kept == whole and len(kept) == SAMPLE
+    oldest = kept[0][0]
+    add(1_050, 2_000)  # the stream trimmed (near 1,100) past the oldest kept run
+    kept, whole = both()
+    assert kept == whole and len(kept) == SAMPLE
+    assert redis_conn.xlen(stream_key(ROLE, "cfg_a", "current")) < 1_200
+    assert oldest not in {job for job, _ in kept}
+    configs.put("cfg_a", spec.model_copy(update={"escalation": ()}), actor="test")
+    kept, whole = both()
+    assert kept == whole
+    assert not any(key.startswith("escalation:") for _, verdicts in kept for key in verdicts)
+    redis_conn.delete(stream_key(ROLE, "cfg_a", "current"))
+    add(5_000, 5_010)
+    kept, whole = both()
+    assert kept == whole and len(kept) == 10
+    store.retention = 300  # a role's trace_retention under SAMPLE: trimmed below kept runs
+    add(6_000, 6_600)
+    kept, whole = both()
+    assert kept == whole and len(kept) < 500
+
+
+def test_kept_sections_are_the_sections_computed_afresh(redis_conn: redis.Redis) -> None:
+    """concurrent and reports kept between views equal fresh ones: open runs, late runs, time."""
+    binding = fill(redis_conn)
+    store, bindings = TraceStore(redis_conn), BindingStore(redis_conn)
+    epoch = epoch_of(binding)
+
+    def both(now: float) -> tuple[Any, Any]:
+        ctx = context_of(bindings.get(ROLE), store, now)
+        counts = report_counts(ctx)
+        missing = missing_for(ctx, counts)
+        quick = (kept.concurrent(ctx, missing), kept.reports(ctx, counts))
+        return quick, (concurrent_section(ctx, missing), reports_section(ctx, counts))
+
+    def add(i: int, ended: float, tools: tuple[str, ...] = ("write",),
+            rule: str | None = None) -> None:
+        for arm in ("current", "candidate"):
+            t = trace(arm, i, ended).model_copy(update={"tools": tools, "rule": rule})
+            store.add([Checked(t, check(t, binding.gate.invariants), epoch)])
+
+    now = time.time()
+    first, fresh = both(now)
+    assert first == fresh and first[0]["metrics"]["run_failure"]["cells"] > 1_000
+    assert len(kept._kept[store]) == 2
+    add(RUNS + 1, now)  # in an open bucket: the kept sections stand
+    again, fresh = both(now)
+    assert again == fresh == (first[0], again[1]) and again[1] == first[1]
+    add(RUNS + 2, binding.stage_since + 5 * BUCKET_S, ("read",))  # late, a closed cell's pass
+    late, fresh = both(now)
+    assert late == fresh and late[0] != first[0]
+    add(RUNS + 3, binding.stage_since + 9 * BUCKET_S, rule="gamma")  # late, a new closed cell
+    late, fresh = both(now)
+    assert late == fresh and late[0]["metrics"] != again[0]["metrics"]
+    later, fresh = both(now + 3 * BUCKET_S)  # buckets closed since
+    assert later == fresh and later[0]["closed_before"] == late[0]["closed_before"] + 3
+    late[0]["metrics"].clear()  # a caller changing its view changes nothing kept
+    assert both(now)[0] == both(now)[1]

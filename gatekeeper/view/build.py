@@ -13,15 +13,15 @@ from bindings.store import BindingStore
 from gatekeeper import heartbeat
 from gatekeeper.store.configs import ConfigStore
 from gatekeeper.store.heartbeat import HeartbeatStore
-from gatekeeper.store.traces import TraceStore
-from gatekeeper.view.arms import arms_section, comparison_section
-from gatekeeper.view.concurrent import concurrent_section
-from gatekeeper.view.context import gate_context, view_header
 from gatekeeper.store.judging import JudgeStore
+from gatekeeper.store.traces import TraceStore
+from gatekeeper.view import kept
+from gatekeeper.view.arms import arms_section, comparison_section
+from gatekeeper.view.context import gate_context, view_header
 from gatekeeper.view.criteria import criteria_section
 from gatekeeper.view.judges import judges_section, merge_judged, merge_pairwise
 from gatekeeper.view.outlook import next_view_section, previous_section
-from gatekeeper.view.reports import merge_missing, missing_for, report_counts, reports_section
+from gatekeeper.view.reports import merge_missing, missing_for, report_counts
 from gatekeeper.view.rollout import rollout_section
 from gatekeeper.view.sections import drift_section, paired_section
 
@@ -36,11 +36,11 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["judges"] = judges_section(ctx, JudgeStore(traces.connection))
     merge_judged(view["by_criterion"], view["judges"], ctx)
     counts = report_counts(ctx)  # the exposure hashes, read once for both sections
-    view["reports"] = reports_section(ctx, counts)
+    view["reports"] = kept.reports(ctx, counts)
     merge_missing(view["arms"], view["reports"])
     view["paired"] = merge_pairwise(paired_section(ctx), view["judges"], ctx)
     view["drift"] = drift_section(ctx)
-    view["concurrent"] = concurrent_section(ctx, missing_for(ctx, counts))
+    view["concurrent"] = kept.concurrent(ctx, missing_for(ctx, counts))
     view["rollout"] = rollout_section(store, ctx)
     view["previous"] = previous_section(store, traces, ctx.record, now)
     view["gatekeeper"] = HeartbeatStore(traces.connection).summary()

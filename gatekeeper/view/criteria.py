@@ -2,7 +2,8 @@
 
 For each arm, the newest traces since the stage began (at most `SAMPLE` of them)
 are scored against the arm config's stored criteria (from its spec), beside the
-online invariants' own criterion verdicts. Candidate and shadow are then read
+online invariants' own criterion verdicts (`gatekeeper.view.scored`, which keeps
+them scored between views). Candidate and shadow are then read
 against current criterion by criterion: paired by job key where both arms ran
 the same jobs (shadow), so a lost call shows as "12 cases lost the
 verifyIdentity call"; otherwise as a drop in rate whose 95% interval lies wholly
@@ -15,57 +16,15 @@ where the arms share jobs), its mode from the role's `gate.criteria` and its tes
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from bindings.store import _redis_errors
-from gatekeeper.checks.criteria import Criterion, evaluate
+from gatekeeper.checks.criteria import Criterion
 from gatekeeper.checks.review import Tally, describe_loss, paired_flips, regressions, tally
 from gatekeeper.stats.criteria_gate import KeyCounts, criteria_tests
 from gatekeeper.stats.statistics import difference_interval
 from gatekeeper.store.configs import ConfigStore
-from gatekeeper.store.trace_keys import stream_key
-from gatekeeper.store.traces import StreamEntries
 from gatekeeper.view.context import GateContext
-
-#: Newest traces scored per arm per read: bounds the cost of one gate view.
-SAMPLE = 1_000
-
-
-@dataclass(frozen=True)
-class _Scored:
-    """What the section reads of one stored run: what a check reads, and the invariants' verdicts."""
-
-    key: str
-    tools: Sequence[str]
-    output_text: str
-    input: dict[str, Any] | None
-    invariants: dict[str, bool]
-
-
-def _newest(ctx: GateContext, config: str, arm: str) -> list[_Scored]:
-    since = ctx.record.binding.stage_since
-    low = "-" if since is None else f"{max(0, int(since * 1000))}-0"
-    with _redis_errors():
-        entries = cast(StreamEntries, ctx.traces.connection.xrevrange(
-            stream_key(ctx.role, config, arm), max="+", min=low, count=SAMPLE))
-    out = []
-    for _, fields in reversed(entries):
-        # Validated on ingest: read the few fields a check needs, not the whole model.
-        trace = json.loads(fields[b"t"])
-        out.append(_Scored(key=trace.get("key") or trace["run_id"],
-                           tools=trace.get("tools", ()), output_text=trace.get("output_text", ""),
-                           input=trace.get("input"),
-                           invariants=json.loads(fields[b"v"]).get("criteria", {})))
-    return out
-
-
-def _verdicts(stored: _Scored, criteria: list[Criterion]) -> dict[str, bool | None]:
-    out: dict[str, bool | None] = dict(stored.invariants)
-    out.update(evaluate(criteria, stored))
-    return out
+from gatekeeper.view.scored import SAMPLE, scored_runs
 
 
 def criteria_section(ctx: GateContext, configs: ConfigStore) -> dict[str, Any]:
@@ -83,11 +42,11 @@ def criteria_section(ctx: GateContext, configs: ConfigStore) -> dict[str, Any]:
     known: dict[str, Criterion] = {}
     for arm, (config, _) in ctx.arms.items():
         record = records[config]
-        criteria = list(record.criteria) if record is not None else []
-        known.update({c.key: c for c in criteria})
-        stored = _newest(ctx, config, arm)
+        known.update({c.key: c for c in (record.criteria if record is not None else ())})
+        stored = scored_runs(ctx.traces, ctx.role, config, arm, ctx.record.binding.stage_since,
+                             record)
         # Keyed by job key so shadow and current runs of one job pair up.
-        by_arm[arm] = {s.key: _verdicts(s, criteria) for s in stored}
+        by_arm[arm] = {job: dict(verdicts) for job, verdicts in stored}
         rates[arm] = tally(by_arm[arm].values())
         arms[arm] = {"config": config, "spec": record is not None, "n": len(stored),
                      "criteria": {k: t.as_dict() for k, t in rates[arm].items()}}

@@ -110,13 +110,17 @@ def reference_of(ctx: GateContext) -> WindowStats:
 
     The history (`gatekeeper.store.history`: the current config's newest runs
     before the stage) gives the tests a p0 from the stage's first tick, and in
-    `full`, where the current arm gets no traffic, the only one there is.
+    `full`, where the current arm gets no traffic, the only one there is. Only
+    the counts a p0 is read from (`drift.window_rate`), all the history keeps,
+    are merged: a stage window holds some 20,000 fields.
     """
     binding = ctx.record.binding
     _, stage = ctx.arms["current"]
     carried = HistoryStore(ctx.traces.connection).before(ctx.role, binding.current, ctx.epoch,
                                                          binding.stage_since)
-    return stage.merge(carried)
+    counts = {"n": stage.n, "passes": stage.passes, "error_runs": stage.error_runs,
+              "forbidden": stage.forbidden}
+    return WindowStats(counts).merge(carried)
 
 
 def drift_section(ctx: GateContext) -> dict[str, Any]:
