@@ -19,13 +19,15 @@ bucket are stored as the router would count them (1% never report).
 It then times `gatekeeper.view.gate_view` in-process (every section, the drift
 detectors first caught up), in wall time and in this process's CPU time
 (`time.process_time`: the Redis server's share is not in it, so load noise
-shows as the gap between the two); each section alone; and the baseline: the
-Redis reads the view cannot do without (each arm's window, its pending
-increments and its reporters' windows: `TraceStore.windows_by_reporter`),
-the floor any view over these windows pays. With `--http`, also
-`GET /v1/roles/refunds/gate` from a gunicorn router (deploy/gunicorn.conf.py)
-on the same Redis, over a keep-alive connection. With `--profile`, the
-cProfile of 5 in-process views, top 30 by cumulative time.
+shows as the gap between the two): with no new runs, and with `--fresh` new
+runs per arm stored (untimed, ending now, as live traffic does) before each
+read, so nothing kept between views is spared its work on new runs. Then each
+section alone, as the view builds it. The baseline is the read no view over
+these windows can do without: each arm's window with its pending increments,
+in one round trip (`TraceStore.windows`). With `--http`, also
+`GET /v1/roles/refunds/gate` from a gunicorn router (deploy/gunicorn.conf.py,
+2 gevent workers) on the same Redis, over a keep-alive connection, both ways.
+With `--profile`, the cProfile (CPU time) of 5 in-process views with new runs.
 Target (issue 23): the whole view <= 50 ms median.
 """
 
@@ -160,15 +162,17 @@ def ms(values: list[float]) -> str:
 
 
 def sections(store: BindingStore, traces: TraceStore, now: float) -> dict[str, Callable[[], Any]]:
-    """Each section of the view alone, over one context read once (the context too)."""
+    """Each section of the view alone, as `gate_view` builds it, over one context read once."""
     from gatekeeper.store.configs import ConfigStore as Configs
+    from gatekeeper.store.heartbeat import HeartbeatStore
     from gatekeeper.store.judging import JudgeStore
+    from gatekeeper.view import kept
     from gatekeeper.view.arms import arms_section, comparison_section
-    from gatekeeper.view.concurrent import concurrent_section
     from gatekeeper.view.context import gate_context
     from gatekeeper.view.criteria import criteria_section
     from gatekeeper.view.judges import judges_section
-    from gatekeeper.view.reports import reports_section
+    from gatekeeper.view.outlook import previous_section
+    from gatekeeper.view.rollout import rollout_section
     from gatekeeper.view.sections import drift_section
 
     ctx = gate_context(store, traces, ROLE, now)
@@ -178,9 +182,12 @@ def sections(store: BindingStore, traces: TraceStore, now: float) -> dict[str, C
         "comparison": lambda: comparison_section(ctx),
         "by_criterion": lambda: criteria_section(ctx, Configs(traces.connection)),
         "judges": lambda: judges_section(ctx, JudgeStore(traces.connection)),
-        "reports": lambda: reports_section(ctx),
+        "reports": lambda: kept.reports(ctx),
         "drift": lambda: drift_section(ctx),
-        "concurrent": lambda: concurrent_section(ctx),
+        "concurrent": lambda: kept.concurrent(ctx),
+        "rollout": lambda: rollout_section(store, ctx),
+        "previous": lambda: previous_section(store, traces, ctx.record, now),
+        "gatekeeper (heartbeat)": lambda: HeartbeatStore(traces.connection).summary(),
     }
 
 

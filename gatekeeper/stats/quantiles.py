@@ -21,20 +21,23 @@ _NOTHING = -800.0
 
 
 @functools.lru_cache(maxsize=64)
-def _cdf(n: int, q: float) -> tuple[int, list[float]]:
-    """(first, P(Bin(n, q) <= k) for k = first..last); 0.0 below first, the last value above.
+def _cdf(n: int, q: float, enough: float) -> tuple[int, list[float]]:
+    """(first, P(Bin(n, q) <= k) for k = first..last); 0.0 below first, at least the last value above.
 
     Only the k whose probability is not exactly 0.0 are summed (about 80 standard
     deviations around the mode, not all n + 1): each term and each running sum is
     the same double the whole sum from k = 0 gives, since the terms left out are
-    0.0. The log-pmf is concave in k, so walking out from the mode, the first k
-    under `_NOTHING` ends that side. Kept per (n, q): the arms' windows of one
-    view share their n (a read-only list: don't change it).
+    0.0. The log-pmf is concave in k, so walking down from the mode, the first k
+    under `_NOTHING` ends the left side. The right side ends there too, or as
+    soon as the CDF reaches `enough` (no bound reads past it). Kept per (n, q,
+    enough): the arms' windows of one view share their n (a read-only list:
+    don't change it).
     """
-    whole, log_q, log_p = math.lgamma(n + 1), math.log(q), math.log1p(-q)
+    lgamma = math.lgamma
+    whole, log_q, log_p = lgamma(n + 1), math.log(q), math.log1p(-q)
 
     def log_pmf(k: int) -> float:  # ln P(Bin(n, q) = k), its constants read once
-        return whole - math.lgamma(k + 1) - math.lgamma(n - k + 1) + k * log_q + (n - k) * log_p
+        return whole - lgamma(k + 1) - lgamma(n - k + 1) + k * log_q + (n - k) * log_p
 
     mode = min(n, max(0, math.floor((n + 1) * q)))
     left: list[float] = []  # log-pmf from the mode down
@@ -42,15 +45,15 @@ def _cdf(n: int, q: float) -> tuple[int, list[float]]:
     while k >= 0 and (value := log_pmf(k)) >= _NOTHING:
         left.append(value)
         k -= 1
-    right: list[float] = []  # and up from the one after it
-    k = mode + 1
-    while k <= n and (value := log_pmf(k)) >= _NOTHING:
-        right.append(value)
-        k += 1
     out, total = [], 0.0
-    for value in [*reversed(left), *right]:
+    for value in reversed(left):
         total += math.exp(value)
         out.append(min(1.0, total))
+    k = mode + 1
+    while out[-1] < enough and k <= n and (value := log_pmf(k)) >= _NOTHING:
+        total += math.exp(value)
+        out.append(min(1.0, total))
+        k += 1
     return mode - len(left) + 1, out
 
 
@@ -75,11 +78,14 @@ def quantile_bounds(counts: dict[float, int], q: float,
     n = sum(c for _, c in ordered)
     if n == 0:
         return None, None
-    first, span = _cdf(n, q)
+    # Below alpha 0.5 no bound reads the CDF past where it reaches 1 - alpha (the
+    # lower bound's test fails from there on), so the sum stops there.
+    first, span = _cdf(n, q, 1.0 - alpha if alpha < 0.5 else math.inf)
     last = first + len(span) - 1
-    # cdf[j] is 0.0 for j < first, span[j - first] to `last`, span[-1] past it; each
-    # test below is monotone in j, so a bisection finds where the scan over every
-    # k would stop.
+    # cdf[j] is 0.0 for j < first, span[j - first] to `last`, span[-1] past it (or,
+    # where the sum stopped early, a value the tests read the same way); each test
+    # below is monotone in j, so a bisection finds where the scan over every k
+    # would stop.
     lower = upper = None
     # P(Bin >= k) = 1 - cdf[k - 1]; the largest k with that >= 1 - alpha.
 

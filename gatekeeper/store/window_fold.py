@@ -15,8 +15,7 @@ most FOLD_AT - 1 short entries besides one group's, so it costs little more
 than storing that group did, and the list stays small whoever reads.
 
 Readers never write. `READ_SCRIPT` answers the window, the pending entries,
-the reporters and the asked-for reporters' windows (or some fields of each) in
-one atomic step, and
+the reporters and the asked-for reporters' windows in one atomic step, and
 `pending_counts` adds the entries in Python: a read counts every stored trace
 exactly once, works while Redis refuses writes (maxmemory), and declares every
 key it reads (Redis Cluster redirects it whole while a slot migrates).
@@ -97,21 +96,12 @@ end
 """
 
 # KEYS: pending list, window hash, reporters set, then reporter window hashes.
-# ARGV (optional): "0" to leave the window hash out (answered as {}), then the
-# fields to read of each reporter window (HMGET) instead of the whole of it.
 # Returns {window HGETALL (flat), pending entries, reporter names,
-#          then each asked-for reporter window's HGETALL (flat) or HMGET}. Reads only.
+#          then each asked-for reporter window's HGETALL (flat)}. Reads only.
 READ_SCRIPT = """
-local window = {}
-if ARGV[1] ~= '0' then window = redis.call('HGETALL', KEYS[2]) end
-local out = {window, redis.call('LRANGE', KEYS[1], 0, -1), redis.call('SMEMBERS', KEYS[3])}
-for i = 4, #KEYS do
-  if #ARGV > 1 then
-    out[#out + 1] = redis.call('HMGET', KEYS[i], unpack(ARGV, 2))
-  else
-    out[#out + 1] = redis.call('HGETALL', KEYS[i])
-  end
-end
+local out = {redis.call('HGETALL', KEYS[2]), redis.call('LRANGE', KEYS[1], 0, -1),
+             redis.call('SMEMBERS', KEYS[3])}
+for i = 4, #KEYS do out[#out + 1] = redis.call('HGETALL', KEYS[i]) end
 return out
 """
 
