@@ -172,6 +172,7 @@ def sections(store: BindingStore, traces: TraceStore, now: float) -> dict[str, C
     from gatekeeper.view.criteria import criteria_section
     from gatekeeper.view.judges import judges_section
     from gatekeeper.view.outlook import previous_section
+    from gatekeeper.view.reports import missing_for, report_counts
     from gatekeeper.view.rollout import rollout_section
     from gatekeeper.view.sections import drift_section
 
@@ -182,9 +183,9 @@ def sections(store: BindingStore, traces: TraceStore, now: float) -> dict[str, C
         "comparison": lambda: comparison_section(ctx),
         "by_criterion": lambda: criteria_section(ctx, Configs(traces.connection)),
         "judges": lambda: judges_section(ctx, JudgeStore(traces.connection)),
-        "reports": lambda: kept.reports(ctx),
+        "reports": lambda: kept.reports(ctx, report_counts(ctx)),
         "drift": lambda: drift_section(ctx),
-        "concurrent": lambda: kept.concurrent(ctx),
+        "concurrent": lambda: kept.concurrent(ctx, missing_for(ctx, report_counts(ctx))),
         "rollout": lambda: rollout_section(store, ctx),
         "previous": lambda: previous_section(store, traces, ctx.record, now),
         "gatekeeper (heartbeat)": lambda: HeartbeatStore(traces.connection).summary(),
