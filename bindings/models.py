@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 # One config-id rule, and one definition of the stages, in the caller SDK: clients
 # name configs and route with them too.
 from bindings.judge_policy import JudgePolicy
+from bindings.power_policy import PowerPolicy
 from bindings.reports_policy import ReportsPolicy
 from rolegate.config_ids import STORED, ConfigId
 from rolegate.routing import Stage
@@ -173,6 +174,9 @@ class GatePolicy(Frozen):
     judge: JudgePolicy | None = None
     #: Runs assigned but never reported (`bindings.reports_policy`): failed, or ignored.
     reports: ReportsPolicy = Field(default_factory=ReportsPolicy)
+    #: The power hold (`bindings.power_policy`): a stage advances only once the gate
+    #: could have caught the smallest regression worth catching (None: off).
+    power: PowerPolicy | None = Field(default_factory=PowerPolicy)
 
     @field_validator("responses")
     @classmethod

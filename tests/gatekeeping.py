@@ -21,6 +21,8 @@ from tests.servers import wait_for
 QUICK_GATE: dict[str, Any] = {
     "thresholds": {"min_samples": 20, "min_pass_rate": 0.9, "alpha": 0.01,
                    "min_stage_seconds": 0.2, "bake_seconds": 0.4},
+    # Twenty runs could not show a drop of 0.05: no power hold (tests/test_power_hold.py).
+    "power": None,
     "invariants": {"artifact_exists": ["out.md"]}}
 #: A ladder whose second step waits for an operator's approval.
 APPROVAL_STEPS = [0.3, {"share": 0.6, "approval": True}]

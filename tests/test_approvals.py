@@ -21,7 +21,8 @@ from tests.population import Population
 from tests.servers import werkzeug_server
 
 NOW = 1_000_000.0
-POLICY = GatePolicy(thresholds=Thresholds(min_samples=20, min_stage_seconds=60, alpha=0.01))
+POLICY = GatePolicy(thresholds=Thresholds(min_samples=20, min_stage_seconds=60, alpha=0.01),
+                    power=None)
 STEPS = (0.1, CanaryStep(share=0.5, approval=True), 1.0)
 PASSING = Evidence(verdict="pass", n=100, passes=95, current_n=1000, current_passes=950)
 FAILING = Evidence(verdict="fail", reasons=("forbidden-tool calls in 1 of 3 traces",), n=3)

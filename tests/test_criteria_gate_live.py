@@ -32,7 +32,9 @@ STAMPS = {"agent_version": "refunds-example 1.0", "instruction_hash": "h",
           "model_id": "deterministic-example", "tool_schema_hash": "t"}
 GATE = {"invariants": {"allowed_tools": ["read_file", "lookupOrder", "verifyIdentity"],
                        "required_tools": ["lookupOrder"]},
-        "thresholds": {"min_samples": 20, "min_stage_seconds": 0.0}}
+        "thresholds": {"min_samples": 20, "min_stage_seconds": 0.0},
+        # A few dozen runs: promotion without the power hold (tests/test_power_hold.py).
+        "power": None}
 
 
 @pytest.fixture

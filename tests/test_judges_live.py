@@ -68,7 +68,7 @@ def setup(url: str, judge: JudgeServer, **policy: Any) -> None:
     spec = json.loads((EXAMPLE / "spec.json").read_text())
     for config in ("refunds_v1", "refunds_v2"):
         _put(url, f"/v1/configs/{config}", {"spec": spec})
-    gate = {"thresholds": {"min_samples": 20, "min_stage_seconds": 0.0},
+    gate = {"thresholds": {"min_samples": 20, "min_stage_seconds": 0.0}, "power": None,
             "judge": {"url": judge.url, "model": "judge-1", "sample_rate": 1.0,
                       "api_key_env": KEY_ENV, "timeout_s": 1.0, **policy}}
     _put(url, "/v1/bindings/refunds", {"current": "refunds_v1", "candidate": "refunds_v2",

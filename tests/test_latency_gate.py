@@ -30,7 +30,7 @@ STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
 def router(app: Flask) -> Any:
     """The router over real HTTP with summarizer on a 0.5 canary, no minimum stage time."""
     with werkzeug_server(app) as url:
-        gate = {"thresholds": {"min_samples": 50, "min_stage_seconds": 0}}
+        gate = {"thresholds": {"min_samples": 50, "min_stage_seconds": 0}, "power": None}
         r = requests.put(f"{url}/v1/bindings/{ROLE}", headers=auth(OPERATOR), timeout=5,
                          json={"current": "cfg_a", "candidate": "cfg_b", "stage": "canary",
                                "share": 0.5, "gate": gate})

@@ -140,7 +140,7 @@ def test_tokens_from_a_hashed_file_work_and_reload(redis_url: str, tmp_path: Pat
 TRUSTED_GATE = {"thresholds": {"min_samples": 20, "min_pass_rate": 0.8, "alpha": 0.05,
                                "min_stage_seconds": 0.0, "bake_seconds": 0.0},
                 "invariants": {"forbidden_tools": ["web_write"]},
-                "trusted_reporters": ["ci-eval"]}
+                "trusted_reporters": ["ci-eval"], "power": None}
 FORGER = "forger-secret"
 EVAL = "eval-secret"
 

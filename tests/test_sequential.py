@@ -8,6 +8,7 @@ import random
 import pytest
 
 from gatekeeper.stats.sequential import (
+    THETA_WEIGHTS,
     THETAS,
     flip_test,
     flips_of,
@@ -33,10 +34,13 @@ def test_no_flips_is_no_evidence() -> None:
 
 
 def test_mixture_matches_its_definition() -> None:
-    """The log ratio is the log of the mean of each theta's likelihood ratio."""
+    """The log ratio is the log of the weighted mean of each theta's likelihood ratio."""
     r, i = 14, 5
-    mean = sum((2 * t) ** r * (2 * (1 - t)) ** i for t in THETAS) / len(THETAS)
+    assert sum(THETA_WEIGHTS) == pytest.approx(1.0)
+    mean = sum(w * (2 * t) ** r * (2 * (1 - t)) ** i for t, w in zip(THETAS, THETA_WEIGHTS))
     assert log_ratio(r, i) == pytest.approx(math.log(mean))
+    equal = sum((2 * t) ** r * (2 * (1 - t)) ** i for t in (0.6, 0.9)) / 2
+    assert log_ratio(r, i, thetas=(0.6, 0.9)) == pytest.approx(math.log(equal))
 
 
 def test_bad_inputs_are_refused() -> None:

@@ -30,7 +30,7 @@ def router(app: Flask) -> Any:
     """The router over real HTTP: a 0.5 canary, steps compared with current (+20%)."""
     with werkzeug_server(app) as url:
         gate = {"thresholds": {"min_samples": 50, "min_stage_seconds": 0,
-                               "max_p95_steps_increase": 0.2}}
+                               "max_p95_steps_increase": 0.2}, "power": None}
         r = requests.put(f"{url}/v1/bindings/{ROLE}", headers=auth(OPERATOR), timeout=5,
                          json={"current": "cfg_a", "candidate": "cfg_b", "stage": "canary",
                                "share": 0.5, "gate": gate})

@@ -21,7 +21,9 @@ The rule, in order (the first that applies wins):
    roll back naming the key;
 5. hold: too few traces (`min_samples`; in shadow `min_shadow_pairs` pairs), the
    stage has not lasted its minimum (`gatekeeper.machine.durations`: min_stage_seconds, a
-   step's own min_seconds, full: bake_seconds), or the pass rate is under
+   step's own min_seconds, full: bake_seconds), the rollout's runs could not yet have
+   caught the regression `gate.power` names (`gatekeeper.machine.power_hold`), or the
+   pass rate is under
    `min_pass_rate` but the floor test has not excluded it yet; past the stage
    deadline a hold takes `deadline_action` (`gatekeeper.machine.deadline`).
    `min_samples` guards promotion, never rollback;
@@ -41,7 +43,6 @@ import enum
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from statistics import NormalDist
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
@@ -49,13 +50,14 @@ from gatekeeper.machine.baseline import baseline_failure, baseline_runs
 from gatekeeper.machine.deadline import overdue
 from gatekeeper.machine.durations import stage_minimum
 from gatekeeper.machine.matched import candidate_alarms, concurrent_of, concurrent_reason, matched
+from gatekeeper.machine.power_hold import power_wait
 from gatekeeper.machine.reports import report_decision
 from gatekeeper.machine.responses import HELD, HOLD, WARN, Responder, response_details
+from gatekeeper.machine.stage_end import mcnemar_worse, worse_than_current
 from gatekeeper.stats.budget import CONCURRENT, FLIPS, FLOOR, RATE, Combined, final_alpha
 from gatekeeper.stats.criteria_gate import KeyCounts, KeyVerdict, acting, criteria_tests
 from gatekeeper.stats.rollout import LIVE_STAGES, Carried, StageCounts, rollout_evidence
 from gatekeeper.stats.sequential import flips_of, upper_p0
-from gatekeeper.stats.statistics import difference_interval, mcnemar_exact
 
 
 class Action(str, enum.Enum):
@@ -219,10 +221,10 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
         return failed
     level = final_alpha(thresholds.alpha, binding.stage)
     if paired is not None:
-        worse_paired = _mcnemar_worse(paired, level)
+        worse_paired = mcnemar_worse(paired, level)
         if worse_paired is not None and (failed := fail("mcnemar", worse_paired)):
             return failed
-    worse = _worse_than_current(matched(evidence), level)
+    worse = worse_than_current(matched(evidence), level)
     if worse is not None and (failed := fail("vs_current", worse)):
         return failed
     if binding.needs_approval() and binding.approved is None:
@@ -334,6 +336,8 @@ def _hold(binding: Binding, evidence: Evidence, paired: Mapping[str, Any] | None
     if elapsed < needed:
         return (f"stage has lasted {elapsed:.0f}s of {needed:.0f}s",
                 {"elapsed_s": round(elapsed, 3), "required_s": needed})
+    if (underpowered := power_wait(binding, evidence)) is not None:
+        return underpowered
     if evidence.judged_wait:
         return evidence.judged_wait, {}
     under = [r for code, r in rated if code == "pass_rate"]
@@ -342,33 +346,6 @@ def _hold(binding: Binding, evidence: Evidence, paired: Mapping[str, Any] | None
                                   if evidence.concurrent is not None
                                   else "not yet excluded by the floor test"), {}
     return None
-
-
-def _mcnemar_worse(paired: Mapping[str, Any], level: float) -> str | None:
-    """A reason when the exact McNemar test, read once at the stage's end, rejects."""
-    regressions, improvements = flips_of(paired)
-    one_sided = (paired.get("mcnemar") or {}).get("one_sided")
-    if not isinstance(one_sided, (int, float)):
-        one_sided = mcnemar_exact(regressions, improvements)[0]
-    if one_sided >= level:
-        return None
-    return (f"shadow McNemar at the stage's end: {regressions} pass->fail vs {improvements} "
-            f"fail->pass, one-sided p {one_sided:.3g} < {level:g}")
-
-
-def _worse_than_current(evidence: Evidence, alpha: float) -> str | None:
-    """A reason when the candidate's pass rate is below current's at one-sided level alpha."""
-    if evidence.n == 0 or evidence.current_n == 0:
-        return None
-    # -inv_cdf(alpha), not inv_cdf(1 - alpha): 1 - 1e-300 rounds to 1.0, outside its domain.
-    z = -NormalDist().inv_cdf(alpha)
-    diff, _, high = difference_interval(evidence.passes, evidence.n, evidence.current_passes,
-                                        evidence.current_n, z)
-    if high >= 0.0:
-        return None
-    return (f"candidate pass rate {evidence.passes}/{evidence.n} is below current's "
-            f"{evidence.current_passes}/{evidence.current_n} (difference {diff:+.3f}, "
-            f"one-sided upper bound {high:+.3f} < 0 at alpha {alpha:g})")
 
 
 def _numbers(evidence: Evidence) -> dict[str, Any]:

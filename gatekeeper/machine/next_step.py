@@ -29,6 +29,7 @@ from gatekeeper.machine.decide import (
     shadow_pairs_needed,
 )
 from gatekeeper.machine.durations import stage_minimum
+from gatekeeper.machine.power_hold import more_runs, rollout_power
 from gatekeeper.machine.stages import Event, apply
 
 #: What a role's rollout is doing, as one word a script can branch on.
@@ -199,6 +200,13 @@ def waits_of(binding: Binding, evidence: Evidence, now: float) -> tuple[Wait, ..
         waits.append(Wait("time", minimum.setting, round(now - since, 3), minimum.seconds,
                           f"holds until {clock_time(until, now)} ({minimum.setting})",
                           until=until))
+    power = rollout_power(binding, evidence)
+    if power is not None and not power.enough:
+        more = more_runs(binding, evidence, evidence.n)
+        ahead = (f"; about {more} more {arm} runs at this traffic" if more is not None
+                 else "; more traffic than this stage can see (the deadline ends it)")
+        waits.append(Wait("power", "gate.power.min_power", round(power.power, 3),
+                          power.needed, power.reason() + ahead))
     return tuple(waits)
 
 

@@ -95,8 +95,11 @@ SHADOW_WEIGHTS = {FLIPS: 0.4, RATE: 0.4, FLOOR: 0.2}
 LIVE_WEIGHTS = {RATE: 0.8, FLOOR: 0.2}
 #: The same against concurrent current (a view with the `concurrent` section): the
 #: floor is no rollback test there (a world under the floor is not the candidate's
-#: fault); it holds promotion instead.
-CONCURRENT_SHADOW_WEIGHTS = {FLIPS: 0.75, CONCURRENT: 0.25}
+#: fault); it holds promotion instead. In a rollout that began in shadow, shadow's flips
+#: carried on by the comparison after it are the efficient test (paired, every job both
+#: arms), so they weigh 0.9; the comparison over every stage, shadow's cells unpaired
+#: included, is the rest.
+CONCURRENT_SHADOW_WEIGHTS = {FLIPS: 0.9, CONCURRENT: 0.1}
 CONCURRENT_LIVE_WEIGHTS = {CONCURRENT: 1.0}
 
 

@@ -183,6 +183,14 @@ class Carried:
                 total = total.merge(s.concurrent)
         return total
 
+    @property
+    def compared(self) -> Comparison:
+        """Every earlier stage's concurrent comparison, shadow's unpaired cells included."""
+        total = Comparison()
+        for s in self.stages:
+            total = total.merge(s.concurrent)
+        return total
+
     def as_dict(self, binding: Binding) -> dict[str, Any]:
         """The gate view's `rollout` section for `binding`'s current stage."""
         regressions, improvements = self.flips
@@ -253,12 +261,17 @@ def sequential_logs(now: StageCounts, carried: Carried | None, p0: float | None,
 
 
 def concurrent_logs(now: StageCounts, before: Carried) -> dict[str, float]:
-    """The concurrent tests' logs: the comparison over every stage after shadow, and in a
-    rollout that began in shadow the flips' e-value carried on by that comparison."""
+    """The concurrent tests' logs: the comparison over every stage of the rollout (shadow's
+    cells too: there both arms ran the same jobs, and comparing them unpaired is
+    conservative when the arms' outcomes on a job go together), and in a rollout that
+    began in shadow the flips' e-value carried on by the comparison after shadow."""
     after = before.concurrent
-    if now.stage is not Stage.SHADOW and now.concurrent is not None:
-        after = after.merge(now.concurrent)
-    logs = {CONCURRENT: after.log_e()}
+    every = before.compared
+    if now.concurrent is not None:
+        every = every.merge(now.concurrent)
+        if now.stage is not Stage.SHADOW:
+            after = after.merge(now.concurrent)
+    logs = {CONCURRENT: every.log_e()}
     if before.began is Stage.SHADOW or now.stage is Stage.SHADOW:
         regressions, improvements = before.flips
         if now.flips is not None:
