@@ -201,10 +201,13 @@ def waits_of(binding: Binding, evidence: Evidence, now: float) -> tuple[Wait, ..
                           f"holds until {clock_time(until, now)} ({minimum.setting})",
                           until=until))
     power = rollout_power(binding, evidence)
-    if power is not None and not power.enough:
+    # Before a cell both arms ran in has closed there is nothing to size: the line would
+    # be noise beside the runs and time the stage still waits for.
+    if power is not None and not power.enough and (power.sd > 0.0 or not waits):
         more = more_runs(binding, evidence, evidence.n)
         ahead = (f"; about {more} more {arm} runs at this traffic" if more is not None
-                 else "; more traffic than this stage can see (the deadline ends it)")
+                 else "; at this stage's traffic it may not get there (its deadline ends "
+                      "the wait)")
         waits.append(Wait("power", "gate.power.min_power", round(power.power, 3),
                           power.needed, power.reason() + ahead))
     return tuple(waits)
