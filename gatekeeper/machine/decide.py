@@ -336,8 +336,6 @@ def _hold(binding: Binding, evidence: Evidence, paired: Mapping[str, Any] | None
     if elapsed < needed:
         return (f"stage has lasted {elapsed:.0f}s of {needed:.0f}s",
                 {"elapsed_s": round(elapsed, 3), "required_s": needed})
-    if (underpowered := power_wait(binding, evidence)) is not None:
-        return underpowered
     if evidence.judged_wait:
         return evidence.judged_wait, {}
     under = [r for code, r in rated if code == "pass_rate"]
@@ -345,7 +343,8 @@ def _hold(binding: Binding, evidence: Evidence, paired: Mapping[str, Any] | None
         return f"{under[0]}; " + ("held: min_pass_rate holds promotion, it does not roll back"
                                   if evidence.concurrent is not None
                                   else "not yet excluded by the floor test"), {}
-    return None
+    # Last: the pass rate under the floor says more than the power still missing.
+    return power_wait(binding, evidence)
 
 
 def _numbers(evidence: Evidence) -> dict[str, Any]:
