@@ -1,4 +1,4 @@
-"""The gate view over a 100,000-run window per arm, with the cells spread as real traffic spreads them.
+"""The gate view over 100,000 runs per arm, with the cells spread as real traffic spreads them.
 
     .venv/bin/python -m bench.gate_view [--runs 100000] [--jobs-per-s 1] [--rule-share 0.1]
                                          [--rounds 15] [--http] [--profile]
@@ -144,7 +144,7 @@ class Fill:
 
 def timed(call: Callable[[], Any], rounds: int,
           between: Callable[[], None] | None = None) -> tuple[list[float], list[float], Any]:
-    """(wall s, CPU s of this process) per call over `rounds` calls, `between()` untimed before each."""
+    """(wall s, CPU s of this process) per call over `rounds` calls, `between()` untimed first."""
     wall, cpu, answer = [], [], None
     for _ in range(rounds):
         if between is not None:

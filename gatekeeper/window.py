@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from itertools import repeat
 from typing import Any
 
 from bindings.models import Invariants
@@ -142,7 +143,8 @@ class WindowStats:
 
     @property
     def fields(self) -> Counter[str]:
-        """The flat counts. Reading them drops what was built from them (the caller may change them)."""
+        """The flat counts. Reading them drops what was built from them (the caller may
+        change them): readers inside the class use `_fields`."""
         self._index = self._cells = None
         return self._fields
 
@@ -187,22 +189,28 @@ class WindowStats:
         return self._fields.get(name, 0)
 
     def _grouped(self) -> dict[str, dict[str, int]]:
-        """{prefix through its first colon: {rest of the name: value}}, in field order."""
+        """{prefix before its first colon: {rest of the name: value}}, in field order."""
         if self._index is None:
             index: dict[str, dict[str, int]] = {}
-            for name, value in self._fields.items():
-                cut = name.find(":") + 1
-                if cut:
-                    group = index.get(name[:cut])
-                    if group is None:
-                        group = index[name[:cut]] = {}
-                    group[name[cut:]] = value
+            fields = self._fields
+            # One pass, the names split at C speed: ~15,000 fields in a 100,000-run window.
+            for (head, colon, rest), value in zip(map(str.partition, fields, repeat(":")),
+                                                  fields.values()):
+                if colon:
+                    try:
+                        index[head][rest] = value
+                    except KeyError:
+                        index[head] = {rest: value}
             self._index = index
         return self._index
 
+    def _group(self, prefix: str) -> dict[str, int]:
+        """The fields under `prefix` (one colon, at its end) by the rest of their name."""
+        return self._grouped().get(prefix[:-1], {})
+
     def _prefixed(self, prefix: str) -> dict[str, int]:
-        """{name less `prefix`: value} of the non-zero fields under `prefix` (one colon, at its end)."""
-        return {k: v for k, v in self._grouped().get(prefix, {}).items() if v}
+        """{name less `prefix`: value} of the non-zero fields under `prefix`."""
+        return {k: v for k, v in self._group(prefix).items() if v}
 
     @property
     def n(self) -> int:
@@ -285,28 +293,28 @@ class WindowStats:
         return self.all_cells()[metric]
 
     def all_cells(self) -> dict[str, dict[tuple[int, str], tuple[int, int]]]:
-        """`cells` of every metric, read in one pass over the fields (kept: read them, don't change them)."""
+        """`cells` of every metric, read in one pass over the fields.
+
+        Kept with the window: read them, don't change them.
+        """
         if self._cells is None:
-            grouped = self._grouped()
-            runs = grouped.get(CELL_N, {})
+            runs = self._group(CELL_N)
             keys = {}
             for cell in runs:
                 bucket, _, stratum = cell.partition(":")
                 keys[cell] = (int(bucket), stratum)
             self._cells = {}
             for metric, prefix in CELL_EVENTS.items():
-                mine = grouped.get(prefix, {})
+                mine = self._group(prefix)
                 self._cells[metric] = {keys[cell]: (n, mine.get(cell, 0))
                                        for cell, n in runs.items()}
         return self._cells
 
     def cell_fields(self) -> dict[str, dict[str, int]]:
-        """The cells' counts as stored, per prefix (`CELL_N`, then `CELL_EVENTS`'): {"<bucket>:<stratum>": n}.
-
-        Kept with the window: read them, don't change them.
+        """The cells' counts as stored: per prefix (`CELL_N`, then `CELL_EVENTS`'),
+        {"<bucket>:<stratum>": count}. Kept with the window: read them, don't change them.
         """
-        grouped = self._grouped()
-        return {prefix: grouped.get(prefix, {}) for prefix in (CELL_N, *CELL_EVENTS.values())}
+        return {prefix: self._group(prefix) for prefix in (CELL_N, *CELL_EVENTS.values())}
 
     def latency_histogram(self) -> dict[float, int]:
         """{latency bucket upper bound in seconds: runs} (runs that reported a latency)."""

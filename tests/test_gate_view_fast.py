@@ -190,9 +190,11 @@ def test_kept_scored_runs_are_the_whole_reads_runs(redis_conn: redis.Redis) -> N
         store.add([Checked(t, check(t, Invariants(required_tools=("read",))), epoch) for t in runs])
 
     def both() -> tuple[list[Any], list[Any]]:
-        record = configs.find("cfg_a")
-        kept = scored_runs(store, ROLE, "cfg_a", "current", since, record)
-        return kept, scored_runs(TraceStore(redis_conn), ROLE, "cfg_a", "current", since, record)
+        asks = [("cfg_a", "current", configs.find("cfg_a")), ("cfg_b", "shadow", None)]
+        kept = scored_runs(store, ROLE, since, asks)
+        whole = scored_runs(TraceStore(redis_conn), ROLE, since, asks)
+        assert kept[1] == whole[1] == []  # an arm with no runs
+        return kept[0], whole[0]
 
     add(0, 700)
     kept, whole = both()

@@ -1,4 +1,4 @@
-"""Quantile bounds summed over the CDF's non-zero stretch only: the same answers as the whole sum."""
+"""Quantile bounds summed over the CDF's non-zero stretch only: the answers of the whole sum."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ _NOTHING = -800.0
 
 @functools.lru_cache(maxsize=64)
 def _cdf(n: int, q: float, enough: float) -> tuple[int, list[float]]:
-    """(first, P(Bin(n, q) <= k) for k = first..last); 0.0 below first, at least the last value above.
+    """(first, P(Bin(n, q) <= k) for k = first..last); 0.0 below first, at least the last above.
 
     Only the k whose probability is not exactly 0.0 are summed (about 80 standard
     deviations around the mode, not all n + 1): each term and each running sum is

@@ -99,7 +99,7 @@ class WindowReads:
 
     def stage_windows(self, role: str, pairs: Sequence[tuple[str, str]], epoch: str, *,
                       whole_reporters: bool = False) -> list[StageWindows]:
-        """Per (config, arm) over one stage: its window and its reporters', as the gate view reads them.
+        """Per (config, arm) over one stage: its window and its reporters', as the view reads them.
 
         Without `whole_reporters`: the window, and each reporter's `EVIDENCE`
         fields only. With it: each reporter's whole window and no window (the
@@ -160,7 +160,7 @@ class WindowReads:
 
     def _read_windows(self, role: str, asks: Sequence[tuple[str, str, Sequence[str]]],
                       epoch: str, args: Sequence[str] = ()) -> list[list[Any]]:
-        """Per (config, arm, reporters): READ_SCRIPT's answer (window, pending, names, their windows)."""
+        """Per (config, arm, reporters): READ_SCRIPT's answer (window, pending, names, theirs)."""
         calls: list[tuple[list[str], list[Any]]] = [
             ([pending_key(role, config, arm, epoch), window_key(role, config, arm, epoch),
               reporters_key(role, config, arm, epoch),

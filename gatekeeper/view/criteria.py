@@ -33,20 +33,22 @@ def criteria_section(ctx: GateContext, configs: ConfigStore) -> dict[str, Any]:
     When no arm's config has a spec, the invariants' criterion counts come from
     the window aggregates the gate already read, and no trace is re-read.
     """
-    records = {config: configs.find(config) for config, _ in ctx.arms.values()}
+    # Candidate and shadow run one config: each config's record read once.
+    named = dict.fromkeys(config for config, _ in ctx.arms.values())
+    records = {config: configs.find(config) for config in named}
     if not any(records.values()):
         return _from_aggregates(ctx)
     arms: dict[str, Any] = {}
     by_arm: dict[str, dict[str, dict[str, bool | None]]] = {}
     rates: dict[str, dict[str, Tally]] = {}
     known: dict[str, Criterion] = {}
-    for arm, (config, _) in ctx.arms.items():
+    scored = scored_runs(ctx.traces, ctx.role, ctx.record.binding.stage_since,
+                         [(config, arm, records[config]) for arm, (config, _) in ctx.arms.items()])
+    for (arm, (config, _)), stored in zip(ctx.arms.items(), scored):
         record = records[config]
         known.update({c.key: c for c in (record.criteria if record is not None else ())})
-        stored = scored_runs(ctx.traces, ctx.role, config, arm, ctx.record.binding.stage_since,
-                             record)
         # Keyed by job key so shadow and current runs of one job pair up.
-        by_arm[arm] = {job: dict(verdicts) for job, verdicts in stored}
+        by_arm[arm] = dict(stored)
         rates[arm] = tally(by_arm[arm].values())
         arms[arm] = {"config": config, "spec": record is not None, "n": len(stored),
                      "criteria": {k: t.as_dict() for k, t in rates[arm].items()}}

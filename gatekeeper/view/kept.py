@@ -4,10 +4,10 @@ Both sections are functions of the counts of *closed* time buckets alone (the
 concurrent cells below `closed_before`, the assignments and reports below
 `mature_before`; and for `concurrent`, the missing runs it counts as failed
 under the `missing_runs` policy, themselves from mature buckets), the binding
-and the bucket settings: the same inputs give the same section. Computing them afresh reads every cell of the stage (6,700
-cells per metric at 1 job/s over 100,000 runs, about 3,300 buckets of
-assignments), most of a 100,000-run view's time, for an answer that moves only
-as buckets close.
+and the bucket settings: the same inputs give the same section. Computing them
+afresh reads every cell of the stage (6,700 cells per metric at 1 job/s over
+100,000 runs, about 3,300 buckets of assignments), most of a 100,000-run view's
+time, for an answer that moves only as buckets close.
 
 So each `TraceStore` keeps, per role, stage, binding version and section, the
 last answer with the bound and the closed counts it was computed from (the

@@ -34,6 +34,8 @@ ARMS_KEPT = 64
 
 #: Per run, newest first: (stream id, job key, criterion key -> verdict).
 Scored = tuple[bytes, str, dict[str, bool | None]]
+#: Per run, as a section reads it: (job key, criterion key -> verdict).
+Run = tuple[str, dict[str, bool | None]]
 #: (role, config, arm, first stream id of the stage, the config record's version and time).
 _Key = tuple[str, str, str, str, int, float]
 
@@ -52,41 +54,56 @@ class _Run:
     invariants: dict[str, bool]
 
 
-def scored_runs(traces: TraceStore, role: str, config: str, arm: str, since: float | None,
-                record: ConfigRecord | None) -> list[tuple[str, dict[str, bool | None]]]:
-    """The newest `SAMPLE` runs of (role, config, arm) since `since`, oldest first: (job key, verdicts).
+def scored_runs(traces: TraceStore, role: str, since: float | None,
+                asks: Sequence[tuple[str, str, ConfigRecord | None]]) -> list[list[Run]]:
+    """Per (config, arm, its config's record): the newest `SAMPLE` runs since `since`,
+    oldest first, as (job key, verdicts).
 
-    Verdicts are the stored invariants' criterion verdicts, then each of `record`'s criteria.
+    Verdicts are the stored invariants' criterion verdicts, then each of the record's
+    criteria (kept for the next view: read them, don't change them). Every arm in one
+    round trip; a second for arms whose kept runs are gone (or none were kept).
     """
     low = "-" if since is None else f"{max(0, int(since * 1000))}-0"
-    key: _Key = (role, config, arm, low, record.version if record else 0,
-                 record.updated_at if record else 0.0)
+    keys: list[_Key] = [(role, config, arm, low, record.version if record else 0,
+                         record.updated_at if record else 0.0) for config, arm, record in asks]
     arms = _kept.setdefault(traces, OrderedDict())
-    kept = arms.get(key)
-    criteria = list(record.criteria) if record is not None else []
-    stream = stream_key(role, config, arm)
-    connection = traces.connection
+    kept: list[tuple[Scored, ...]] = [arms.get(key, ()) for key in keys]
+    streams = [stream_key(role, config, arm) for config, arm, _ in asks]
+    fresh: list[StreamEntries] = [[] for _ in asks]
     with _redis_errors():
-        if kept:
-            newest, oldest = kept[0][0].decode(), kept[-1][0].decode()
-            pipe = connection.pipeline(transaction=False)
-            pipe.xrevrange(stream, max="+", min="(" + newest, count=SAMPLE)
-            pipe.xrange(stream, min=newest, max=newest)
-            pipe.xrange(stream, min=oldest, max=oldest)
-            fresh, *still = cast(list[StreamEntries], pipe.execute())
-            if not all(still):
-                kept = None
-        if not kept:
-            kept = ()
-            fresh = cast(StreamEntries, connection.xrevrange(stream, max="+", min=low,
-                                                             count=SAMPLE))
-    runs = (*(_scored(entry_id, fields, criteria) for entry_id, fields in fresh),
-            *kept)[:SAMPLE]
-    arms[key] = runs
-    arms.move_to_end(key)
+        pipe = traces.connection.pipeline(transaction=False)
+        for stream, mine in zip(streams, kept):
+            if mine:
+                newest, oldest = mine[0][0].decode(), mine[-1][0].decode()
+                pipe.xrevrange(stream, max="+", min="(" + newest, count=SAMPLE)
+                pipe.xrange(stream, min=newest, max=newest)
+                pipe.xrange(stream, min=oldest, max=oldest)
+            else:
+                pipe.xrevrange(stream, max="+", min=low, count=SAMPLE)
+        answers = iter(cast(list[StreamEntries], pipe.execute()))
+        whole = []
+        for i, mine in enumerate(kept):
+            fresh[i] = next(answers)
+            if mine and not (next(answers) and next(answers)):
+                whole.append(i)  # the stream was trimmed past them, or written anew
+                kept[i] = ()
+        if whole:
+            pipe = traces.connection.pipeline(transaction=False)
+            for i in whole:
+                pipe.xrevrange(streams[i], max="+", min=low, count=SAMPLE)
+            for i, entries in zip(whole, cast(list[StreamEntries], pipe.execute())):
+                fresh[i] = entries
+    out = []
+    for key, (_, _, record), new, mine in zip(keys, asks, fresh, kept):
+        criteria = list(record.criteria) if record is not None else []
+        runs = (*(_scored(entry_id, fields, criteria) for entry_id, fields in new),
+                *mine)[:SAMPLE]
+        arms[key] = runs
+        arms.move_to_end(key)
+        out.append([(job, verdicts) for _, job, verdicts in reversed(runs)])
     while len(arms) > ARMS_KEPT:
         arms.popitem(last=False)
-    return [(job, verdicts) for _, job, verdicts in reversed(runs)]
+    return out
 
 
 def _scored(entry_id: Any, fields: dict[bytes, bytes], criteria: list[Criterion]) -> Scored:
