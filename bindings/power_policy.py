@@ -30,7 +30,7 @@ class PowerPolicy(BaseModel):
     #: The chance the gate's comparison would have rolled back a candidate worse by
     #: the regression below, over the rollout's runs so far, before a stage advances
     #: (0: no power hold).
-    min_power: JsonNumber = Field(0.8, ge=0.0, lt=1.0)
+    min_power: JsonNumber = Field(0.9, ge=0.0, lt=1.0)
     #: A drop in the pass rate worth catching (absolute: 0.05 is 0.95 -> 0.90).
     drop: JsonNumber = Field(0.05, gt=0.0, lt=1.0)
     #: ... or a failure rate this many times current's, where that rise is smaller

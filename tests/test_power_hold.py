@@ -103,7 +103,7 @@ def test_a_shadow_with_too_few_pairs_holds_for_power_and_says_so() -> None:
     """90 healthy pairs past the stage's minimum hold, naming the power; 600 advance."""
     held = decide("r", _record(NOW - 120), _shadow_evidence(90), NOW)
     assert held.action is Action.HOLD and held.reason.startswith("waiting for power"), held
-    assert held.details["power"]["power"] < 0.8 and held.details["power"]["min_power"] == 0.8
+    assert held.details["power"]["power"] < 0.9 and held.details["power"]["min_power"] == 0.9
     moved = decide("r", _record(NOW - 120), _shadow_evidence(600), NOW)
     assert moved.action is Action.ADVANCE, moved.reason
 
@@ -161,7 +161,7 @@ def test_a_live_shadow_holds_until_powered_then_advances(live: str) -> None:
     assert "waiting for power" in view["next"]["summary"], view["next"]
     decisions = {d.role: d for d in tick(api, time.time())}
     assert decisions["powered"].action is Action.HOLD
-    assert decisions["powered"].details["power"]["power"] < 0.8
+    assert decisions["powered"].details["power"]["power"] < 0.9
     assert decisions["unpowered"].action is Action.ADVANCE
     for _ in range(17):
         population.step()

@@ -31,12 +31,15 @@ the comparison with concurrent current over the stages after it, at weight
   ratio at the mixture's odds ratio psi (the binomial bound the cells' exact
   ratio sits under) has a mean and variance.
 
-Each mixture is at least its best component times that component's weight,
-so the test rejects once sum(ln w + log ratio) reaches the threshold; the sum
-is near normal with the means and variances above, and the power is
-Phi((mean - threshold) / sd). It is a design figure, not a test: it decides
-only when a stage may advance, never a rollback, so the gate's false-rollback
-level does not depend on it.
+Each mixture's log is taken at ln sum_k w_k e^(M_k) of its components' mean
+log ratios M_k (near the best component plus ln its weight once evidence is
+large, near 0 while it is small), with the components' variances; the power
+is the chance a random walk with that mean and variance has crossed the
+threshold by now (Brownian motion's first-passage law: a sequential test
+rejects the first time it crosses), the larger of the tests', and never less
+than at the end of an earlier stage. It is a design figure, not a test: it
+decides only when a stage may advance, never a rollback, so the gate's
+false-rollback level does not depend on it.
 """
 
 from __future__ import annotations
@@ -104,8 +107,41 @@ def _bernoulli(share: float, low: float, high: float) -> tuple[float, float]:
     return mean, share * high * high + (1.0 - share) * low * low
 
 
+#: One group of terms of a log ratio: how many (the expected failures or flips), the
+#: chance each is the candidate's (a regression), and each component's (low, high)
+#: log ratio for a term that is not / is.
+Group = tuple[float, float, Sequence[tuple[float, float]]]
+
+
+def _best(groups: Sequence[Group], weights: Sequence[float]) -> Moments:
+    """A mixture's log ratio, summed over `groups`, under the alternative.
+
+    Its mean is taken as ln sum_k w_k e^(M_k), the components' mean log ratios M_k put
+    into the mixture: near the best component plus ln its weight once the evidence is
+    large, near 0 (a mixture of ratios near 1) while it is small, so a stage just
+    begun neither adds nor costs much. Its variance is the components' variances
+    averaged with the weights each has in that sum.
+    """
+    if not groups:
+        return Moments()
+    means, variances = [], []
+    for values in zip(*(g[2] for g in groups)):
+        mean = var = 0.0
+        for (count, share, _), (low, high) in zip(groups, values):
+            m, second = _bernoulli(share, low, high)
+            mean, var = mean + count * m, var + count * second
+        means.append(mean)
+        variances.append(var)
+    terms = [math.log(w) + m for w, m in zip(weights, means)]
+    top = max(terms)
+    shares = [math.exp(t - top) for t in terms]
+    total = sum(shares)
+    return Moments(top + math.log(total),
+                   sum(p * v for p, v in zip(shares, variances)) / total)
+
+
 def flips_moments(paired: Paired, f: float, f_alt: float) -> Moments:
-    """The flip test's best component (over `THETAS`) under the alternative."""
+    """The flip test's mixture (over `THETAS`) under the alternative."""
     n = paired.pairs
     if n <= 0:
         return Moments()
@@ -116,44 +152,35 @@ def flips_moments(paired: Paired, f: float, f_alt: float) -> Moments:
     discordant = regress + improve
     if discordant <= 0.0:
         return Moments()
-    share = regress / discordant
-    best = Moments(-math.inf)
-    for theta, w in zip(THETAS, THETA_WEIGHTS):
-        mean, second = _bernoulli(share, math.log(2.0 * (1.0 - theta)), math.log(2.0 * theta))
-        found = Moments(discordant * mean, discordant * second, math.log(w))
-        if found.mean + found.log_weight > best.mean + best.log_weight:
-            best = found
-    return best
+    values = [(math.log(2.0 * (1.0 - t)), math.log(2.0 * t)) for t in THETAS]
+    return _best([(discordant, regress / discordant, values)], THETA_WEIGHTS)
 
 
 def unpaired_moments(stages: Sequence[Unpaired], f: float, f_alt: float) -> Moments:
-    """The comparison's best component (over `RISKS`) over `stages`, under the alternative."""
-    if not 0.0 < f < 1.0 or not any(s.candidate_n > 0 and s.current_n > 0 for s in stages):
-        # No cell both arms ran in: the mixture is exactly 1, no evidence and no cost.
+    """The comparison's mixture (over `RISKS`) over `stages`, under the alternative."""
+    if not 0.0 < f < 1.0:
         return Moments()
     odds_ratio = (f_alt / (1.0 - f_alt)) / (f / (1.0 - f))
-    best = Moments(-math.inf)
-    for psi, w in zip(RISKS, RISK_WEIGHTS):
-        total = Moments(0.0, 0.0, math.log(w))
-        for stage in stages:
-            if stage.candidate_n <= 0 or stage.current_n <= 0:
-                continue
-            runs = stage.candidate_n + stage.current_n
-            pi = stage.candidate_n / runs
-            events = stage.candidate_n * f_alt + stage.current_n * f
-            # Given a cell's failures, the candidate's count is (noncentral)
-            # hypergeometric: binomial over the failures, tilted by the odds ratio, where
-            # failures are rare; where they are common it is tighter by 1 - the pooled
-            # rate (the finite-population factor), so fewer failures' worth of evidence.
-            effective = events * (1.0 - events / runs)
-            q = pi * odds_ratio / (pi * odds_ratio + 1.0 - pi)
+    groups: list[Group] = []
+    for stage in stages:
+        if stage.candidate_n <= 0 or stage.current_n <= 0:
+            # No cell both arms ran in: no evidence, and no cost.
+            continue
+        runs = stage.candidate_n + stage.current_n
+        pi = stage.candidate_n / runs
+        events = stage.candidate_n * f_alt + stage.current_n * f
+        # Given a cell's failures, the candidate's count is (noncentral) hypergeometric:
+        # binomial over the failures, tilted by the odds ratio, where failures are rare;
+        # where they are common it is tighter by 1 - the pooled rate (the
+        # finite-population factor), so fewer failures' worth of evidence.
+        effective = events * (1.0 - events / runs)
+        q = pi * odds_ratio / (pi * odds_ratio + 1.0 - pi)
+        values = []
+        for psi in RISKS:
             q_psi = pi * psi / (pi * psi + 1.0 - pi)
-            mean, second = _bernoulli(q, math.log((1.0 - q_psi) / (1.0 - pi)),
-                                      math.log(q_psi / pi))
-            total = total + Moments(effective * mean, effective * second)
-        if total.mean + total.log_weight > best.mean + best.log_weight:
-            best = total
-    return best if best.mean > -math.inf else Moments()
+            values.append((math.log((1.0 - q_psi) / (1.0 - pi)), math.log(q_psi / pi)))
+        groups.append((effective, q, values))
+    return _best(groups, RISK_WEIGHTS)
 
 
 @dataclass(frozen=True)
@@ -198,28 +225,54 @@ def power_of(shadow: Paired | None, stages: Sequence[Unpaired], current: tuple[i
     the rollout with its carried history; `threshold` the ln level the combined
     e-value must reach and `weights` its tests' weights (`budget.combine`). The
     combined e-value is at least each weighted test, so its power is at least
-    the larger of the two tests' own.
+    the larger of the two tests' own, and at least what it was at the end of each
+    earlier stage.
     """
     f = current_rate(*current)
     f_alt = alternative(f, policy)
-    found = [_chance(unpaired_moments(stages, f, f_alt), weights.get(CONCURRENT, 0.0),
-                     threshold)]
+    # The chance a sequential test has crossed by now is at least the chance it had by
+    # the end of each earlier stage: take the best prefix (a stage just begun can only
+    # lower the value of the path so far, never the chance it already crossed).
+    found = [(0.0, 0.0, 0.0)]
+    for end in range(1, len(stages) + 1):
+        found.append(_chance(unpaired_moments(stages[:end], f, f_alt),
+                             weights.get(CONCURRENT, 0.0), threshold))
     if shadow is not None and weights.get(FLIPS, 0.0) > 0.0:
-        chained = flips_moments(shadow, f, f_alt) + unpaired_moments(stages[1:], f, f_alt)
-        found.append(_chance(chained, weights[FLIPS], threshold))
+        flips = flips_moments(shadow, f, f_alt)
+        for end in range(1, max(1, len(stages)) + 1):
+            chained = flips + unpaired_moments(stages[1:end], f, f_alt)
+            found.append(_chance(chained, weights[FLIPS], threshold))
     chance, mean, sd = max(found)
     return Power(chance, policy.min_power, f, f_alt, mean, sd, threshold)
 
 
 def _chance(total: Moments, weight: float, threshold: float) -> tuple[float, float, float]:
-    """(power, mean, sd) of one weighted test: it rejects once ln w + its log reaches the
-    threshold; its log is at least its best component's log ratio plus that ln weight."""
+    """(power, mean, sd) of one weighted test: the chance its log, at least its mixture's
+    bound plus ln `weight`, has reached the threshold by now.
+
+    A sequential test rejects the first time it crosses, so its power is the chance the
+    path has *ever* crossed, not that it ends above: for a random walk with this
+    mean and variance so far, Brownian motion with drift's first-passage law,
+    Phi((m - b) / s) + e^(2 m b / s^2) Phi((-b - m) / s), with b the distance to the
+    threshold. It never falls as evidence is added, as the real chance never does.
+    """
     if weight <= 0.0 or total.mean <= 0.0:
         return 0.0, 0.0, 0.0
-    mean = total.mean + total.log_weight + math.log(weight)
+    mean = total.mean
     # Compound sums (a random number of failures or flips, each a log ratio): the
     # variance is the expected count times each term's second moment.
     sd = math.sqrt(total.var)
+    distance = threshold - total.log_weight - math.log(weight)
+    shown = mean + total.log_weight + math.log(weight)
+    if distance <= 0.0:
+        return 1.0, shown, sd
     if sd <= 0.0:
-        return (1.0 if mean >= threshold else 0.0), mean, sd
-    return _NORMAL.cdf((mean - threshold) / sd), mean, sd
+        return (1.0 if mean >= distance else 0.0), shown, sd
+    direct = _NORMAL.cdf((mean - distance) / sd)
+    z = (-distance - mean) / sd
+    # e^(2 m b / s^2) Phi(z), in logs: the exponent alone can overflow.
+    tail = 0.0
+    if z > -37.0:
+        tail = math.exp(min(700.0, 2.0 * mean * distance / total.var
+                            + math.log(max(1e-300, _NORMAL.cdf(z)))))
+    return min(1.0, direct + tail), shown, sd
