@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 
 from bench import report_sim
-from bench.sim_core import Outcome, Rule, World, gatekeeper_rule, plain_rule, rollout
+from bench.sim_core import Outcome, Rule, World, plain_rule, rollout
 from bindings.models import GatePolicy, Thresholds
 
 BASES = (0.50, 0.80, 0.95, 0.99)
@@ -106,10 +106,10 @@ class Healthy:
         return self.back / self.n
 
 
-def batch(world: World, p: float, count: int, seed: int,
-          rule: Rule = gatekeeper_rule) -> list[Outcome]:
+def batch(world: World, p: float, count: int, seed: int, rule: Rule | None = None,
+          literal: bool = False) -> list[Outcome]:
     """`count` rollouts, rollout i seeded with (seed, base, p, i): every policy sees the same jobs."""
-    return [rollout(world, p, random.Random(f"{seed}:{world.base}:{p}:{i}"), rule)
+    return [rollout(world, p, random.Random(f"{seed}:{world.base}:{p}:{i}"), rule, literal)
             for i in range(count)]
 
 

@@ -1,30 +1,33 @@
 """One simulated rollout through the code the gate view and the gatekeeper run.
 
-No HTTP, no Redis, but no shortcut through the statistics either: at every
-gatekeeper tick the view is built by the functions `gatekeeper.view` builds it
-with (`gate.evaluate(...).to_json()` per arm, the paired tally's `report` at
-`budget.final_alpha`, p0 from current's stage runs merged with its carried
-history through `drift.params_for` (upper bound, derived h), the candidate's
-`drift.Detector` advanced over the stage's runs and restarted when `outdated`,
-`drift.section`), read back by `decide.evidence_from_view` and judged by
-`decide.decide`; an advance goes through `stages.apply` and is written to the
-rollout's history, from which `rollout.walk` finds the earlier stages whose
-counts the view's `rollout` section carries (`rollout.carried_of`, `as_dict`). What is simulated is
-only the traffic: jobs arrive at `rate` a second, the gatekeeper reads every
-`interval` seconds, current passes at `base`, the candidate at `p`, and in
-shadow the two arms' outcomes on one job share their randomness with
-probability `rho` each.
+No HTTP, no Redis, but no shortcut through the statistics either: at each
+read the gate view is built by the view's own functions and judged by
+`decide.decide` (`bench.sim_view`); an advance goes through `stages.apply` and
+is written to the rollout's history, from which `rollout.walk` finds the
+earlier stages whose counts the view's `rollout` section carries
+(`rollout.carried_of`, `as_dict`).
+
+What is simulated is only the traffic: job j arrives at j / `rate` seconds;
+current passes at `base`, the candidate at `p` (or per tenant), and in shadow
+the two arms' outcomes on one job share their randomness with probability
+`rho` each. The gatekeeper reads **after every run** (`World.every_run`, the
+strict case: a test valid at every look is read at every look) or every
+`interval` seconds, its schedule. Every run lands in the counts the stores
+would keep (`bench.sim_state`); a run that never reports (`World.reports`)
+only in the assignments.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
+from bench.sim_state import CE, CF, CN, KE, KF, KN, Criteria, Reports, StageCounts
+from bench.sim_view import Reader, Rule, gatekeeper_rule, plain_rule, stage_comparison
 from bindings.models import (
     DEFAULT_HOLDBACK,
     Binding,
@@ -33,56 +36,17 @@ from bindings.models import (
     Stage,
     VersionedBinding,
 )
-from gatekeeper.gate import evaluate
-from gatekeeper.machine.decide import (
-    Action,
-    decide,
-    evidence_from_view,
-    required_seconds,
-    shadow_pairs_needed,
-)
+from gatekeeper.machine.decide import Action
 from gatekeeper.machine.stages import Event, apply
-from gatekeeper.stats.budget import final_alpha
-from gatekeeper.stats.concurrent import Comparison, bucket_of, cells_of, closed_before
-from gatekeeper.stats.drift import RUN_FAILURE, TOOL_ERROR, Detector, params_for, section
-from gatekeeper.stats.pair_tally import Tally
+from gatekeeper.stats import concurrent
 from gatekeeper.stats.pairing import Run
+from gatekeeper.stats.reports import mature_before as report_bucket
 from gatekeeper.stats.rollout import Carried, EarlierStage, carried_of, epoch_key, walk
 from gatekeeper.store.history import HISTORY_RUNS
-from gatekeeper.view.concurrent import section_of
-from gatekeeper.window import CELL_EVENTS, CELL_N, WindowStats
+from gatekeeper.window import WindowStats
 
 PASS = Run("", True)
 FAIL = Run("", False)
-
-
-@dataclass(frozen=True)
-class World:
-    """The traffic and the policy one rollout runs under."""
-
-    base: float
-    policy: GatePolicy
-    rate: float = 1.0
-    interval: float = 5.0
-    rho: float = 0.5
-    #: Current runs before the rollout (its stable history the view carries).
-    history: int = HISTORY_RUNS
-    #: False: the view has no `rollout` section, so each stage's tests start afresh
-    #: at the stage alpha (the gate before evidence was carried across stages).
-    carry: bool = True
-    #: False: the view has no `concurrent` section (the gate before issue 23: the
-    #: candidate against current's p0, its CUSUM against that p0).
-    concurrent: bool = True
-    #: Tenants (weight, current's pass rate, the candidate's); None: one, at (base, p).
-    tenants: tuple[Tenant, ...] | None = None
-    #: A targeting rule sends this tenant (an index) to the candidate in canary and full.
-    rule_tenant: int | None = None
-    #: Something that happens to both arms (an outage, the provider's model changing).
-    shock: Shock | None = None
-    #: Chance a run has a tool error (both arms; every run in an outage).
-    tool_error: float = 0.0
-    #: The binding's holdback on current in `full`.
-    holdback: float = DEFAULT_HOLDBACK
 
 
 @dataclass(frozen=True)
@@ -107,56 +71,52 @@ class Shock:
 
 
 @dataclass(frozen=True)
+class World:
+    """The traffic, the policy and the read schedule one rollout runs under."""
+
+    base: float
+    policy: GatePolicy
+    rate: float = 1.0
+    #: True: the gatekeeper reads after every run; False: every `interval` seconds.
+    every_run: bool = True
+    interval: float = 30.0
+    rho: float = 0.5
+    #: Current runs before the rollout (its stable history the view carries).
+    history: int = HISTORY_RUNS
+    #: False: the view has no `rollout` section, so each stage's tests start afresh
+    #: at the stage alpha (the gate before evidence was carried across stages).
+    carry: bool = True
+    #: False: the view has no `concurrent` section (the gate before issue 23: the
+    #: candidate against current's p0, its CUSUM against that p0).
+    concurrent: bool = True
+    #: Tenants (weight, current's pass rate, the candidate's); None: one, at (base, p).
+    tenants: tuple[Tenant, ...] | None = None
+    #: A targeting rule sends this tenant (an index) to the candidate in canary and full.
+    rule_tenant: int | None = None
+    #: Something that happens to both arms (an outage, the provider's model changing).
+    shock: Shock | None = None
+    #: Chance a run has a tool error (each arm's run on its own; every run in an outage).
+    tool_error: float = 0.0
+    #: The binding's holdback on current in `full`.
+    holdback: float = DEFAULT_HOLDBACK
+    #: (current's, the candidate's) chance a run reports; None: every run reports and
+    #: the view has no `reports` section.
+    reports: tuple[float, float] | None = None
+    #: Per gated criterion key, (current's pass rate on it, the candidate's); each run
+    #: passes each key on its own draw (paired across arms in shadow, as runs are).
+    criteria: tuple[tuple[float, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class Outcome:
     """One rollout: rolled back or not, candidate runs and served jobs before the end."""
 
     rolled_back: bool
     runs: int
     served: int
+    #: Where it ended: the stage it was rolled back in, "stable", or "paused" (a stage
+    #: past its deadline, held for a human).
     stage: str
-
-
-@dataclass
-class StageCounts:
-    """What the stores would hold for the stage so far."""
-
-    cand_n: int = 0
-    cand_passes: int = 0
-    cur_n: int = 0
-    cur_passes: int = 0
-    pairs: int = 0
-    regressions: int = 0
-    improvements: int = 0
-    entries: list[tuple[str, Run]] = field(default_factory=list)
-    detector: Detector | None = None
-    #: Counts of current's carried history at the stage's start.
-    carried: WindowStats = field(default_factory=WindowStats)
-    #: The rollout's earlier stages, as the view's `rollout` section shows them.
-    rollout: Carried | None = None
-    #: The cell fields of each arm's window (`window.increments` writes them).
-    cand_cells: WindowStats = field(default_factory=WindowStats)
-    cur_cells: WindowStats = field(default_factory=WindowStats)
-    #: The concurrent section, kept while no bucket closed since (it cannot change).
-    section: tuple[int, dict[str, Any]] | None = None
-    #: False: the view has no `concurrent` section (`World.concurrent`).
-    concurrent: bool = True
-
-    def cell(self, arm: str, time: float, stratum: str, passed: bool, error: bool) -> None:
-        """Count one run in its (bucket, stratum) cell, as ingest's increments do."""
-        fields = (self.cand_cells if arm == "candidate" else self.cur_cells).fields
-        cell = f"{bucket_of(time)}:{stratum}"
-        fields[CELL_N + cell] += 1
-        if not passed:
-            fields[CELL_EVENTS[RUN_FAILURE] + cell] += 1
-        if error:
-            fields[CELL_EVENTS[TOOL_ERROR] + cell] += 1
-
-
-def _job(rng: random.Random, base: float, p: float, rho: float) -> tuple[bool, bool]:
-    shared = rng.random()
-    u_current = shared if rng.random() < rho else rng.random()
-    u_candidate = shared if rng.random() < rho else rng.random()
-    return u_current < base, u_candidate < p
 
 
 def _start(policy: GatePolicy, holdback: float = DEFAULT_HOLDBACK) -> VersionedBinding:
@@ -185,110 +145,6 @@ class History:
         return WindowStats({"n": len(self.recent), "passes": self.passes})
 
 
-_ARMS: dict[tuple[int, int, int], dict[str, Any]] = {}
-#: Policies seen by _arm_json, kept alive so their ids stay theirs.
-_POLICIES: dict[int, GatePolicy] = {}
-
-
-def _arm_json(n: int, passes: int, policy: GatePolicy) -> dict[str, Any]:
-    """`gate.evaluate(...).to_json()` of an arm's counts (memoized: the same counts recur
-    across rollouts, and evaluate is pure)."""
-    key = (n, passes, id(policy))
-    found = _ARMS.get(key)
-    if found is None:
-        _POLICIES[id(policy)] = policy
-        if len(_ARMS) > 500_000:
-            _ARMS.clear()
-        found = _ARMS[key] = evaluate(WindowStats({"n": n, "passes": passes}), policy).to_json()
-    return found
-
-
-_PAIRS: dict[tuple[int, int, int, float, int], dict[str, Any]] = {}
-
-
-def _paired_json(pairs: int, regressions: int, improvements: int, alpha: float,
-                 needed: int) -> dict[str, Any]:
-    """The paired tally's report of those counts (memoized, pure)."""
-    key = (pairs, regressions, improvements, alpha, needed)
-    found = _PAIRS.get(key)
-    if found is None:
-        if len(_PAIRS) > 500_000:
-            _PAIRS.clear()
-        tally = Tally(pairs=pairs, regressions=regressions, improvements=improvements)
-        found = _PAIRS[key] = tally.report(alpha=alpha, min_samples=needed).as_dict()
-    return found
-
-
-def view_of(record: VersionedBinding, counts: StageCounts, now: float) -> dict[str, object]:
-    """The parts of the gate view decide() reads, built by the view's own functions."""
-    binding = record.binding
-    policy = binding.gate
-    thresholds = policy.thresholds
-    arm = "shadow" if binding.stage is Stage.SHADOW else "candidate"
-    current = WindowStats({"n": counts.cur_n, "passes": counts.cur_passes})
-    view: dict[str, object] = {
-        "stage": binding.stage.value,
-        "arms": {"current": _arm_json(counts.cur_n, counts.cur_passes, policy),
-                 arm: _arm_json(counts.cand_n, counts.cand_passes, policy)},
-        "paired": None,
-    }
-    if binding.stage is Stage.SHADOW:
-        view["paired"] = _paired_json(counts.pairs, counts.regressions, counts.improvements,
-                                      final_alpha(thresholds.alpha, Stage.SHADOW),
-                                      shadow_pairs_needed(thresholds))
-    # With the concurrent section the candidate's drift detector only shows (decide()
-    # rolls back on the section's tests): the simulator leaves it out.
-    params = None if counts.concurrent else params_for(
-        RUN_FAILURE, policy.drift, current.merge(counts.carried), thresholds.min_samples,
-        thresholds.alpha)
-    shown = {}
-    if params is not None:
-        detector = counts.detector
-        if detector is None or detector.outdated(params):
-            detector = Detector(RUN_FAILURE, params)
-        # The store hands a detector only the entries after its last id.
-        counts.detector = detector = detector.advance(counts.entries[detector.n:])
-        shown = {RUN_FAILURE: detector.as_dict(True)}
-    view["drift"] = section(shown, {}, policy.drift)
-    if counts.concurrent:
-        before = closed_before(now)
-        if counts.section is None or counts.section[0] != before:
-            counts.section = (before, section_of(counts.cand_cells, counts.cur_cells, binding,
-                                                 now))
-        view["concurrent"] = counts.section[1]
-    if counts.rollout is not None:
-        view["rollout"] = counts.rollout.as_dict(binding)
-    return view
-
-
-#: A stand-in for decide(): given the binding, the stage counts and the time, an action.
-Rule = Callable[[VersionedBinding, StageCounts, float], Action]
-
-
-def gatekeeper_rule(record: VersionedBinding, counts: StageCounts, now: float) -> Action:
-    """What the gatekeeper does: decide() on the evidence read out of the gate view."""
-    return decide("sim", record, evidence_from_view(view_of(record, counts, now)), now).action
-
-
-def plain_rule(window: int) -> Rule:
-    """Seed 000's check: roll back when the last `window` candidate runs pass under
-    min_pass_rate; advance once the stage has min_samples runs and its time."""
-
-    def rule(record: VersionedBinding, counts: StageCounts, now: float) -> Action:
-        binding = record.binding
-        thresholds = binding.gate.thresholds
-        recent = counts.entries[-window:]
-        if len(recent) == window and (
-                sum(run.passed for _, run in recent) / window < thresholds.min_pass_rate):
-            return Action.ROLLBACK
-        waited = now - (binding.stage_since or 0.0)
-        if counts.cand_n >= thresholds.min_samples and waited >= required_seconds(binding):
-            return Action.ADVANCE
-        return Action.HOLD
-
-    return rule
-
-
 class Ledger:
     """The binding history and each finished stage's counts, as the stores keep them."""
 
@@ -301,11 +157,10 @@ class Ledger:
                 record: VersionedBinding) -> None:
         """`ended`'s stage is over with `counts`; `record` is the binding it advanced to."""
         binding = ended.binding
-        compared = Comparison.of(cells_of(counts.cand_cells.cells(RUN_FAILURE),
-                                          counts.cur_cells.cells(RUN_FAILURE)))
         self.finished[epoch_key(binding.stage_since)] = EarlierStage(
             binding.stage, binding.share, binding.stage_since, counts.cand_n,
-            counts.cand_passes, counts.regressions, counts.improvements, compared)
+            counts.cand_passes, counts.regressions, counts.improvements,
+            stage_comparison(counts, ended))
         self.entries.append(_entry(record))
 
     def rollout(self, record: VersionedBinding) -> Carried | None:
@@ -331,7 +186,7 @@ class Traffic:
         self.world = world
         self.tenants = world.tenants or (Tenant(1.0, world.base, p),)
         total = sum(t.weight for t in self.tenants)
-        self.cumulative = []
+        self.cumulative: list[float] = []
         acc = 0.0
         for tenant in self.tenants:
             acc += tenant.weight / total
@@ -344,96 +199,226 @@ class Traffic:
         if shock is not None and self.shock_at is None and stage.value == shock.stage:
             self.shock_at = now + shock.after_s
 
-    def tenant(self, rng: random.Random) -> int:
-        """Draw a job's tenant."""
-        if len(self.tenants) == 1:
-            return 0
-        u = rng.random()
-        return next(i for i, c in enumerate(self.cumulative) if u < c)
-
-    def rates(self, tenant: int, time: float) -> tuple[float, float, bool]:
-        """(current's pass rate, the candidate's, in an outage) for the tenant at `time`."""
-        found = self.tenants[tenant]
+    def window(self) -> tuple[float, float]:
+        """[from, to) of the shock in rollout seconds; empty when none is timed yet."""
         shock = self.world.shock
-        if shock is not None and self.shock_at is not None and \
-                self.shock_at <= time < self.shock_at + shock.duration_s:
-            if shock.outage:
-                return 0.0, 0.0, True
-            return (max(0.0, found.current - shock.drop), max(0.0, found.candidate - shock.drop),
-                    False)
-        return found.current, found.candidate, False
+        if shock is None or self.shock_at is None:
+            return math.inf, math.inf
+        return self.shock_at, self.shock_at + shock.duration_s
 
 
-def rollout(world: World, p: float, rng: random.Random,
-            rule: Rule = gatekeeper_rule) -> Outcome:
-    """Walk one rollout tick by tick until it is rolled back or stable."""
+def rollout(world: World, p: float, rng: random.Random, rule: Rule | None = None,
+            literal: bool = False) -> Outcome:
+    """Walk one rollout run by run until it is rolled back, stable, or paused.
+
+    `rule`: a stand-in for decide(), read at every read. `literal`: the gatekeeper's
+    view built afresh at every read (the reference the event-driven reader matches).
+    """
     record = _start(world.policy, world.holdback)
     ledger = Ledger(record, world.carry)
-    history = History(rng, world.base, world.history)
+    history = None if world.concurrent else History(rng, world.base, world.history)
     traffic = Traffic(world, p)
     traffic.enter(Stage.SHADOW, 0.0)
-
-    def fresh() -> StageCounts:
-        return StageCounts(carried=history.window(), rollout=ledger.rollout(record),
-                           concurrent=world.concurrent)
-
-    counts = fresh()
-    runs = served = 0
-    now = 0.0
-    per_tick = world.rate * world.interval
-    owed = 0.0
-    seq = 0
+    if rule is gatekeeper_rule:
+        rule, literal = None, True
+    state = _Walk(world, traffic, rng, history, literal)
     while True:
+        counts = StageCounts(
+            carried=WindowStats() if history is None else history.window(),
+            rollout=ledger.rollout(record), concurrent=world.concurrent, literal=literal,
+            reports=None if world.reports is None else Reports(),
+            criteria=Criteria(len(world.criteria)) if world.criteria else None)
+        action, now = state.stage(record, counts, Reader(record, counts, rule))
         binding = record.binding
-        owed += per_tick
-        jobs = int(owed)
-        owed -= jobs
-        for j in range(jobs):
-            t = now + (j + 1) * world.interval / jobs
-            tenant = traffic.tenant(rng)
-            base, p_cand, outage = traffic.rates(tenant, t)
-            error = outage or (world.tool_error > 0 and rng.random() < world.tool_error)
-            if binding.stage is Stage.SHADOW:
-                ok_current, ok = _job(rng, base, p_cand, world.rho)
-                counts.cur_n += 1
-                counts.cur_passes += ok_current
-                history.add(ok_current)
-                counts.cell("current", t, "", ok_current, error)
+        if action is None:
+            return Outcome(False, state.runs, state.served, "paused")
+        if action is Action.ROLLBACK:
+            return Outcome(True, state.runs, state.served, binding.stage.value)
+        moved = apply(binding, Event.ADVANCE, now).binding
+        if moved.stage is Stage.STABLE:
+            return Outcome(False, state.runs, state.served, "stable")
+        ended, record = record, record.model_copy(
+            update={"binding": moved, "version": record.version + 1, "updated_at": now})
+        ledger.advance(ended, counts, record)
+        traffic.enter(moved.stage, now)
+
+
+class _Walk:
+    """The traffic loop: job after job into the stage's counts, a read after each run or
+    on the schedule, until a read advances, rolls back or pauses."""
+
+    def __init__(self, world: World, traffic: Traffic, rng: random.Random,
+                 history: History | None, literal: bool) -> None:
+        self.world, self.traffic, self.rng = world, traffic, rng
+        self.history, self.literal = history, literal
+        self.job = 0
+        self.runs = self.served = 0
+        self.next_read = 1
+
+    def stage(self, record: VersionedBinding, counts: StageCounts,
+              reader: Reader) -> tuple[Action | None, float]:
+        """Run jobs through `record`'s stage; (ADVANCE or ROLLBACK, or None for a pause; when)."""
+        world, rng, history, literal = self.world, self.rng, self.history, self.literal
+        rand = rng.random
+        binding = record.binding
+        shadow = binding.stage is Stage.SHADOW
+        share = (1.0 - binding.holdback) if binding.stage is Stage.FULL else binding.share
+        dt = 1.0 / world.rate
+        rho, te = world.rho, world.tool_error
+        traffic = self.traffic
+        tenants, cumulative = traffic.tenants, traffic.cumulative
+        last_tenant = len(tenants) - 1
+        rule_tenant = None if shadow else world.rule_tenant
+        shock = world.shock
+        shock_from, shock_to = traffic.window()
+        rep_cur, rep_cand = world.reports or (1.0, 1.0)
+        reports, criteria = counts.reports, counts.criteria
+        keys = world.criteria
+        bucket_s = concurrent.BUCKET_S
+        buckets = counts.buckets
+        last_bucket: int | None = None
+        strata: dict[str, list[int]] = {}
+        keep_entries = not world.concurrent
+        every_run, interval = world.every_run, world.interval
+        read = reader.read
+        while True:
+            self.job += 1
+            t = self.job * dt
+            tenant = 0 if not last_tenant else min(bisect.bisect_right(cumulative, rand()),
+                                                    last_tenant)
+            found = tenants[tenant]
+            base, p_cand, outage = found.current, found.candidate, False
+            if shock is not None and shock_from <= t < shock_to:
+                if shock.outage:
+                    base, p_cand, outage = 0.0, 0.0, True
+                else:
+                    base, p_cand = max(0.0, base - shock.drop), max(0.0, p_cand - shock.drop)
+            bucket = int(t // bucket_s)
+            if bucket != last_bucket and not literal:
+                strata = {}
+                buckets.append([bucket, strata])
+                last_bucket = bucket
+            ran_current = ran_candidate = False
+            if shadow:
+                shared = rand()
+                u_current = shared if rand() < rho else rand()
+                u_candidate = shared if rand() < rho else rand()
+                ok_current, ok = u_current < base, u_candidate < p_cand
+                ran_current = ran_candidate = True
+                stratum = ""
+            else:
+                ruled = rule_tenant is not None and tenant == rule_tenant
+                if ruled or rand() < share:
+                    ok = rand() < p_cand
+                    ran_candidate = True
+                    self.served += 1
+                    stratum = "rule" if ruled else ""
+                else:
+                    ok_current = rand() < base
+                    ran_current = True
+            if ran_candidate:
+                self.runs += 1
+                got = rep_cand >= 1.0 or rand() < rep_cand
+                if reports is not None:
+                    # `mature_before` with no grace: the bucket by the report module's size.
+                    _count(reports.candidate, report_bucket(t, 0.0), got)
+                if got:
+                    error = outage or (te > 0.0 and rand() < te)
+                    counts.cand_n += 1
+                    counts.cand_passes += ok
+                    counts.recent.append(ok)
+                    if keep_entries:
+                        counts.entries.append((f"{self.job}-0", PASS if ok else FAIL))
+                    if literal:
+                        counts.cell("candidate", t, stratum, ok, error)
+                    else:
+                        cell = strata.get(stratum) or strata.setdefault(stratum, [0] * 6)
+                        cell[CN] += 1
+                        cell[CF] += not ok
+                        cell[CE] += error
+                else:
+                    ran_candidate = False
+            if ran_current:
+                got = rep_cur >= 1.0 or rand() < rep_cur
+                if reports is not None:
+                    _count(reports.current, report_bucket(t, 0.0), got)
+                if got:
+                    error = outage or (te > 0.0 and rand() < te)
+                    counts.cur_n += 1
+                    counts.cur_passes += ok_current
+                    if history is not None:
+                        history.add(ok_current)
+                    if literal:
+                        counts.cell("current", t, "", ok_current, error)
+                    else:
+                        cell = strata.get("") or strata.setdefault("", [0] * 6)
+                        cell[KN] += 1
+                        cell[KF] += not ok_current
+                        cell[KE] += error
+                else:
+                    ran_current = False
+            if shadow and ran_current and ran_candidate:
                 counts.pairs += 1
                 counts.regressions += ok_current and not ok
                 counts.improvements += ok and not ok_current
-                stratum = ""
-            else:
-                ruled = world.rule_tenant is not None and tenant == world.rule_tenant
-                share = (1.0 - binding.holdback) if binding.stage is Stage.FULL \
-                    else binding.share
-                if ruled or rng.random() < share:
-                    ok = rng.random() < p_cand
-                    served += 1
-                    stratum = "rule" if ruled else ""
+            if criteria is not None:
+                if shadow and ran_current and ran_candidate:
+                    mask_current, mask_cand = _paired_masks(rand, keys, rho)
+                    criteria.add(1, mask_current)
+                    criteria.add(0, mask_cand)
+                    criteria.pair(mask_current, mask_cand)
                 else:
-                    ok_current = rng.random() < base
-                    counts.cur_n += 1
-                    counts.cur_passes += ok_current
-                    history.add(ok_current)
-                    counts.cell("current", t, "", ok_current, error)
-                    continue
-            runs += 1
-            seq += 1
-            counts.cand_n += 1
-            counts.cand_passes += ok
-            counts.cell("candidate", t, stratum, ok, error)
-            counts.entries.append((f"{seq}-0", PASS if ok else FAIL))
-        now += world.interval
-        action = rule(record, counts, now)
-        if action is Action.ROLLBACK:
-            return Outcome(True, runs, served, binding.stage.value)
-        if action is Action.ADVANCE:
-            moved = apply(binding, Event.ADVANCE, now).binding
-            if moved.stage is Stage.STABLE:
-                return Outcome(False, runs, served, "stable")
-            ended, record = record, record.model_copy(
-                update={"binding": moved, "version": record.version + 1, "updated_at": now})
-            ledger.advance(ended, counts, record)
-            traffic.enter(moved.stage, now)
-            counts = fresh()
+                    if ran_candidate:
+                        criteria.add(0, _mask(rand, keys, 1))
+                    if ran_current:
+                        criteria.add(1, _mask(rand, keys, 0))
+            if every_run:
+                action, paused = read(t)
+                if paused:
+                    return None, t
+                if action is Action.ROLLBACK or action is Action.ADVANCE:
+                    return action, t
+                continue
+            while self.next_read * interval < t + dt:
+                now = self.next_read * interval
+                self.next_read += 1
+                action, paused = read(now)
+                if paused:
+                    return None, now
+                if action is Action.ROLLBACK or action is Action.ADVANCE:
+                    return action, now
+
+
+def _count(arm: tuple[dict[int, int], dict[int, int]], bucket: int, reported: bool) -> None:
+    """One assigned run in `bucket`, and its report if it arrived."""
+    assigned, arrived = arm
+    assigned[bucket] = assigned.get(bucket, 0) + 1
+    if reported:
+        arrived[bucket] = arrived.get(bucket, 0) + 1
+
+
+def _mask(rand: Callable[[], float], keys: tuple[tuple[float, float], ...], arm: int) -> int:
+    """One run's criterion results: bit k set when it passed key k (arm 0 current, 1 candidate)."""
+    mask = 0
+    for k, rates in enumerate(keys):
+        if rand() < rates[arm]:
+            mask |= 1 << k
+    return mask
+
+
+def _paired_masks(rand: Callable[[], float], keys: tuple[tuple[float, float], ...],
+                  rho: float) -> tuple[int, int]:
+    """Both arms' results on one shadow job, sharing randomness as their outcomes do."""
+    current = candidate = 0
+    for k, (p_current, p_cand) in enumerate(keys):
+        shared = rand()
+        if (shared if rand() < rho else rand()) < p_current:
+            current |= 1 << k
+        if (shared if rand() < rho else rand()) < p_cand:
+            candidate |= 1 << k
+    return current, candidate
+
+
+#: The pieces other modules drive directly.
+__all__ = ["Outcome", "Rule", "Shock", "Tenant", "World", "gatekeeper_rule", "plain_rule",
+           "rollout"]

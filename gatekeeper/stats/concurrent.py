@@ -193,8 +193,14 @@ class Comparison:
     @classmethod
     def of(cls, cells: Iterable[Cell]) -> Comparison:
         """Sum the informative cells' log ratios at each of `RISKS`."""
-        logs = [0.0] * len(RISKS)
-        count = cn = ce = kn = ke = 0
+        return cls().fold(cells)
+
+    def fold(self, cells: Iterable[Cell]) -> Comparison:
+        """These cells added to the ones summed so far, one by one in order (so folding
+        the cells in parts gives the very numbers `of` gives over all of them)."""
+        logs = list(self.logs)
+        count, cn, ce = self.cells, self.candidate_n, self.candidate_events
+        kn, ke = self.current_n, self.current_events
         for cell in cells:
             if cell.candidate_n == 0 or cell.current_n == 0:
                 continue
@@ -204,7 +210,7 @@ class Comparison:
             if cell.informative:
                 for i, value in enumerate(cell_logs(cell)):
                     logs[i] += value
-        return cls(tuple(logs), count, cn, ce, kn, ke)
+        return Comparison(tuple(logs), count, cn, ce, kn, ke)
 
     def merge(self, other: Comparison) -> Comparison:
         """Both sets of cells (disjoint: earlier stages and this one)."""
@@ -336,17 +342,22 @@ class CusumState:
                 "cells": self.cells, "alarm": self.alarm, "alarm_bucket": self.alarm_bucket}
 
 
+    def fold(self, cells: Iterable[Cell]) -> CusumState:
+        """Advance over `cells`: whole buckets, each later than every bucket folded so far
+        (a bucket's strata are summed before the step, so a bucket is never split)."""
+        by_bucket: dict[int, float] = {}
+        for cell in cells:
+            if cell.informative:
+                by_bucket[cell.bucket] = by_bucket.get(cell.bucket, 0.0) + cell_log_ratio(
+                    cell, CUSUM_RISK)
+        s, alarm = self.s, self.alarm_bucket
+        for bucket in sorted(by_bucket):
+            s = max(0.0, s + by_bucket[bucket])
+            if alarm is None and s >= self.h:
+                alarm = bucket
+        return CusumState(s, self.h, self.cells + len(by_bucket), alarm)
+
+
 def cusum(cells: Iterable[Cell], h: float) -> CusumState:
     """Run the CUSUM over `cells` in bucket order (strata of one bucket summed)."""
-    by_bucket: dict[int, float] = {}
-    for cell in cells:
-        if cell.informative:
-            by_bucket[cell.bucket] = by_bucket.get(cell.bucket, 0.0) + cell_log_ratio(
-                cell, CUSUM_RISK)
-    s = 0.0
-    alarm: int | None = None
-    for bucket in sorted(by_bucket):
-        s = max(0.0, s + by_bucket[bucket])
-        if alarm is None and s >= h:
-            alarm = bucket
-    return CusumState(s, h, len(by_bucket), alarm)
+    return CusumState(0.0, h, 0, None).fold(cells)

@@ -14,22 +14,27 @@ arm's runs that were assigned and never reported as failed runs
 `missing` shows them with the comparison over the runs that arrived alone
 (`unadjusted`) beside it.
 
-`section_of` is pure (two windows, the binding, the time), so the simulator
-builds the section with it too.
+`section_of` is pure (two windows, the binding, the time): a fold of every
+closed cell (`Folded`). The simulator keeps the fold and advances it as
+buckets close, so its section is this one, bucket by bucket.
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bindings.models import Binding, Stage
 from gatekeeper.stats import concurrent
 from gatekeeper.stats.budget import CUSUM_HORIZON_CELLS, concurrent_cusum_alpha
 from gatekeeper.stats.concurrent import (
+    Cell,
     Comparison,
+    CusumState,
     cells_of,
     closed_before,
-    cusum,
     cusum_h,
 )
 from gatekeeper.stats.drift import RUN_FAILURE
@@ -51,32 +56,65 @@ def concurrent_section(ctx: GateContext, missing: Missing | None = None) -> dict
     return section_of(ctx.arms[arm][1], ctx.arms["current"][1], binding, ctx.now, missing)
 
 
+@dataclass(frozen=True)
+class Folded:
+    """The section's tests folded over the closed buckets below `before`, oldest first.
+
+    Per metric the running comparison and CUSUM: `advance` folds in the cells of
+    buckets that closed since, so a reader that keeps one (the simulator, reading
+    after every run) pays per new bucket, not per bucket of the stage. The numbers
+    are those of a fold over every closed cell at once: the same sums, in the same
+    order. (Kept across reads only while every metric counts up to the same bucket:
+    with missing runs counted, `section_of` folds afresh.)
+    """
+
+    before: int
+    metrics: Mapping[str, tuple[Comparison, CusumState]]
+
+    @classmethod
+    def start(cls, binding: Binding) -> Folded:
+        """Nothing folded yet, the CUSUMs' h set by `binding`'s stage alpha."""
+        alpha = concurrent_cusum_alpha(binding.gate.thresholds.alpha, len(METRICS))
+        h = cusum_h(alpha, CUSUM_HORIZON_CELLS)
+        return cls(-sys.maxsize, {m: (Comparison(), CusumState(0.0, h, 0, None))
+                                  for m in METRICS})
+
+    def advance(self, cells: Mapping[str, Sequence[Cell]], before: int) -> Folded:
+        """Fold in each metric's cells of the buckets from `self.before` up to `before`
+        (whole buckets, oldest first, as `cells_of` lists them)."""
+        return Folded(before, {m: (compared.fold(cells[m]), state.fold(cells[m]))
+                               for m, (compared, state) in self.metrics.items()})
+
+    def section(self, binding: Binding,
+                missing: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The view's `concurrent` section of these folds (`missing`: what section_of shows
+        of the missing runs counted as failed)."""
+        metrics = {m: {**compared.as_dict(), "cusum": state.as_dict()}
+                   for m, (compared, state) in self.metrics.items()}
+        # Read from the module at each call: a test may shorten the buckets.
+        return {"bucket_s": concurrent.BUCKET_S, "grace_s": concurrent.GRACE_S,
+                "closed_before": self.before,
+                "holdback": binding.holdback if binding.stage is Stage.FULL else 0.0,
+                "metrics": metrics,
+                # Runs assigned and never reported, counted as failed runs (None: not counted).
+                "missing": missing,
+                "alarms": [m for m, found in metrics.items() if found["cusum"]["alarm"]]}
+
+
 def section_of(candidate: WindowStats, current: WindowStats, binding: Binding,
                now: float, missing: Missing | None = None) -> dict[str, Any]:
-    """The section from the candidate's and current's stage windows at `now` (with
-    `missing`, its runs counted as failed in the run-failure metric)."""
+    """The section from the candidate's and current's stage windows at `now`: every closed
+    cell folded at once (with `missing`, its runs counted as failed in the run-failure
+    metric, over the cells it lets count)."""
     before = closed_before(now)
-    alpha = concurrent_cusum_alpha(binding.gate.thresholds.alpha, len(METRICS))
-    h = cusum_h(alpha, CUSUM_HORIZON_CELLS)
-    metrics: dict[str, Any] = {}
     cand_cells, cur_cells = candidate.all_cells(), current.all_cells()
+    cells = {m: cells_of(cand_cells[m], cur_cells[m], before=before) for m in METRICS}
     shown: dict[str, Any] | None = None
-    for metric in METRICS:
-        cand, cur, upto = cand_cells[metric], cur_cells[metric], before
-        if metric == RUN_FAILURE and missing is not None:
-            cand, cur = with_missing(cand, cur, missing)
-            upto = missing.counted_before(before)
-            added = missing.added(upto)
-            shown = {"counted_before": upto, "candidate": added[0], "current": added[1],
-                     "unadjusted": Comparison.of(cells_of(cand_cells[metric], cur_cells[metric],
-                                                          before=before)).as_dict()}
-        cells = cells_of(cand, cur, before=upto)
-        metrics[metric] = {**Comparison.of(cells).as_dict(), "cusum": cusum(cells, h).as_dict()}
-    # Read from the module at each call: a test may shorten the buckets.
-    return {"bucket_s": concurrent.BUCKET_S, "grace_s": concurrent.GRACE_S,
-            "closed_before": before,
-            "holdback": binding.holdback if binding.stage is Stage.FULL else 0.0,
-            "metrics": metrics,
-            # Runs assigned and never reported, counted as failed runs (None: not counted).
-            "missing": shown,
-            "alarms": [m for m, found in metrics.items() if found["cusum"]["alarm"]]}
+    if missing is not None:
+        cand, cur = with_missing(cand_cells[RUN_FAILURE], cur_cells[RUN_FAILURE], missing)
+        upto = missing.counted_before(before)
+        added = missing.added(upto)
+        shown = {"counted_before": upto, "candidate": added[0], "current": added[1],
+                 "unadjusted": Comparison.of(cells[RUN_FAILURE]).as_dict()}
+        cells[RUN_FAILURE] = cells_of(cand, cur, before=upto)
+    return Folded.start(binding).advance(cells, before).section(binding, shown)

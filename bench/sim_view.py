@@ -1,0 +1,367 @@
+"""The gate view of a simulated stage, and the gatekeeper reading it: literal or event-driven.
+
+The view is built by the functions `gatekeeper.view` builds it with:
+`gate.evaluate(...).to_json()` per arm, the paired tally's `report` at
+`budget.final_alpha`, the `concurrent` section (`gatekeeper.view.concurrent`),
+the `rollout` section (`Carried.as_dict`), the report check
+(`stats.reports.report_check`, as `view.reports` calls it), the criterion
+tests (`criteria_gate.criteria_tests`, as `view.criteria.gate_section` calls
+them); `decide.evidence_from_view` reads it and `decide.decide` judges it.
+
+Two readers:
+
+- **literal** (`literal_rule`): at every read the whole view is built afresh
+  (the concurrent section by `section_of` from the cells written as window
+  fields, exactly the router's path) and decide() is called. The reference.
+- **event-driven** (`Reader`): decide() is a pure function of (binding,
+  evidence, now), and within a stage the evidence can change the action only
+  through `key`: the closed buckets (the concurrent section, with its CUSUMs
+  and the stage-end look's matched counts, changes only when a bucket closes),
+  shadow's flips (the flip test and the stage-end McNemar) and whether its pairs
+  reached `min_shadow_pairs`, each arm's verdict class (decide reads an arm's
+  verdict and reason codes; its counts only for text, since with the
+  concurrent section the tests read the cells), the report check's matured
+  buckets, the acting criterion keys, and the two clocks (the stage minimum,
+  the deadline). So it calls decide() only when the key changed and otherwise
+  answers what decide() answered last, which is what decide() would answer; an
+  arm's JSON is built when its class changes. The concurrent section is kept as
+  a fold (`view.concurrent.Folded`) advanced as buckets close. `tests/
+  test_rollout_sim.py` holds the two readers to identical outcomes.
+
+The key is only valid for a view with the concurrent section (the gate before
+issue 23 read the arms' counts at every read): without it the reader is literal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from bench.sim_state import CE, CF, CN, KE, KF, KN, StageCounts
+from bindings.models import GatePolicy, Stage, VersionedBinding
+from gatekeeper.gate import evaluate
+from gatekeeper.machine.deadline import deadline_of
+from gatekeeper.machine.decide import (
+    Action,
+    Decision,
+    Evidence,
+    decide,
+    evidence_from_view,
+    required_seconds,
+    sequential_evidence,
+    shadow_pairs_needed,
+)
+from gatekeeper.stats.budget import REPORTS_SHARE, final_alpha
+from gatekeeper.stats.concurrent import Cell, Comparison, cells_of, closed_before
+from gatekeeper.stats.criteria_gate import KeyCounts, acting, criteria_tests
+from gatekeeper.stats.drift import RUN_FAILURE, Detector, params_for, section
+from gatekeeper.stats.pair_tally import Tally
+from gatekeeper.stats.reports import mature_before, report_check
+from gatekeeper.stats.rollout import Carried
+from gatekeeper.view.concurrent import METRICS, Folded, section_of
+from gatekeeper.window import WindowStats
+
+#: Criterion keys the simulator gates on (`World.criteria`), in order.
+CRITERION_KEYS = ("c1", "c2", "c3", "c4", "c5", "c6")
+
+_ARMS: dict[tuple[int, int, int], dict[str, Any]] = {}
+#: Policies seen by the memos, kept alive so their ids stay theirs.
+_POLICIES: dict[int, GatePolicy] = {}
+
+
+def _arm_json(n: int, passes: int, policy: GatePolicy) -> dict[str, Any]:
+    """`gate.evaluate(...).to_json()` of an arm's counts (memoized: evaluate is pure)."""
+    key = (n, passes, id(policy))
+    found = _ARMS.get(key)
+    if found is None:
+        _POLICIES[id(policy)] = policy
+        if len(_ARMS) > 200_000:
+            _ARMS.clear()
+        found = _ARMS[key] = evaluate(WindowStats({"n": n, "passes": passes}), policy).to_json()
+    return found
+
+
+_PAIRS: dict[tuple[int, int, int, float, int], dict[str, Any]] = {}
+
+
+def _paired_json(pairs: int, regressions: int, improvements: int, alpha: float,
+                 needed: int) -> dict[str, Any]:
+    """The paired tally's report of those counts (memoized, pure)."""
+    key = (pairs, regressions, improvements, alpha, needed)
+    found = _PAIRS.get(key)
+    if found is None:
+        if len(_PAIRS) > 200_000:
+            _PAIRS.clear()
+        tally = Tally(pairs=pairs, regressions=regressions, improvements=improvements)
+        found = _PAIRS[key] = tally.report(alpha=alpha, min_samples=needed).as_dict()
+    return found
+
+
+def verdict_class(n: int, passes: int, policy: GatePolicy) -> int:
+    """What decide() reads of an arm's verdict with these counts and no zero-tolerance
+    event: 0 too few runs (min_samples), 1 under min_pass_rate, 2 passing (as
+    `gate.evaluate` decides them)."""
+    thresholds = policy.thresholds
+    if n < thresholds.min_samples:
+        return 0
+    return 1 if passes / n < thresholds.min_pass_rate else 2
+
+
+def _cells(buckets: list[list[Any]]) -> dict[str, list[Cell]]:
+    """Each metric's cells of whole buckets, oldest first, strata in order (as `cells_of`)."""
+    out: dict[str, list[Cell]] = {m: [] for m in METRICS}
+    failure, error, forbidden = (out[m] for m in METRICS)
+    for bucket, strata in buckets:
+        for stratum in sorted(strata):
+            c = strata[stratum]
+            failure.append(Cell(c[CN], c[CF], c[KN], c[KF], bucket, stratum))
+            error.append(Cell(c[CN], c[CE], c[KN], c[KE], bucket, stratum))
+            forbidden.append(Cell(c[CN], 0, c[KN], 0, bucket, stratum))
+    return out
+
+
+def fold_to(counts: StageCounts, record: VersionedBinding, before: int) -> Folded:
+    """The stage's fold advanced over every bucket below `before` not yet in it."""
+    folded = counts.folded or Folded.start(record.binding)
+    if folded.before != before:
+        ready = []
+        while counts.buckets and counts.buckets[0][0] < before:
+            ready.append(counts.buckets.popleft())
+        folded = folded.advance(_cells(ready), before)
+    counts.folded = folded
+    return folded
+
+
+def stage_comparison(counts: StageCounts, record: VersionedBinding) -> Comparison:
+    """The finished stage's run-failure comparison over all its cells, closed or not (what
+    `store.rollout` carries)."""
+    if counts.literal:
+        return Comparison.of(cells_of(counts.cand_cells.cells(RUN_FAILURE),
+                                      counts.cur_cells.cells(RUN_FAILURE)))
+    folded = counts.folded or Folded.start(record.binding)
+    return folded.metrics[RUN_FAILURE][0].fold(_cells(list(counts.buckets))[RUN_FAILURE])
+
+
+def _criteria(counts: StageCounts, record: VersionedBinding) -> list[KeyCounts]:
+    """Each gated key's counts, as `view.criteria.gate_counts` gives them."""
+    assert counts.criteria is not None
+    shadow = record.binding.stage is Stage.SHADOW
+    return [KeyCounts(key, *found) for key, found in
+            zip(CRITERION_KEYS, counts.criteria.counts(shadow))]
+
+
+def criteria_key(counts: StageCounts, record: VersionedBinding) -> tuple[str, ...]:
+    """The criterion keys whose test acts now (decide() acts on `acting` of these tests)."""
+    gate = record.binding.gate
+    verdicts = criteria_tests(_criteria(counts, record), gate.criteria, gate.thresholds.alpha)
+    zero, rejected = acting(verdicts)
+    return tuple(v.counts.key for v in zero) + ("/",) + tuple(v.counts.key for v in rejected)
+
+
+def _reports(counts: StageCounts, record: VersionedBinding, now: float) -> dict[str, Any]:
+    """The `reports` section (`view.reports.reports_section`)."""
+    assert counts.reports is not None
+    judged = "shadow" if record.binding.stage is Stage.SHADOW else "candidate"
+    check = report_check(counts.reports.candidate, counts.reports.current, mature_before(now),
+                         REPORTS_SHARE * record.binding.gate.thresholds.alpha)
+    return {"arm": judged, **check.as_dict()}
+
+
+def view_of(record: VersionedBinding, counts: StageCounts, now: float,
+            fast: bool = False) -> dict[str, Any]:
+    """The parts of the gate view decide() reads, built by the view's own functions.
+
+    `fast`: the concurrent section from the kept fold, each arm's JSON kept while its
+    verdict class holds, the report section while no bucket matured (`Reader`).
+    """
+    binding = record.binding
+    policy = binding.gate
+    thresholds = policy.thresholds
+    judged = "shadow" if binding.stage is Stage.SHADOW else "candidate"
+    cache = counts.cache
+    if fast:
+        arms = {}
+        for arm, n, passes in (("current", counts.cur_n, counts.cur_passes),
+                               (judged, counts.cand_n, counts.cand_passes)):
+            found = cache.get(arm)
+            cls = verdict_class(n, passes, policy)
+            if found is None or found[0] != cls:
+                found = cache[arm] = (cls, _arm_json(n, passes, policy))
+            arms[arm] = found[1]
+    else:
+        arms = {"current": _arm_json(counts.cur_n, counts.cur_passes, policy),
+                judged: _arm_json(counts.cand_n, counts.cand_passes, policy)}
+    view: dict[str, Any] = {"stage": binding.stage.value, "arms": arms, "paired": None}
+    if binding.stage is Stage.SHADOW:
+        view["paired"] = _paired_json(counts.pairs, counts.regressions, counts.improvements,
+                                      final_alpha(thresholds.alpha, Stage.SHADOW),
+                                      shadow_pairs_needed(thresholds))
+    view["drift"] = _drift(counts, record)
+    if counts.concurrent:
+        if fast:
+            before = closed_before(now)
+            found = cache.get("concurrent")
+            if found is None or found[0] != before:
+                found = cache["concurrent"] = (before, fold_to(counts, record, before)
+                                               .section(binding))
+            view["concurrent"] = found[1]
+        else:
+            view["concurrent"] = section_of(counts.cand_cells, counts.cur_cells, binding, now)
+    if counts.rollout is not None:
+        if "rollout" not in cache:
+            cache["rollout"] = counts.rollout.as_dict(binding)
+        view["rollout"] = cache["rollout"]
+    if counts.reports is not None:
+        mature = mature_before(now)
+        found = cache.get("reports")
+        if not fast or found is None or found[0] != mature:
+            found = cache["reports"] = (mature, _reports(counts, record, now))
+        view["reports"] = found[1]
+    if counts.criteria is not None:
+        tests = criteria_tests(_criteria(counts, record), policy.criteria, thresholds.alpha)
+        view["by_criterion"] = {"gate": {judged: [v.as_dict() for v in tests]}}
+    return view
+
+
+def _drift(counts: StageCounts, record: VersionedBinding) -> dict[str, Any]:
+    """The drift section. With the concurrent section its candidate detector only shows
+    (decide() rolls back on the section's tests): left out. Without it, the candidate's
+    detector against current's p0, advanced over the stage's runs."""
+    policy = record.binding.gate
+    if counts.concurrent:
+        if "drift" not in counts.cache:
+            counts.cache["drift"] = section({}, {}, policy.drift)
+        return counts.cache["drift"]  # type: ignore[no-any-return]
+    current = WindowStats({"n": counts.cur_n, "passes": counts.cur_passes})
+    params = params_for(RUN_FAILURE, policy.drift, current.merge(counts.carried),
+                        policy.thresholds.min_samples, policy.thresholds.alpha)
+    shown = {}
+    if params is not None:
+        detector = counts.detector
+        if detector is None or detector.outdated(params):
+            detector = Detector(RUN_FAILURE, params)
+        # The store hands a detector only the entries after its last id.
+        counts.detector = detector = detector.advance(counts.entries[detector.n:])
+        shown = {RUN_FAILURE: detector.as_dict(True)}
+    return section(shown, {}, policy.drift)
+
+
+def _decision(record: VersionedBinding, counts: StageCounts, now: float,
+              fast: bool = False) -> Decision:
+    return decide("sim", record, evidence_from_view(view_of(record, counts, now, fast)), now)
+
+
+#: A stand-in for decide(): given the binding, the stage counts and the time, an action.
+Rule = Callable[[VersionedBinding, StageCounts, float], Action]
+
+
+def gatekeeper_rule(record: VersionedBinding, counts: StageCounts, now: float) -> Action:
+    """What the gatekeeper does: decide() on the evidence read out of the whole gate view,
+    built afresh (the literal reader)."""
+    return _decision(record, counts, now).action
+
+
+class plain_rule:  # a rule, called like the function it replaced (and picklable)
+    """Seed 000's check: roll back when the last `window` candidate runs pass under
+    min_pass_rate; advance once the stage has min_samples runs and its time."""
+
+    def __init__(self, window: int) -> None:
+        self.window = window
+
+    def __call__(self, record: VersionedBinding, counts: StageCounts, now: float) -> Action:
+        binding = record.binding
+        thresholds = binding.gate.thresholds
+        window = self.window
+        recent = list(counts.recent)[-window:]
+        if len(recent) == window and sum(recent) / window < thresholds.min_pass_rate:
+            return Action.ROLLBACK
+        waited = now - (binding.stage_since or 0.0)
+        if counts.cand_n >= thresholds.min_samples and waited >= required_seconds(binding):
+            return Action.ADVANCE
+        return Action.HOLD
+
+
+class Reader:
+    """The gatekeeper reading one stage: decide() on the view whenever `key` changed
+    since the last read, else the answer it gave then (see the module docstring)."""
+
+    def __init__(self, record: VersionedBinding, counts: StageCounts,
+                 rule: Rule | None = None) -> None:
+        binding = record.binding
+        self.record, self.counts, self.rule = record, counts, rule
+        self.policy = binding.gate
+        self.since = binding.stage_since if binding.stage_since is not None else 0.0
+        self.required = required_seconds(binding)
+        found = deadline_of(binding, self.since)
+        self.deadline = math.inf if found is None else found.at
+        self.shadow = binding.stage is Stage.SHADOW
+        self.needed = shadow_pairs_needed(binding.gate.thresholds)
+        self.alpha = final_alpha(binding.gate.thresholds.alpha, Stage.SHADOW)
+        #: Literal: a custom rule, or a view without the concurrent section.
+        self.literal = rule is not None or not counts.concurrent or counts.literal
+        #: The rollout section as decide() reads it back from the view.
+        self.carried = None if counts.rollout is None else Carried.from_view(
+            counts.rollout.as_dict(binding))
+        self.summarized: tuple[Any, ...] | None = None
+        self.summary: tuple[tuple[str, ...], bool] = ((), False)
+        self.last_key: tuple[Any, ...] | None = None
+        self.last: tuple[Action, bool] = (Action.HOLD, False)
+        self.decisions = 0
+
+    def key(self, now: float) -> tuple[Any, ...]:
+        """Everything decide()'s action on this stage's view can depend on at `now`.
+
+        While the stage is held (its minimum not reached, too few runs or pairs, the
+        pass rate under the floor) decide() can only hold it or roll it back, and
+        the concurrent section and the flips act only through the CUSUM alarms and
+        whether the sequential evidence rejects (`concurrent_summary`); once nothing
+        holds it, the closed buckets and the flips themselves are in the key.
+        """
+        c, policy = self.counts, self.policy
+        before = closed_before(now)
+        flips = (c.regressions, c.improvements) if self.shadow else None
+        time_ok = now - self.since >= self.required
+        judged = verdict_class(c.cand_n, c.cand_passes, policy)
+        pairs_ok = not self.shadow or c.pairs >= self.needed
+        held = not time_ok or judged != 2 or not pairs_ok
+        if self.summarized != (before, flips):
+            self.summary = self.concurrent_summary(before)
+            self.summarized = (before, flips)
+        return (held, time_ok, now >= self.deadline, judged,
+                verdict_class(c.cur_n, c.cur_passes, policy), pairs_ok, self.summary,
+                mature_before(now) if c.reports is not None else None,
+                criteria_key(c, self.record) if c.criteria is not None else None,
+                None if held else (before, flips))
+
+    def concurrent_summary(self, before: int) -> tuple[tuple[str, ...], bool]:
+        """(the metrics whose CUSUM alarms, whether the rollout's sequential evidence
+        rejects) on the view's concurrent section at `before` and the flips so far, by
+        decide()'s own `sequential_evidence` on the numbers the view carries."""
+        c, binding = self.counts, self.record.binding
+        folded = fold_to(c, self.record, before)
+        alarms = tuple(m for m, (_, state) in folded.metrics.items() if state.alarm)
+        paired = None
+        if self.shadow:
+            paired = _paired_json(c.pairs, c.regressions, c.improvements, self.alpha,
+                                  self.needed)
+        stage = {"metrics": {RUN_FAILURE: folded.metrics[RUN_FAILURE][0].as_dict()}}
+        evidence = Evidence(verdict="pass", n=c.cand_n, passes=c.cand_passes, paired=paired,
+                            carried=self.carried, concurrent=stage)
+        return alarms, sequential_evidence(binding, evidence).reject
+
+    def read(self, now: float) -> tuple[Action, bool]:
+        """(the action at `now`, True when it is a hold past the deadline: the gatekeeper
+        pauses the role)."""
+        if self.rule is not None:
+            return self.rule(self.record, self.counts, now), False
+        if not self.literal:
+            key = self.key(now)
+            if key == self.last_key:
+                return self.last
+            self.last_key = key
+        self.decisions += 1
+        decision = _decision(self.record, self.counts, now, fast=not self.literal)
+        self.last = (decision.action, decision.action is Action.HOLD
+                     and bool(decision.details.get("deadline")))
+        return self.last
