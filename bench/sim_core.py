@@ -105,6 +105,9 @@ class World:
     #: Per gated criterion key, (current's pass rate on it, the candidate's); each run
     #: passes each key on its own draw (paired across arms in shadow, as runs are).
     criteria: tuple[tuple[float, float], ...] = ()
+    #: Seconds after which a rollout still undecided is given up ("undecided"): a hold
+    #: that never reaches the deadline (both arms short of reports) would never end.
+    horizon_s: float = 4 * 86_400.0
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,8 @@ class Outcome:
     rolled_back: bool
     runs: int
     served: int
-    #: Where it ended: the stage it was rolled back in, "stable", or "paused" (a stage
-    #: past its deadline, held for a human).
+    #: Where it ended: the stage it was rolled back in, "stable", "paused" (a stage
+    #: past its deadline, held for a human) or "undecided" (still held at the horizon).
     stage: str
 
 
@@ -230,8 +233,8 @@ def rollout(world: World, p: float, rng: random.Random, rule: Rule | None = None
             criteria=Criteria(len(world.criteria)) if world.criteria else None)
         action, now = state.stage(record, counts, Reader(record, counts, rule))
         binding = record.binding
-        if action is None:
-            return Outcome(False, state.runs, state.served, "paused")
+        if not isinstance(action, Action):
+            return Outcome(False, state.runs, state.served, action)
         if action is Action.ROLLBACK:
             return Outcome(True, state.runs, state.served, binding.stage.value)
         moved = apply(binding, Event.ADVANCE, now).binding
@@ -256,8 +259,9 @@ class _Walk:
         self.next_read = 1
 
     def stage(self, record: VersionedBinding, counts: StageCounts,
-              reader: Reader) -> tuple[Action | None, float]:
-        """Run jobs through `record`'s stage; (ADVANCE or ROLLBACK, or None for a pause; when)."""
+              reader: Reader) -> tuple[Action | str, float]:
+        """Run jobs through `record`'s stage: (ADVANCE or ROLLBACK, or "paused" or
+        "undecided"; when)."""
         world, rng, history, literal = self.world, self.rng, self.history, self.literal
         rand = rng.random
         binding = record.binding
@@ -281,9 +285,12 @@ class _Walk:
         keep_entries = not world.concurrent
         every_run, interval = world.every_run, world.interval
         read = reader.read
+        horizon = world.horizon_s
         while True:
             self.job += 1
             t = self.job * dt
+            if t > horizon:
+                return "undecided", t
             tenant = 0 if not last_tenant else min(bisect.bisect_right(cumulative, rand()),
                                                     last_tenant)
             found = tenants[tenant]
@@ -297,6 +304,8 @@ class _Walk:
             if bucket != last_bucket and not literal:
                 strata = {}
                 buckets.append([bucket, strata])
+                if reports is not None:
+                    counts.raw.append([bucket, strata])
                 last_bucket = bucket
             ran_current = ran_candidate = False
             if shadow:
@@ -375,7 +384,7 @@ class _Walk:
             if every_run:
                 action, paused = read(t)
                 if paused:
-                    return None, t
+                    return "paused", t
                 if action is Action.ROLLBACK or action is Action.ADVANCE:
                     return action, t
                 continue
@@ -384,7 +393,7 @@ class _Walk:
                 self.next_read += 1
                 action, paused = read(now)
                 if paused:
-                    return None, now
+                    return "paused", now
                 if action is Action.ROLLBACK or action is Action.ADVANCE:
                     return action, now
 

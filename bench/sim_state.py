@@ -121,6 +121,9 @@ class StageCounts:
     #: the counts indexed by CN..KE.
     buckets: deque[list[Any]] = field(default_factory=deque)
     folded: Folded | None = None
+    #: The same buckets, kept for the run-failure fold that counts missing runs as failed
+    #: (it lags `folded` while report buckets are in their grace).
+    raw: deque[list[Any]] = field(default_factory=deque)
     reports: Reports | None = None
     criteria: Criteria | None = None
     #: The reader's memo of this stage's pure parts of the view.

@@ -35,6 +35,7 @@ issue 23 read the arms' counts at every read): without it the reader is literal.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -53,9 +54,10 @@ from gatekeeper.machine.decide import (
     shadow_pairs_needed,
 )
 from gatekeeper.stats.budget import REPORTS_SHARE, final_alpha
-from gatekeeper.stats.concurrent import Cell, Comparison, cells_of, closed_before
+from gatekeeper.stats.concurrent import Cell, Comparison, CusumState, cells_of, closed_before
 from gatekeeper.stats.criteria_gate import KeyCounts, acting, criteria_tests
 from gatekeeper.stats.drift import RUN_FAILURE, Detector, params_for, section
+from gatekeeper.stats.missing import FAIL, Missing, applies, cell_bucket, missing_of
 from gatekeeper.stats.pair_tally import Tally
 from gatekeeper.stats.reports import mature_before, report_check
 from gatekeeper.stats.rollout import Carried
@@ -133,6 +135,70 @@ def fold_to(counts: StageCounts, record: VersionedBinding, before: int) -> Folde
     return folded
 
 
+def missing_of_stage(counts: StageCounts, record: VersionedBinding,
+                     now: float) -> Missing | None:
+    """The runs the comparison counts as failed (`view.reports.missing_for`): None unless
+    runs can go missing here and the policy says "fail" and can be applied."""
+    binding = record.binding
+    policy = binding.gate.reports
+    if counts.reports is None or policy.missing_runs != FAIL or applies(binding) is not None:
+        return None
+    return missing_of(counts.reports.candidate, counts.reports.current,
+                      mature_before(now, policy.grace_seconds))
+
+
+def _fold_missing(counts: StageCounts, record: VersionedBinding, missing: Missing,
+                  upto: int) -> tuple[Comparison, CusumState]:
+    """The run-failure fold with the missing runs as failed runs (`missing.with_missing`),
+    advanced over the comparison buckets below `upto` (each final once counted)."""
+    compared, state, done = counts.cache.get("missing_fold") or (
+        Folded.start(record.binding).metrics[RUN_FAILURE] + (-sys.maxsize,))
+    if upto <= done:
+        return compared, state
+    extra: dict[int, list[int]] = {}
+    for arm, gone in ((0, missing.candidate), (1, missing.current)):
+        for report_bucket, m in gone.items():
+            cell = cell_bucket(report_bucket)
+            if done <= cell < upto:
+                extra.setdefault(cell, [0, 0])[arm] += m
+    raw = counts.raw
+    ready: dict[int, dict[str, list[int]]] = {}
+    while raw and raw[0][0] < upto:
+        bucket, strata = raw.popleft()
+        ready[bucket] = strata
+    cells = []
+    for bucket in sorted(ready.keys() | extra.keys()):
+        strata = dict(ready.get(bucket, {}))
+        if bucket in extra:
+            m_cand, m_cur = extra[bucket]
+            c = list(strata.get("", [0] * 6))
+            c[CN], c[CF], c[KN], c[KF] = c[CN] + m_cand, c[CF] + m_cand, c[KN] + m_cur, \
+                c[KF] + m_cur
+            strata[""] = c
+        for stratum in sorted(strata):
+            c = strata[stratum]
+            cells.append(Cell(c[CN], c[CF], c[KN], c[KF], bucket, stratum))
+    found = (compared.fold(cells), state.fold(cells), upto)
+    counts.cache["missing_fold"] = found
+    return found[0], found[1]
+
+
+def fast_section(counts: StageCounts, record: VersionedBinding, now: float) -> dict[str, Any]:
+    """The `concurrent` section at `now` from the kept folds: `section_of`'s, to the bit."""
+    binding = record.binding
+    before = closed_before(now)
+    folded = fold_to(counts, record, before)
+    missing = missing_of_stage(counts, record, now)
+    if missing is None:
+        return folded.section(binding)
+    upto = missing.counted_before(before)
+    added = missing.added(upto)
+    shown = {"counted_before": upto, "candidate": added[0], "current": added[1],
+             "unadjusted": folded.metrics[RUN_FAILURE][0].as_dict()}
+    adjusted = {**folded.metrics, RUN_FAILURE: _fold_missing(counts, record, missing, upto)}
+    return Folded(before, adjusted).section(binding, shown)
+
+
 def stage_comparison(counts: StageCounts, record: VersionedBinding) -> Comparison:
     """The finished stage's run-failure comparison over all its cells, closed or not (what
     `store.rollout` carries)."""
@@ -162,10 +228,17 @@ def criteria_key(counts: StageCounts, record: VersionedBinding) -> tuple[str, ..
 def _reports(counts: StageCounts, record: VersionedBinding, now: float) -> dict[str, Any]:
     """The `reports` section (`view.reports.reports_section`)."""
     assert counts.reports is not None
-    judged = "shadow" if record.binding.stage is Stage.SHADOW else "candidate"
-    check = report_check(counts.reports.candidate, counts.reports.current, mature_before(now),
-                         REPORTS_SHARE * record.binding.gate.thresholds.alpha)
-    return {"arm": judged, **check.as_dict()}
+    binding = record.binding
+    policy = binding.gate.reports
+    judged = "shadow" if binding.stage is Stage.SHADOW else "candidate"
+    check = report_check(counts.reports.candidate, counts.reports.current,
+                         mature_before(now, policy.grace_seconds),
+                         REPORTS_SHARE * binding.gate.thresholds.alpha, policy.grace_seconds)
+    why_not = applies(binding) if policy.missing_runs == FAIL else None
+    return {"arm": judged, **check.as_dict(),
+            "missing_runs": {"policy": policy.missing_runs,
+                             "applied": policy.missing_runs == FAIL and why_not is None,
+                             "why_not": why_not}}
 
 
 def view_of(record: VersionedBinding, counts: StageCounts, now: float,
@@ -200,20 +273,16 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float,
     view["drift"] = _drift(counts, record)
     if counts.concurrent:
         if fast:
-            before = closed_before(now)
-            found = cache.get("concurrent")
-            if found is None or found[0] != before:
-                found = cache["concurrent"] = (before, fold_to(counts, record, before)
-                                               .section(binding))
-            view["concurrent"] = found[1]
+            view["concurrent"] = cached_section(counts, record, now)
         else:
-            view["concurrent"] = section_of(counts.cand_cells, counts.cur_cells, binding, now)
+            view["concurrent"] = section_of(counts.cand_cells, counts.cur_cells, binding, now,
+                                            missing_of_stage(counts, record, now))
     if counts.rollout is not None:
         if "rollout" not in cache:
             cache["rollout"] = counts.rollout.as_dict(binding)
         view["rollout"] = cache["rollout"]
     if counts.reports is not None:
-        mature = mature_before(now)
+        mature = mature_before(now, policy.reports.grace_seconds)
         found = cache.get("reports")
         if not fast or found is None or found[0] != mature:
             found = cache["reports"] = (mature, _reports(counts, record, now))
@@ -222,6 +291,18 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float,
         tests = criteria_tests(_criteria(counts, record), policy.criteria, thresholds.alpha)
         view["by_criterion"] = {"gate": {judged: [v.as_dict() for v in tests]}}
     return view
+
+
+def cached_section(counts: StageCounts, record: VersionedBinding,
+                   now: float) -> dict[str, Any]:
+    """`fast_section`, kept while no bucket closed and no report bucket matured (it cannot
+    change in between)."""
+    key = (closed_before(now), None if counts.reports is None else
+           mature_before(now, record.binding.gate.reports.grace_seconds))
+    found = counts.cache.get("concurrent")
+    if found is None or found[0] != key:
+        found = counts.cache["concurrent"] = (key, fast_section(counts, record, now))
+    return found[1]
 
 
 def _drift(counts: StageCounts, record: VersionedBinding) -> dict[str, Any]:
@@ -316,7 +397,9 @@ class Reader:
         pass rate under the floor) decide() can only hold it or roll it back, and
         the concurrent section and the flips act only through the CUSUM alarms and
         whether the sequential evidence rejects (`concurrent_summary`); once nothing
-        holds it, the closed buckets and the flips themselves are in the key.
+        holds it, the closed buckets and the flips themselves are in the key. The
+        section changes only when a bucket closes or (runs missing) a report bucket
+        matures.
         """
         c, policy = self.counts, self.policy
         before = closed_before(now)
@@ -325,30 +408,29 @@ class Reader:
         judged = verdict_class(c.cand_n, c.cand_passes, policy)
         pairs_ok = not self.shadow or c.pairs >= self.needed
         held = not time_ok or judged != 2 or not pairs_ok
-        if self.summarized != (before, flips):
-            self.summary = self.concurrent_summary(before)
-            self.summarized = (before, flips)
+        mature = (None if c.reports is None
+                  else mature_before(now, self.policy.reports.grace_seconds))
+        if self.summarized != (before, mature, flips):
+            self.summary = self.concurrent_summary(now)
+            self.summarized = (before, mature, flips)
         return (held, time_ok, now >= self.deadline, judged,
-                verdict_class(c.cur_n, c.cur_passes, policy), pairs_ok, self.summary,
-                mature_before(now) if c.reports is not None else None,
+                verdict_class(c.cur_n, c.cur_passes, policy), pairs_ok, self.summary, mature,
                 criteria_key(c, self.record) if c.criteria is not None else None,
                 None if held else (before, flips))
 
-    def concurrent_summary(self, before: int) -> tuple[tuple[str, ...], bool]:
+    def concurrent_summary(self, now: float) -> tuple[tuple[str, ...], bool]:
         """(the metrics whose CUSUM alarms, whether the rollout's sequential evidence
-        rejects) on the view's concurrent section at `before` and the flips so far, by
-        decide()'s own `sequential_evidence` on the numbers the view carries."""
+        rejects) on the view's concurrent section at `now` and the flips so far, by
+        decide()'s own `sequential_evidence` on the section the view shows."""
         c, binding = self.counts, self.record.binding
-        folded = fold_to(c, self.record, before)
-        alarms = tuple(m for m, (_, state) in folded.metrics.items() if state.alarm)
+        section = cached_section(c, self.record, now)
         paired = None
         if self.shadow:
             paired = _paired_json(c.pairs, c.regressions, c.improvements, self.alpha,
                                   self.needed)
-        stage = {"metrics": {RUN_FAILURE: folded.metrics[RUN_FAILURE][0].as_dict()}}
         evidence = Evidence(verdict="pass", n=c.cand_n, passes=c.cand_passes, paired=paired,
-                            carried=self.carried, concurrent=stage)
-        return alarms, sequential_evidence(binding, evidence).reject
+                            carried=self.carried, concurrent=section)
+        return tuple(section["alarms"]), sequential_evidence(binding, evidence).reject
 
     def read(self, now: float) -> tuple[Action, bool]:
         """(the action at `now`, True when it is a hold past the deadline: the gatekeeper

@@ -104,7 +104,7 @@ def _quick(**changes: object) -> GatePolicy:
 
 _SCENARIOS = {
     "healthy": (World(base=0.9, policy=_quick()), 0.9),
-    "drop": (World(base=0.9, policy=_quick()), 0.75),
+    "drop": (World(base=0.9, policy=_quick()), 0.7),
     "small drop": (World(base=0.9, policy=_quick()), 0.82),
     "shared outage": (World(base=0.9, policy=_quick(),
                             shock=Shock("canary", 10.0, 20.0, outage=True)), 0.9),
@@ -113,6 +113,11 @@ _SCENARIOS = {
     "tool errors": (World(base=0.9, policy=_quick(), tool_error=0.3), 0.9),
     "reports missing": (World(base=0.9, policy=_quick(min_stage_seconds=400.0),
                               reports=(1.0, 0.6)), 0.9),
+    # Missing runs counted as failed (the default policy) in the comparison of later stages.
+    "missing runs as failures": (World(base=0.9, policy=_quick(min_stage_seconds=100.0),
+                                       reports=(0.97, 0.97)), 0.85),
+    "reports short in both arms": (World(base=0.9, policy=_quick(), reports=(0.9, 0.9),
+                                         horizon_s=240.0), 0.9),
     "criterion lost": (World(base=0.9, policy=_quick(),
                              criteria=((0.95, 0.95), (1.0, 0.6), (1.0, 1.0))), 0.9),
     "deadline rollback": (World(base=0.85, policy=_quick(
