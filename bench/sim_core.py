@@ -219,15 +219,16 @@ def rollout(world: World, p: float, rng: random.Random, rule: Rule | None = None
     """
     record = _start(world.policy, world.holdback)
     ledger = Ledger(record, world.carry)
-    history = None if world.concurrent else History(rng, world.base, world.history)
+    history = History(rng, world.base, world.history)
     traffic = Traffic(world, p)
     traffic.enter(Stage.SHADOW, 0.0)
     if rule is gatekeeper_rule:
         rule, literal = None, True
     state = _Walk(world, traffic, rng, history, literal)
     while True:
+        carried = history.window()
         counts = StageCounts(
-            carried=WindowStats() if history is None else history.window(),
+            carried=carried, carried_n=carried.n, carried_passes=carried.passes,
             rollout=ledger.rollout(record), concurrent=world.concurrent, literal=literal,
             reports=None if world.reports is None else Reports(),
             criteria=Criteria(len(world.criteria)) if world.criteria else None)
@@ -251,7 +252,7 @@ class _Walk:
     on the schedule, until a read advances, rolls back or pauses."""
 
     def __init__(self, world: World, traffic: Traffic, rng: random.Random,
-                 history: History | None, literal: bool) -> None:
+                 history: History, literal: bool) -> None:
         self.world, self.traffic, self.rng = world, traffic, rng
         self.history, self.literal = history, literal
         self.job = 0
@@ -282,7 +283,8 @@ class _Walk:
         buckets = counts.buckets
         last_bucket: int | None = None
         strata: dict[str, list[int]] = {}
-        keep_entries = not world.concurrent
+        # The candidate's stream, for its drift detector's figures (the literal view's).
+        keep_entries = not world.concurrent or literal
         every_run, interval = world.every_run, world.interval
         read = reader.read
         horizon = world.horizon_s
@@ -355,8 +357,7 @@ class _Walk:
                     error = outage or (te > 0.0 and rand() < te)
                     counts.cur_n += 1
                     counts.cur_passes += ok_current
-                    if history is not None:
-                        history.add(ok_current)
+                    history.add(ok_current)
                     if literal:
                         counts.cell("current", t, "", ok_current, error)
                     else:

@@ -6,7 +6,7 @@ and flips, the concurrent cells per (30 s bucket, stratum) (as plain numbers
 per bucket, or, for the literal reference reader, as the window fields
 `window.increments` writes), the assignments and reports per bucket
 (`gatekeeper.stats.reports`), and each criterion key's results over the
-newest `criteria.SAMPLE` runs per arm, the window the gate view's
+newest `scored.SAMPLE` runs per arm, the window the gate view's
 `by_criterion` section scores.
 """
 
@@ -21,7 +21,7 @@ from gatekeeper.stats.drift import RUN_FAILURE, TOOL_ERROR, Detector
 from gatekeeper.stats.pairing import Run
 from gatekeeper.stats.rollout import Carried
 from gatekeeper.view.concurrent import Folded
-from gatekeeper.view.criteria import SAMPLE
+from gatekeeper.view.scored import SAMPLE
 from gatekeeper.window import CELL_EVENTS, CELL_N, WindowStats
 
 #: The candidate's newest outcomes kept for a rule that reads them (`sim_view.plain_rule`).
@@ -107,8 +107,10 @@ class StageCounts:
     #: its drift detector reads them).
     entries: list[tuple[str, Run]] = field(default_factory=list)
     detector: Detector | None = None
-    #: Counts of current's carried history at the stage's start.
+    #: Counts of current's carried history at the stage's start (and its n and passes).
     carried: WindowStats = field(default_factory=WindowStats)
+    carried_n: int = 0
+    carried_passes: int = 0
     #: The rollout's earlier stages, as the view's `rollout` section shows them.
     rollout: Carried | None = None
     #: False: the view has no `concurrent` section (`World.concurrent`).

@@ -42,6 +42,7 @@ from typing import Any
 from bench.sim_state import CE, CF, CN, KE, KF, KN, StageCounts
 from bindings.models import GatePolicy, Stage, VersionedBinding
 from gatekeeper.gate import evaluate
+from gatekeeper.machine.baseline import baseline_failure, baseline_runs
 from gatekeeper.machine.deadline import deadline_of
 from gatekeeper.machine.decide import (
     Action,
@@ -53,10 +54,19 @@ from gatekeeper.machine.decide import (
     sequential_evidence,
     shadow_pairs_needed,
 )
+from gatekeeper.machine.power_hold import rollout_power
 from gatekeeper.stats.budget import REPORTS_SHARE, final_alpha
 from gatekeeper.stats.concurrent import Cell, Comparison, CusumState, cells_of, closed_before
 from gatekeeper.stats.criteria_gate import KeyCounts, acting, criteria_tests
-from gatekeeper.stats.drift import RUN_FAILURE, Detector, params_for, section
+from gatekeeper.stats.drift import (
+    RUN_FAILURE,
+    SETTLED_REFERENCE,
+    Detector,
+    Params,
+    bounded_p0,
+    params_for,
+    section,
+)
 from gatekeeper.stats.missing import FAIL, Missing, applies, cell_bucket, missing_of
 from gatekeeper.stats.pair_tally import Tally
 from gatekeeper.stats.reports import mature_before, report_check
@@ -270,7 +280,7 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float,
         view["paired"] = _paired_json(counts.pairs, counts.regressions, counts.improvements,
                                       final_alpha(thresholds.alpha, Stage.SHADOW),
                                       shadow_pairs_needed(thresholds))
-    view["drift"] = _drift(counts, record)
+    view["drift"] = drift_of(counts, record, fast)
     if counts.concurrent:
         if fast:
             view["concurrent"] = cached_section(counts, record, now)
@@ -305,25 +315,55 @@ def cached_section(counts: StageCounts, record: VersionedBinding,
     return found[1]
 
 
-def _drift(counts: StageCounts, record: VersionedBinding) -> dict[str, Any]:
-    """The drift section. With the concurrent section its candidate detector only shows
-    (decide() rolls back on the section's tests): left out. Without it, the candidate's
-    detector against current's p0, advanced over the stage's runs."""
-    policy = record.binding.gate
-    if counts.concurrent:
-        if "drift" not in counts.cache:
-            counts.cache["drift"] = section({}, {}, policy.drift)
-        return counts.cache["drift"]  # type: ignore[no-any-return]
+def kept_params(counts: StageCounts, policy: GatePolicy) -> Params | None:
+    """The run-failure detector's params as the view keeps them at this read: p0 from
+    current's stage runs and its carried history (`drift.params_for`), the detector
+    restarted with fresh ones only when `Detector.outdated` says so (a changed h, a
+    reference since doubled), so its p0 and reference hold between restarts. None while
+    the reference is too small to show one. Call it at every read, as the view runs.
+
+    (Read after every run this is the reader's most frequent call, so the common case is
+    short: a measured p0 that rounds to the kept one gives the kept h, and with the
+    reference not yet doubled the detector is not outdated.)"""
+    drift, thresholds = policy.drift, policy.thresholds
+    n = counts.cur_n + counts.carried_n
+    kept = counts.detector
+    if kept is not None and RUN_FAILURE not in drift.baseline and n >= max(
+            1, thresholds.min_samples):
+        mine = kept.params
+        observed = (n - counts.cur_passes - counts.carried_passes) / n
+        if mine.reference > 0 and bounded_p0(observed, n) == mine.p0 and not (
+                mine.reference < SETTLED_REFERENCE and n >= 2 * mine.reference):
+            return mine
     current = WindowStats({"n": counts.cur_n, "passes": counts.cur_passes})
-    params = params_for(RUN_FAILURE, policy.drift, current.merge(counts.carried),
-                        policy.thresholds.min_samples, policy.thresholds.alpha)
+    wanted = params_for(RUN_FAILURE, drift, current.merge(counts.carried),
+                        thresholds.min_samples, thresholds.alpha)
+    if wanted is None:
+        return None
+    if kept is None or kept.outdated(wanted):
+        counts.detector = kept = Detector(RUN_FAILURE, wanted)
+    return kept.params
+
+
+def drift_of(counts: StageCounts, record: VersionedBinding, fast: bool) -> dict[str, Any]:
+    """The drift section: the candidate's run-failure detector, p0 from current's stage runs
+    and its carried history at the upper bound (what the power hold sizes its alternative
+    with, and, without the concurrent section, what the tests run against), kept while not
+    `outdated` and advanced over the stage's candidate runs. `fast`, with the concurrent
+    section: not advanced (its CUSUM only shows there; its p0 and reference are the same),
+    and `kept_params` already ran at this read."""
+    policy = record.binding.gate
     shown = {}
-    if params is not None:
-        detector = counts.detector
-        if detector is None or detector.outdated(params):
-            detector = Detector(RUN_FAILURE, params)
+    if fast and counts.concurrent:
+        params = kept_params(counts, policy)
+        if params is not None:
+            shown = {RUN_FAILURE: Detector(RUN_FAILURE, params).as_dict(True)}
+        return section(shown, {}, policy.drift)
+    if kept_params(counts, policy) is not None:
+        assert counts.detector is not None
         # The store hands a detector only the entries after its last id.
-        counts.detector = detector = detector.advance(counts.entries[detector.n:])
+        counts.detector = detector = counts.detector.advance(
+            counts.entries[counts.detector.n:])
         shown = {RUN_FAILURE: detector.as_dict(True)}
     return section(shown, {}, policy.drift)
 
@@ -385,6 +425,10 @@ class Reader:
         self.carried = None if counts.rollout is None else Carried.from_view(
             counts.rollout.as_dict(binding))
         self.summarized: tuple[Any, ...] | None = None
+        #: Whether the drift section shows a detector (and so a baseline) at this read.
+        self.baseline = False
+        self.power_inputs: tuple[Any, ...] | None = None
+        self.power = False
         self.summary: tuple[tuple[str, ...], bool] = ((), False)
         self.last_key: tuple[Any, ...] | None = None
         self.last: tuple[Action, bool] = (Action.HOLD, False)
@@ -397,11 +441,14 @@ class Reader:
         pass rate under the floor) decide() can only hold it or roll it back, and
         the concurrent section and the flips act only through the CUSUM alarms and
         whether the sequential evidence rejects (`concurrent_summary`); once nothing
-        holds it, the closed buckets and the flips themselves are in the key. The
+        holds it, the closed buckets, the flips and the power hold (`powered`, which moves
+        with every pair and every current run) are in the key. The
         section changes only when a bucket closes or (runs missing) a report bucket
         matures.
         """
         c, policy = self.counts, self.policy
+        # The view restarts its drift detector at a read when outdated: every read counts.
+        self.baseline = kept_params(c, policy) is not None
         before = closed_before(now)
         flips = (c.regressions, c.improvements) if self.shadow else None
         time_ok = now - self.since >= self.required
@@ -416,7 +463,45 @@ class Reader:
         return (held, time_ok, now >= self.deadline, judged,
                 verdict_class(c.cur_n, c.cur_passes, policy), pairs_ok, self.summary, mature,
                 criteria_key(c, self.record) if c.criteria is not None else None,
-                None if held else (before, flips))
+                None if held else self.free(now, before, flips))
+
+    def free(self, now: float, before: int, flips: tuple[int, int] | None) -> tuple[Any, ...]:
+        """The key's part once nothing but the power hold can hold the stage: while the
+        power is short decide() holds (rollback aside), whatever the buckets and flips;
+        once it is enough, decide() takes the stage's one look, which reads them."""
+        if not self.powered(now):
+            return (False,)
+        return True, before, flips
+
+    def powered(self, now: float) -> bool:
+        """`_powered`, kept while its inputs hold: the section, the pairs and flips, the
+        kept detector (outside shadow nothing of it moves with a run)."""
+        c = self.counts
+        inputs = (id(cached_section(c, self.record, now)), c.pairs, c.regressions,
+                  c.improvements, self.baseline and c.detector is not None and c.detector.params)
+        if inputs != self.power_inputs:
+            self.power_inputs, self.power = inputs, self._powered(now)
+        return self.power
+
+    def _powered(self, now: float) -> bool:
+        """True when the power hold lets the stage go: decide()'s `power_wait` (its
+        `rollout_power`) on the section, the pairs and flips, and the baseline the drift
+        section carries (p0 and its reference: current's runs with its history, which grow
+        with every current run; the detector's other figures do not enter)."""
+        c = self.counts
+        found = c.detector.params if self.baseline and c.detector is not None else None
+        drift = {} if found is None else {
+            "candidate": {RUN_FAILURE: {"p0": found.p0, "reference": found.reference}}}
+        paired = None
+        if self.shadow:
+            paired = {"pairs": c.pairs, "flips": {"pass_to_fail": c.regressions,
+                                                  "fail_to_pass": c.improvements}}
+        evidence = Evidence(verdict="pass", paired=paired, carried=self.carried,
+                            concurrent=cached_section(c, self.record, now),
+                            baseline_failure=baseline_failure(drift),
+                            baseline_runs=baseline_runs(drift))
+        power = rollout_power(self.record.binding, evidence)
+        return power is None or power.enough
 
     def concurrent_summary(self, now: float) -> tuple[tuple[str, ...], bool]:
         """(the metrics whose CUSUM alarms, whether the rollout's sequential evidence

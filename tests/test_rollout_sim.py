@@ -21,7 +21,8 @@ from bench.rollout_sim import (
     runs_to_rollback,
 )
 from bench.sim_core import Shock, Tenant, World, plain_rule, rollout
-from bindings.models import GatePolicy, Thresholds
+from bindings.models import DriftPolicy, GatePolicy, Thresholds
+from bindings.power_policy import PowerPolicy
 from gatekeeper.stats import concurrent
 
 
@@ -30,11 +31,12 @@ def test_healthy_candidates_are_not_rolled_back_at_any_base_rate() -> None:
     assert Thresholds().alpha == 0.0025
     back = 0
     for base in (0.50, 0.80, 0.95, 0.99):
-        world = World(base=base, policy=policy_for(base, hold=False))
-        outcomes = batch(world, base, 15, seed=3)
+        # On the gatekeeper's 30 s schedule: reads after every run are held to it below.
+        world = World(base=base, policy=policy_for(base, hold=False), every_run=False)
+        outcomes = batch(world, base, 10, seed=3)
         assert all(o.stage in ("stable", "shadow", "canary", "full") for o in outcomes)
         back += sum(o.rolled_back for o in outcomes)
-    assert back <= 1  # 60 rollouts; the budget is at most 1% each
+    assert back <= 1  # 40 rollouts; the budget is at most 1% each
 
 
 def test_a_candidate_at_half_its_runs_is_rolled_back_in_shadow_within_a_few_dozen_runs() -> None:
@@ -93,38 +95,50 @@ def test_the_report_rate_table_stays_in_budget_and_catches_missing_reports(
     assert caught.split()[2] == "100%", caught
 
 
-#: Short stages and 3 s buckets, so a literal read after every run stays cheap.
+#: Short stages and 3 s buckets, so a literal read after every run stays cheap; the power
+#: hold asks for a large drop (0.15), so it holds shadow for a while, not for hours; the
+#: drift detector's h is fixed (deriving it per p0 costs ~20 ms per new p0) but in one.
 _QUICK = Thresholds(min_stage_seconds=45.0, bake_seconds=60.0, min_samples=15,
                     min_pass_rate=0.8)
+_POWER = PowerPolicy(drop=0.15)
+_FIXED_H = DriftPolicy(h=8.0)
 
 
-def _quick(**changes: object) -> GatePolicy:
-    return GatePolicy(thresholds=_QUICK.model_copy(update=changes))
+def _quick(power: PowerPolicy | None = _POWER, drift: DriftPolicy = _FIXED_H,
+           **changes: object) -> GatePolicy:
+    return GatePolicy(thresholds=_QUICK.model_copy(update=changes), power=power, drift=drift)
+
+
+def _world(base: float, policy: GatePolicy | None = None, **extra: object) -> World:
+    """A short history (300 runs), so the drift detector's p0 restarts within the rollout."""
+    return World(base=base, policy=policy or _quick(), history=300,
+                 **extra)  # type: ignore[arg-type]
 
 
 _SCENARIOS = {
-    "healthy": (World(base=0.9, policy=_quick()), 0.9),
-    "drop": (World(base=0.9, policy=_quick()), 0.7),
-    "small drop": (World(base=0.9, policy=_quick()), 0.82),
-    "shared outage": (World(base=0.9, policy=_quick(),
-                            shock=Shock("canary", 10.0, 20.0, outage=True)), 0.9),
-    "targeting rule": (World(base=0.9, policy=_quick(), rule_tenant=0,
-                             tenants=(Tenant(0.5, 0.97, 0.9), Tenant(0.5, 0.8, 0.75))), 0.9),
-    "tool errors": (World(base=0.9, policy=_quick(), tool_error=0.3), 0.9),
-    "reports missing": (World(base=0.9, policy=_quick(min_stage_seconds=400.0),
-                              reports=(1.0, 0.6)), 0.9),
+    "healthy": (_world(0.9), 0.9),
+    "drop": (_world(0.9), 0.7),
+    "small drop": (_world(0.9), 0.82),
+    "shared outage": (_world(0.9, shock=Shock("canary", 10.0, 20.0, outage=True)), 0.9),
+    # (No power hold: with half the jobs in the rule's stratum it would hold canary long.)
+    "targeting rule": (_world(0.9, _quick(power=None), rule_tenant=0,
+                              tenants=(Tenant(0.5, 0.97, 0.9), Tenant(0.5, 0.8, 0.75))), 0.9),
+    "tool errors": (_world(0.9, tool_error=0.3), 0.9),
+    "reports missing": (_world(0.9, _quick(min_stage_seconds=400.0), reports=(1.0, 0.6)),
+                        0.9),
     # Missing runs counted as failed (the default policy) in the comparison of later stages.
-    "missing runs as failures": (World(base=0.9, policy=_quick(min_stage_seconds=100.0),
-                                       reports=(0.97, 0.97)), 0.85),
-    "reports short in both arms": (World(base=0.9, policy=_quick(), reports=(0.9, 0.9),
-                                         horizon_s=240.0), 0.9),
-    "criterion lost": (World(base=0.9, policy=_quick(),
-                             criteria=((0.95, 0.95), (1.0, 0.6), (1.0, 1.0))), 0.9),
-    "deadline rollback": (World(base=0.85, policy=_quick(
-        min_pass_rate=0.85, stage_deadline_seconds=30.0, deadline_action="rollback")), 0.85),
-    "deadline hold": (World(base=0.85, policy=_quick(min_pass_rate=0.85,
-                                                     stage_deadline_seconds=30.0)), 0.85),
-    "on a schedule": (World(base=0.9, policy=_quick(), every_run=False, interval=7.0), 0.8),
+    "missing runs as failures": (_world(0.9, _quick(min_stage_seconds=100.0),
+                                        reports=(0.97, 0.97)), 0.85),
+    "reports short in both arms": (_world(0.9, reports=(0.9, 0.9), horizon_s=240.0), 0.9),
+    "criterion lost": (_world(0.9, criteria=((0.95, 0.95), (1.0, 0.6), (1.0, 1.0))), 0.9),
+    "deadline rollback": (_world(0.85, _quick(min_pass_rate=0.85, stage_deadline_seconds=30.0,
+                                              deadline_action="rollback")), 0.85),
+    "deadline hold": (_world(0.85, _quick(min_pass_rate=0.85, stage_deadline_seconds=30.0)),
+                      0.85),
+    "on a schedule": (_world(0.9, every_run=False, interval=7.0), 0.8),
+    # h derived per p0: the detector restarts whenever the rounded p0 moves.
+    "derived drift h": (_world(0.9, _quick(drift=DriftPolicy())), 0.9),
+    "no power hold": (_world(0.9, _quick(power=None)), 0.85),
 }
 
 
@@ -137,7 +151,8 @@ def test_event_driven_reads_decide_as_reading_after_every_run(
     monkeypatch.setattr(concurrent, "BUCKET_S", 3)
     monkeypatch.setattr(concurrent, "GRACE_S", 3)
     world, p = _SCENARIOS[name]
-    fast = [rollout(world, p, random.Random(f"eq:{name}:{i}")) for i in range(4)]
+    count = 2 if name == "derived drift h" else 4
+    fast = [rollout(world, p, random.Random(f"eq:{name}:{i}")) for i in range(count)]
     literal = [rollout(world, p, random.Random(f"eq:{name}:{i}"), literal=True)
-               for i in range(4)]
+               for i in range(count)]
     assert fast == literal
