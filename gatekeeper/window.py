@@ -167,6 +167,14 @@ class WindowStats:
             fields[name] = int(value)
         return cls(fields)
 
+    @classmethod
+    def of_counts(cls, fields: Counter[str]) -> WindowStats:
+        """A window over `fields` itself, not a copy: for a reader's own fresh counts (a
+        100,000-run window holds ~15,000 fields, and copying them cost a view ~2 ms each)."""
+        window = cls.__new__(cls)
+        window._fields, window._index, window._cells = fields, None, None
+        return window
+
     def add(self, trace: Trace, verdict: TraceVerdict) -> None:
         """Fold one checked trace into the window."""
         self.fields.update(increments(trace, verdict))
@@ -287,7 +295,8 @@ class WindowStats:
 
     def reported_buckets(self) -> dict[int, int]:
         """{time bucket of the run's start: runs that arrived}."""
-        return {int(k): v for k, v in self._prefixed(REPORTED).items()}
+        return {int(k): v for k, v in self._group(REPORTED).items() if v}
+
     def cells(self, metric: str) -> dict[tuple[int, str], tuple[int, int]]:
         """{(bucket, stratum): (runs, runs with `metric`'s event)} for the concurrent test."""
         return self.all_cells()[metric]

@@ -122,7 +122,8 @@ class WindowReads:
                     asks[i] = (config, arm, names)
                     continue
                 total, by = pending_counts(pending)
-                whole = None if window is None else WindowStats(_plus(_counts(window), total))
+                whole = (None if window is None
+                         else WindowStats.of_counts(_plus(_counts(window), total)))
                 out[i] = (whole, _reporters(asked, reporters, by, whole_reporters))
             if all(got is not None for got in out):
                 return [got for got in out if got is not None]
@@ -214,8 +215,11 @@ def _counts(hash_: dict[Any, Any]) -> Counter[str]:
     """An HGETALL answer (a dict of bytes, or of str) as counts."""
     names: Iterable[Any] = hash_.keys()
     if hash_ and isinstance(next(iter(names)), bytes):
-        names = [name.decode() for name in names]
-    return Counter(dict(zip(names, map(int, hash_.values()))))
+        names = map(bytes.decode, names)
+    counts: Counter[str] = Counter()
+    # dict's own update, at C speed (Counter's adds one by one once it holds anything).
+    dict.update(counts, zip(names, map(int, hash_.values())))
+    return counts
 
 
 def _text(value: bytes | str) -> str:
