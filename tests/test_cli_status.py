@@ -161,6 +161,7 @@ def test_watch_redraws_when_the_numbers_change(live_url: str) -> None:
             proc.communicate(timeout=10)
 
 
+@pytest.mark.slow
 def test_wait_exits_0_when_the_candidate_becomes_stable(live_url: str) -> None:
     """--wait blocks through the rollout and exits 0 once the candidate is stable."""
     with spawn(live_url, "status", "summarizer", "--wait", "--timeout", "60s",
@@ -175,6 +176,7 @@ def test_wait_exits_0_when_the_candidate_becomes_stable(live_url: str) -> None:
     assert out.rstrip().endswith("summarizer: stable (current cfg_b)")
 
 
+@pytest.mark.slow
 def test_wait_exits_1_on_a_rollback(live_url: str) -> None:
     """--wait exits 1 when the candidate is rolled back."""
     with spawn(live_url, "status", "summarizer", "--wait", "--timeout", "60s",

@@ -30,6 +30,7 @@ from tests.live import (
 from tests.servers import base_env, gunicorn
 
 
+@pytest.mark.slow
 def test_local_answers_equal_the_servers_for_10000_keys(router: LiveRouter, app: Flask) -> None:
     """Every stage resolves locally exactly as the server's /v1/resolve does, key by key."""
     put_role(router, "stable", current="a")

@@ -44,7 +44,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 SHOTS_ENV = "ROLEGATE_SCREENSHOTS"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
-pytestmark = pytest.mark.slow
+# One worker runs them all under -n (xdist_group), so one Chromium starts, not one a worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("browser")]
 #: Generous waits: CI shares two cores with everything else.
 WAIT_MS = 15_000
 expect.set_options(timeout=WAIT_MS)

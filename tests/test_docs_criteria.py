@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import OPERATOR
 from tests.live import LiveRouter
 from tests.live import router  # noqa: F401  (the pytest fixture the test below takes)
@@ -38,6 +40,7 @@ def walkthrough(text: str) -> list[tuple[str, list[str]]]:
     return steps
 
 
+@pytest.mark.slow
 def test_the_criteria_walkthrough_runs_as_written(router: LiveRouter, tmp_path: Path) -> None:
     """Each command exits as expected and prints every output line the page shows."""
     steps = walkthrough(DOC.read_text())

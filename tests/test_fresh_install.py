@@ -72,6 +72,7 @@ def _module_names(python: Path, cwd: Path) -> list[str]:
     return _run([python, "-c", listing], cwd=cwd, env=_clean_env()).split()
 
 
+# Its tests share one worker under -n (xdist_group): a second build would cost as much.
 @pytest.fixture(scope="module")
 def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A new venv holding the built wheel with `[embedded]` only; yields its bin directory."""
@@ -97,6 +98,7 @@ def wheel_venv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield bin_dir
 
 
+@pytest.mark.xdist_group("wheel_venv")
 def test_wheel_venv_has_no_test_extra_and_imports_every_module(wheel_venv: Path) -> None:
     """Only the runtime deps are there (no pytest), and each shipped module imports with them."""
     elsewhere = wheel_venv.parent.parent
@@ -117,6 +119,7 @@ def test_wheel_venv_has_no_test_extra_and_imports_every_module(wheel_venv: Path)
     assert where.strip().startswith(str(wheel_venv.parent)), where
 
 
+@pytest.mark.xdist_group("wheel_venv")
 def test_installed_wheel_serves_from_any_directory(wheel_venv: Path, tmp_path: Path) -> None:
     """`rolegate serve` from a temp dir (embedded Redis, the example seeded) resolves summarizer."""
     example = tmp_path / "bindings.example.json"
@@ -235,6 +238,7 @@ class Image:
         self.cmd = json.loads(args)
 
 
+# Its tests share one worker under -n (xdist_group), as wheel_venv's do.
 @pytest.fixture(scope="module")
 def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     """deploy/Dockerfile replayed: its COPY lines into a temp dir, its RUN lines in a new venv."""
@@ -243,6 +247,7 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Image:
     return built
 
 
+@pytest.mark.xdist_group("dockerfile_image")
 def test_dockerfile_image_runs_the_cli_and_the_app_factory(image: Image, redis_url: str) -> None:
     """`rolegate --help` and `create_app()` work in what the Dockerfile installs."""
     help_text = _run(["rolegate", "--help"], cwd=image.workdir, env=image.env)
@@ -255,6 +260,7 @@ def test_dockerfile_image_runs_the_cli_and_the_app_factory(image: Image, redis_u
     assert status.split()[-1] == "200", status
 
 
+@pytest.mark.xdist_group("dockerfile_image")
 def test_dockerfile_cmd_serves(image: Image, redis_url: str) -> None:
     """The image's CMD (its host and port moved to a free loopback port) answers resolves."""
     assert image.cmd[:2] == ["rolegate", "serve"], image.cmd

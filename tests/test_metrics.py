@@ -160,6 +160,7 @@ def gunicorn_router(redis_url: str, tmp_path: Path) -> Iterator[str]:
         proc.wait(timeout=10)
 
 
+@pytest.mark.slow
 def test_counters_sum_over_gunicorn_workers(gunicorn_router: str) -> None:
     """Under two gunicorn workers every scrape shows the resolves all workers served."""
     url = gunicorn_router

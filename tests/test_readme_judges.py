@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import OPERATOR
 from tests.live import LiveRouter
 from tests.live import router  # noqa: F401  (the pytest fixture the test below takes)
@@ -18,6 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- judges-walkthrough -->", "<!-- /judges-walkthrough -->"
 
 
+@pytest.mark.slow
 def test_the_readme_judges_walkthrough_runs_as_written(router: LiveRouter, tmp_path: Path) -> None:
     """Each command exits 0 and prints every output line shown; `&` lines run in the background."""
     text = (ROOT / "README.md").read_text()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
+
 from bindings.models import Binding, GatePolicy, HistoryEntry, Stage, Thresholds, VersionedBinding
 from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, SEQUENTIAL_SHARE
 from gatekeeper.machine.decide import Action, Evidence, decide
@@ -177,6 +179,7 @@ def test_the_view_section_round_trips() -> None:
     assert Carried.from_view(None) is None and Carried.from_view({}) is None
 
 
+@pytest.mark.slow
 def test_the_carried_e_process_keeps_its_level_over_a_healthy_rollout() -> None:
     """Healthy candidates read after every run through four stages: crossings <= the level.
 
