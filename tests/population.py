@@ -13,6 +13,7 @@ import requests
 
 from bindings.models import VersionedBinding
 from rolegate.routing import resolve
+from router.api.traces import NOT_BOUND
 from tests.conftest import CALLER, auth
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
@@ -91,8 +92,10 @@ class Population:
             roles = answer.json()["roles"]
         traces = []
         failing = self.failing
+        versions = {}
         for role in self.roles:
             record = VersionedBinding.model_validate(roles[role])
+            versions[role] = record.version
             for _ in range(self.batch):
                 i = self.jobs = self.jobs + 1
                 where = resolve(role, record.binding, record.version, f"job-{i}")
@@ -101,8 +104,31 @@ class Population:
                     traces.append(trace(role, where["shadow"], "shadow", i, self.tag, failing))
         with self._session.post(f"{self.url}/v1/traces", json={"traces": traces},
                                 timeout=10) as answer:
-            if answer.status_code != 200:
+            if answer.status_code != 200 and not self._refused_as_moved(answer, traces, versions):
                 self.errors.append(answer.text[:500])
+
+    def _refused_as_moved(self, answer: requests.Response, traces: list[dict[str, object]],
+                          versions: dict[str, int]) -> bool:
+        """Whether each trace not accepted was refused as `config_not_bound` for a role
+        whose binding moved after this batch was resolved.
+
+        A run resolved just before a promotion to stable and reported just after
+        is on a config the role no longer runs: the router refuses it, rightly,
+        and an agent would see the same. Any other refusal is an error.
+        """
+        try:
+            results = answer.json()["results"]
+        except (ValueError, KeyError):
+            return False
+        refused = [r for r in results if r.get("status") != "accepted"]
+        if not refused or any(r.get("status") != "refused"
+                              or r.get("error", {}).get("code") != NOT_BOUND for r in refused):
+            return False
+        with self._session.get(f"{self.url}/v1/bindings", timeout=5) as now:
+            now.raise_for_status()
+            roles = now.json()["roles"]
+        moved = {role for role, version in versions.items() if roles[role]["version"] > version}
+        return all(traces[r["index"]]["role"] in moved for r in refused)
 
     def _work(self) -> None:
         while not self._stop.is_set():
