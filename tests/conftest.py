@@ -25,6 +25,7 @@ from hypothesis.configuration import set_hypothesis_home_dir
 
 from gatekeeper.stats import concurrent
 from router import create_app
+from router.api import exposures
 from router.server import logs
 from tests.cluster import OwnCluster, started_cluster
 from tests.servers import OwnRedis
@@ -95,6 +96,26 @@ def _resolve_lines_written() -> Iterator[None]:
     from router.server.logs import flush
 
     flush()
+
+
+@pytest.fixture(autouse=True)
+def _exposure_counts_stop_with_the_test(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each app built during a test stops adding exposure counts to Redis when it ends.
+
+    An app's counting thread would otherwise go on writing a second later, into
+    the next test's database (or a Redis started later on the same port).
+    """
+    built: list[exposures.WorkerExposures] = []
+    init_app = exposures.init_app
+
+    def counted(app: Flask) -> None:
+        init_app(app)
+        built.append(exposures.exposure_counter(app))
+
+    monkeypatch.setattr(exposures, "init_app", counted)
+    yield
+    for counter in built:
+        counter.stop()
 
 
 @pytest.fixture(scope="session")

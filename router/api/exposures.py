@@ -85,6 +85,7 @@ class WorkerExposures:
         self.exposures = Exposures()
         self._pid: int | None = None
         self._lock = threading.Lock()
+        self._stop = threading.Event()
 
     def count(self, role: str, resolution: Resolution, binding: Binding) -> None:
         """Count one HTTP resolve (and its shadow run) while a rollout is live."""
@@ -119,17 +120,28 @@ class WorkerExposures:
             log.warning("could not add %d exposure counts: %s", len(rows), exc)
             self.exposures.give_back(rows)
 
+    def stop(self) -> None:
+        """Stop adding counts to Redis, dropping what is unsent (tests; workers just exit).
+
+        An app a test is done with must not write into the next test's database.
+        """
+        self._stop.set()
+
     def _run(self) -> None:
         pid = self._pid
-        while pid == os.getpid():
-            time.sleep(FLUSH_S)
+        while pid == os.getpid() and not self._stop.wait(FLUSH_S):
             self.flush()
+
+
+def exposure_counter(app: Flask) -> WorkerExposures:
+    """The app's HTTP-resolve counters (tests stop them with the app)."""
+    counter: WorkerExposures = app.extensions["rolegate_exposures"]
+    return counter
 
 
 def count_resolution(app: Flask, role: str, resolution: Resolution, binding: Binding) -> None:
     """Count one HTTP resolve of `role` (the resolve view and its fast path call this)."""
-    counter: WorkerExposures = app.extensions["rolegate_exposures"]
-    counter.count(role, resolution, binding)
+    exposure_counter(app).count(role, resolution, binding)
 
 
 def init_app(app: Flask) -> None:
