@@ -66,15 +66,22 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(home, ignore_errors=True)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, hand the slow tests out first.
+    """Under pytest-xdist, hand the slow tests out first, and the Cluster's tests to one worker.
 
     The workers take tests in collection order, so a minute-long test collected
     last would start last and run alone at the end. Every worker sorts the same
     way (a stable sort), so their collections still agree, as xdist requires.
+    The tests on the session's Redis Cluster share one worker (`--dist loadgroup`):
+    one cluster of three nodes started, not one a worker.
     """
-    if hasattr(config, "workerinput"):
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    if not hasattr(config, "workerinput"):
+        return
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    for item in items:
+        if "redis_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("redis_cluster"))
 
 
 def auth(token: str) -> dict[str, str]:
