@@ -131,8 +131,14 @@ def test_max_age_is_enforced(router: LiveRouter) -> None:
 
         wait_for(refused, timeout=3.0)
         router.start()
-        wait_for(lambda: not client.stale)
-        assert client.resolve("r", "k")["stale"] is False
+
+        def fresh() -> bool:
+            try:
+                return client.resolve("r", "k")["stale"] is False
+            except SnapshotTooOld:
+                return False  # a refresh 0.3 s late on a busy machine: not recovered yet
+
+        wait_for(fresh, timeout=15.0)
 
 
 def test_bootstrap_starts_while_the_router_is_down(router: LiveRouter, tmp_path: Path) -> None:

@@ -88,8 +88,9 @@ def test_schemathesis_with_every_check_finds_nothing(gunicorn_router: str,
             "run", f"{gunicorn_router}/openapi.json", "--checks", "all",
             "--max-examples", str(EXAMPLES), "--seed", "14", "--no-color",
             # A generous bound per request: CI shares two cores, and a case may be a
-            # 1,000-trace batch; a slow answer is not what this test looks for.
-            "--request-timeout", "60",
+            # 1,000-trace batch; a slow answer is not what this test looks for. `--checks
+            # all` includes max_response_time, whose default limit is 10 s: the same 60.
+            "--request-timeout", "60", "--max-response-time", "60",
             "--exclude-path", SLOW_OPERATIONS[0],
             "--header", f"Authorization: Bearer {OPERATOR}",
             "--report", "junit", "--report-dir", str(tmp_path)]
