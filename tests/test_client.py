@@ -90,8 +90,10 @@ def test_refresh_costs_a_304_when_nothing_changed(router: LiveRouter) -> None:
         assert client.refresh() is True
         assert seen == [304] and client.generation == generation
         put_role(router, "other", current="x")
-        assert client.refresh() is True
-        assert seen == [304, 200] and "other" in client.roles()
+        # The router's table generation follows Redis within its refresh interval (0.05 s;
+        # longer on a busy machine), answering 304 until then: refresh until it moved.
+        wait_for(lambda: client.refresh() and "other" in client.roles(), timeout=15.0)
+        assert seen[0] == 304 and seen[-1] == 200 and set(seen[1:-1]) <= {304}, seen
 
 
 def test_router_stopped_keeps_answering_stale(router: LiveRouter) -> None:
