@@ -26,6 +26,7 @@ from bindings.power_policy import PowerPolicy
 from gatekeeper.stats import concurrent
 
 
+@pytest.mark.slow
 def test_healthy_candidates_are_not_rolled_back_at_any_base_rate() -> None:
     """At base 0.50, 0.80, 0.95 and 0.99 a healthy candidate reaches stable (shipped alpha)."""
     assert Thresholds().alpha == 0.0025
@@ -49,6 +50,7 @@ def test_a_candidate_at_half_its_runs_is_rolled_back_in_shadow_within_a_few_doze
     assert runs_to_rollback(outcomes) <= 30 and max(o.runs for o in outcomes) <= 60
 
 
+@pytest.mark.slow
 def test_large_drops_are_caught_near_the_information_bound() -> None:
     """A 0.20 drop from 0.95 and from 0.99: caught in shadow, median runs within 1.5x of
     the bound of the test run there (shadow's paired flips, `paired_bound`).
@@ -152,6 +154,7 @@ _SCENARIOS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(_SCENARIOS))
 def test_event_driven_reads_decide_as_reading_after_every_run(
         name: str, monkeypatch: pytest.MonkeyPatch) -> None:
