@@ -1,96 +1,78 @@
-"""The report-rate test (`gatekeeper.stats.reports`) simulated over whole rollouts.
+"""The report-rate test (`gatekeeper.stats.reports`) over whole simulated rollouts.
 
-    python -m bench.report_sim [--rollouts 2000] [--regressed 300] [--seed 1]
+    python -m bench.report_sim [--rollouts 1000] [--regressed 200] [--seed 1] [--jobs 2]
 
-Traffic: `rate` jobs a second over the shipped ladder (shadow, canary 0.1,
-canary 0.5, full), each stage `STAGE_BUCKETS` closed 30 s buckets (full bakes
-for its 7200 s). Each assigned run reports with chance `base` in current's arm
-and `base` (healthy) or `base - drop` (regressed) in the candidate's. The test
-is read at every closed bucket (it is valid at every look), each stage at the
-shipped `reports` share of the stage alpha, afresh per stage as the view runs
-it. Healthy: the share of rollouts ever rolled back by the report test (a 95%
-Wilson upper bound beside it) against the 1% budget. Regressed: the median
-candidate runs assigned before the rollback.
+Every rollout goes through `bench.sim_core.rollout`, read after every run: each
+assigned run reports with chance `rate` in current's arm and the candidate's
+(healthy) or a lower one (regressed); a run that never reports leaves only its
+assignment. The view's `reports` section is `report_check` over the matured
+report buckets (as `gatekeeper.view.reports` builds it), and under the default
+`gate.reports.missing_runs: "fail"` the missing runs count as failed runs in
+the comparison with concurrent current (`gatekeeper.stats.missing`); decide()
+acts on both. Healthy: the share of rollouts rolled back (95% Wilson upper
+bound) against the 1% budget. Regressed: the median candidate runs assigned
+before the rollback, and which test rolled back.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
-import random
+from collections import Counter
+from collections.abc import Sequence
 
-from gatekeeper.stats.budget import REPORTS_SHARE
-from gatekeeper.stats.concurrent import RISK_WEIGHTS, Cell, cell_logs
-from gatekeeper.stats.reports import MIN_REPORT_RATE
+from bench.rollout_sim import NEVER, policy_for, runs_to_rollback, wilson_upper
+from bench.sim_core import Outcome, World
+from bench.sim_runner import Batch, Runner
 
-ALPHA = 0.0025
-#: (stage, candidate share, closed buckets it lasts): 900 s stages, a 7200 s bake.
-LADDER = (("shadow", None, 30), ("canary 0.1", 0.1, 30), ("canary 0.5", 0.5, 30),
-          ("full", 0.95, 240))
-Z_95 = 1.959963984540054
-
-
-def _binomial(rng: random.Random, n: int, p: float) -> int:
-    return sum(1 for _ in range(n) if rng.random() < p)
+#: (current's report rate, the candidate's) of the healthy rows and the regressed ones.
+HEALTHY = (1.0, 0.99, 0.97)
+REGRESSED = ((1.0, 0.7), (1.0, 0.9), (1.0, 0.95))
+BASE = 0.95
 
 
-def rollout(rng: random.Random, rate: float, base: float, cand: float) -> tuple[bool, int]:
-    """(rolled back by the report test, candidate runs assigned by then)."""
-    threshold = math.log(1.0 / (REPORTS_SHARE * ALPHA))
-    runs = 0
-    for _stage, share, buckets in LADDER:
-        logs = [0.0] * len(RISK_WEIGHTS)
-        cand_n_total = cur_n_total = cand_rep = cur_rep = 0
-        for _ in range(buckets):
-            jobs = _binomial(rng, int(rate * 30 * 2), 0.5)
-            cand_n = jobs if share is None else _binomial(rng, jobs, share)
-            cur_n = jobs if share is None else jobs - cand_n
-            got_c, got_k = _binomial(rng, cand_n, cand), _binomial(rng, cur_n, base)
-            runs += cand_n
-            cand_n_total, cur_n_total = cand_n_total + cand_n, cur_n_total + cur_n
-            cand_rep, cur_rep = cand_rep + got_c, cur_rep + got_k
-            cell = Cell(cand_n, cand_n - got_c, cur_n, cur_n - got_k)
-            logs = [a + b for a, b in zip(logs, cell_logs(cell))]
-            top = max(math.log(w) + x for w, x in zip(RISK_WEIGHTS, logs))
-            log_e = top + math.log(sum(math.exp(math.log(w) + x - top)
-                                       for w, x in zip(RISK_WEIGHTS, logs)))
-            both_short = cur_n_total and cur_rep / cur_n_total < MIN_REPORT_RATE
-            if log_e >= threshold and not both_short:
-                return True, runs
-    return False, runs
+def world(current: float, candidate: float) -> World:
+    """Base 0.95 with the shipped policy, runs reporting at these rates."""
+    return World(base=BASE, policy=policy_for(BASE, hold=True), reports=(current, candidate))
 
 
-def wilson_upper(k: int, n: int) -> float:
-    """The 95% Wilson upper bound of k/n."""
-    p = k / n
-    centre = p + Z_95 ** 2 / (2 * n)
-    spread = Z_95 * math.sqrt(p * (1 - p) / n + Z_95 ** 2 / (4 * n * n))
-    return (centre + spread) / (1 + Z_95 ** 2 / n)
+def by_test(outcomes: Sequence[Outcome]) -> str:
+    """Which test rolled back: the report-rate test, or the comparison counting missing runs."""
+    found = Counter("report rate" if o.reason.startswith("report rate") else
+                    "comparison" if "never reported" in o.reason or "concurrent" in o.reason
+                    else "other" for o in outcomes if o.rolled_back)
+    return ", ".join(f"{k} {v}" for k, v in found.most_common()) or "-"
 
 
 def main(argv: list[str] | None = None) -> None:
     """Print the false-rollback and detection tables."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rollouts", type=int, default=2000)
-    parser.add_argument("--regressed", type=int, default=300)
-    parser.add_argument("--rate", type=float, default=1.0, help="jobs a second")
+    parser.add_argument("--rollouts", type=int, default=1000)
+    parser.add_argument("--regressed", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args(argv)
-    rng = random.Random(args.seed)
-    print(f"report-rate test: {args.rate:g} jobs/s, read at every closed 30 s bucket, "
-          f"share {REPORTS_SHARE} of alpha {ALPHA} per stage, ladder "
-          + " -> ".join(stage for stage, _, _ in LADDER))
-    print(f"{'base':<6}{'healthy false rollbacks':>26}{'(95% upper)':>13}{'budget':>8}")
-    for base in (1.0, 0.99, 0.97):
-        false = sum(rollout(rng, args.rate, base, base)[0] for _ in range(args.rollouts))
-        print(f"{base:<6.2f}{f'{false}/{args.rollouts}':>26}"
-              f"{wilson_upper(false, args.rollouts):>13.2%}{'1%':>8}")
-    print(f"{'base':<6}{'missing':>8}{'caught':>8}{'median candidate runs to rollback':>36}")
-    for base, drop in ((1.0, 0.3), (1.0, 0.1), (0.99, 0.05)):
-        found = [rollout(rng, args.rate, base, base - drop) for _ in range(args.regressed)]
-        caught = sorted(runs for hit, runs in found if hit)
-        median = caught[len(caught) // 2] if caught else float("nan")
-        print(f"{base:<6.2f}{drop:>8.0%}{len(caught) / len(found):>8.0%}{median:>36}")
+    batches = [Batch(f"reports {rate}", world(rate, rate), BASE, args.rollouts, args.seed)
+               for rate in HEALTHY]
+    batches += [Batch(f"reports {cur} {cand}", world(cur, cand), BASE, args.regressed,
+                      args.seed) for cur, cand in REGRESSED]
+    results = Runner(args.jobs).run(batches)
+    print("report-rate test, read after every run: 1 job/s, base 0.95, shipped policy "
+          "(missing runs counted as failed: the default)")
+    print(f"{'rate':<6}{'healthy false rollbacks':>26}{'(95% upper)':>13}{'budget':>8}  by")
+    for rate in HEALTHY:
+        outcomes = next(results)
+        back = sum(o.rolled_back for o in outcomes)
+        print(f"{rate:<6.2f}{f'{back}/{len(outcomes)}':>26}"
+              f"{wilson_upper(back, len(outcomes)):>13.2%}{'1%':>8}  {by_test(outcomes)}",
+              flush=True)
+    print(f"{'rate':<6}{'missing':>8}{'caught':>8}{'median candidate runs to rollback':>36}  by")
+    for current, candidate in REGRESSED:
+        outcomes = next(results)
+        caught = sum(o.rolled_back for o in outcomes) / len(outcomes)
+        median = runs_to_rollback(outcomes)
+        print(f"{current:<6.2f}{current - candidate:>8.0%}{caught:>8.0%}"
+              f"{'never' if median == NEVER else f'{median:.0f}':>36}  {by_test(outcomes)}",
+              flush=True)
 
 
 if __name__ == "__main__":

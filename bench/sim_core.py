@@ -24,7 +24,7 @@ import math
 import random
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bench.sim_state import CE, CF, CN, KE, KF, KN, Criteria, Reports, StageCounts
 from bench.sim_view import Reader, Rule, gatekeeper_rule, plain_rule, stage_comparison
@@ -120,6 +120,10 @@ class Outcome:
     #: Where it ended: the stage it was rolled back in, "stable", "paused" (a stage
     #: past its deadline, held for a human) or "undecided" (still held at the horizon).
     stage: str
+    #: When each stage ended (seconds from the rollout's start), the last one included.
+    ends: tuple[float, ...] = field(default=(), compare=False)
+    #: The last decision's reason (a rollback's says which test).
+    reason: str = field(default="", compare=False)
 
 
 def _start(policy: GatePolicy, holdback: float = DEFAULT_HOLDBACK) -> VersionedBinding:
@@ -225,6 +229,7 @@ def rollout(world: World, p: float, rng: random.Random, rule: Rule | None = None
     if rule is gatekeeper_rule:
         rule, literal = None, True
     state = _Walk(world, traffic, rng, history, literal)
+    ends: list[float] = []
     while True:
         carried = history.window()
         counts = StageCounts(
@@ -232,15 +237,21 @@ def rollout(world: World, p: float, rng: random.Random, rule: Rule | None = None
             rollout=ledger.rollout(record), concurrent=world.concurrent, literal=literal,
             reports=None if world.reports is None else Reports(),
             criteria=Criteria(len(world.criteria)) if world.criteria else None)
-        action, now = state.stage(record, counts, Reader(record, counts, rule))
+        reader = Reader(record, counts, rule)
+        action, now = state.stage(record, counts, reader)
+        ends.append(now)
         binding = record.binding
+
+        def end(rolled_back: bool, stage: str, reason: str = reader.reason) -> Outcome:
+            return Outcome(rolled_back, state.runs, state.served, stage, tuple(ends), reason)
+
         if not isinstance(action, Action):
-            return Outcome(False, state.runs, state.served, action)
+            return end(False, action)
         if action is Action.ROLLBACK:
-            return Outcome(True, state.runs, state.served, binding.stage.value)
+            return end(True, binding.stage.value)
         moved = apply(binding, Event.ADVANCE, now).binding
         if moved.stage is Stage.STABLE:
-            return Outcome(False, state.runs, state.served, "stable")
+            return end(False, "stable")
         ended, record = record, record.model_copy(
             update={"binding": moved, "version": record.version + 1, "updated_at": now})
         ledger.advance(ended, counts, record)

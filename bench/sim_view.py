@@ -315,6 +315,11 @@ def cached_section(counts: StageCounts, record: VersionedBinding,
     return found[1]
 
 
+#: `drift.bounded_p0` of (failures, runs), memoized (pure; the same counts recur across
+#: rollouts).
+_BOUNDED: dict[tuple[int, int], float] = {}
+
+
 def kept_params(counts: StageCounts, policy: GatePolicy) -> Params | None:
     """The run-failure detector's params as the view keeps them at this read: p0 from
     current's stage runs and its carried history (`drift.params_for`), the detector
@@ -331,8 +336,13 @@ def kept_params(counts: StageCounts, policy: GatePolicy) -> Params | None:
     if kept is not None and RUN_FAILURE not in drift.baseline and n >= max(
             1, thresholds.min_samples):
         mine = kept.params
-        observed = (n - counts.cur_passes - counts.carried_passes) / n
-        if mine.reference > 0 and bounded_p0(observed, n) == mine.p0 and not (
+        failures = n - counts.cur_passes - counts.carried_passes
+        p0 = _BOUNDED.get((failures, n))
+        if p0 is None:
+            if len(_BOUNDED) > 1_000_000:
+                _BOUNDED.clear()
+            p0 = _BOUNDED[(failures, n)] = bounded_p0(failures / n, n)
+        if mine.reference > 0 and p0 == mine.p0 and not (
                 mine.reference < SETTLED_REFERENCE and n >= 2 * mine.reference):
             return mine
     current = WindowStats({"n": counts.cur_n, "passes": counts.cur_passes})
@@ -425,14 +435,22 @@ class Reader:
         self.carried = None if counts.rollout is None else Carried.from_view(
             counts.rollout.as_dict(binding))
         self.summarized: tuple[Any, ...] | None = None
-        #: Whether the drift section shows a detector (and so a baseline) at this read.
+        #: Current's counts at the last read, and what they gave: whether the drift
+        #: section shows a detector (and so a baseline), current's verdict class.
+        self.current: tuple[int, int] | None = None
         self.baseline = False
+        self.current_class = 0
+        #: The judged arm's runs at the last read, and its verdict class.
+        self.judged_n = -1
+        self.judged = 0
         self.power_inputs: tuple[Any, ...] | None = None
         self.power = False
         self.summary: tuple[tuple[str, ...], bool] = ((), False)
         self.last_key: tuple[Any, ...] | None = None
         self.last: tuple[Action, bool] = (Action.HOLD, False)
         self.decisions = 0
+        #: The last decision's reason ("" for a rule's).
+        self.reason = ""
 
     def key(self, now: float) -> tuple[Any, ...]:
         """Everything decide()'s action on this stage's view can depend on at `now`.
@@ -447,12 +465,20 @@ class Reader:
         matures.
         """
         c, policy = self.counts, self.policy
-        # The view restarts its drift detector at a read when outdated: every read counts.
-        self.baseline = kept_params(c, policy) is not None
+        current = (c.cur_n, c.cur_passes)
+        if current != self.current:
+            # The view restarts its drift detector at a read when outdated; between current
+            # runs its inputs stand still, and so does its answer.
+            self.current = current
+            self.baseline = kept_params(c, policy) is not None
+            self.current_class = verdict_class(c.cur_n, c.cur_passes, policy)
+        if c.cand_n != self.judged_n:
+            self.judged_n = c.cand_n
+            self.judged = verdict_class(c.cand_n, c.cand_passes, policy)
+        judged = self.judged
         before = closed_before(now)
         flips = (c.regressions, c.improvements) if self.shadow else None
         time_ok = now - self.since >= self.required
-        judged = verdict_class(c.cand_n, c.cand_passes, policy)
         pairs_ok = not self.shadow or c.pairs >= self.needed
         held = not time_ok or judged != 2 or not pairs_ok
         mature = (None if c.reports is None
@@ -460,8 +486,8 @@ class Reader:
         if self.summarized != (before, mature, flips):
             self.summary = self.concurrent_summary(now)
             self.summarized = (before, mature, flips)
-        return (held, time_ok, now >= self.deadline, judged,
-                verdict_class(c.cur_n, c.cur_passes, policy), pairs_ok, self.summary, mature,
+        return (held, time_ok, now >= self.deadline, judged, self.current_class, pairs_ok,
+                self.summary, mature,
                 criteria_key(c, self.record) if c.criteria is not None else None,
                 None if held else self.free(now, before, flips))
 
@@ -477,8 +503,9 @@ class Reader:
         """`_powered`, kept while its inputs hold: the section, the pairs and flips, the
         kept detector (outside shadow nothing of it moves with a run)."""
         c = self.counts
-        inputs = (id(cached_section(c, self.record, now)), c.pairs, c.regressions,
-                  c.improvements, self.baseline and c.detector is not None and c.detector.params)
+        cached_section(c, self.record, now)
+        inputs = (c.cache["concurrent"][0], c.pairs, c.regressions, c.improvements,
+                  self.baseline and c.detector is not None and c.detector.params)
         if inputs != self.power_inputs:
             self.power_inputs, self.power = inputs, self._powered(now)
         return self.power
@@ -529,6 +556,7 @@ class Reader:
             self.last_key = key
         self.decisions += 1
         decision = _decision(self.record, self.counts, now, fast=not self.literal)
+        self.reason = decision.reason
         self.last = (decision.action, decision.action is Action.HOLD
                      and bool(decision.details.get("deadline")))
         return self.last

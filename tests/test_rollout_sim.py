@@ -14,12 +14,12 @@ import random
 import pytest
 
 from bench import report_sim
-from bench.rollout_scenarios import paired_bound
 from bench.rollout_sim import (
     batch,
     policy_for,
     runs_to_rollback,
 )
+from bench.sim_bounds import paired_bound
 from bench.sim_core import Shock, Tenant, World, plain_rule, rollout
 from bindings.models import DriftPolicy, GatePolicy, Thresholds
 from bindings.power_policy import PowerPolicy
@@ -98,11 +98,11 @@ def test_without_the_power_hold_most_small_drops_reach_users() -> None:
 
 def test_the_report_rate_table_stays_in_budget_and_catches_missing_reports(
         capsys: pytest.CaptureFixture[str]) -> None:
-    """bench.report_sim: no healthy rollout rolled back by the report test in 60; a candidate
-    missing 30% of its reports caught in every one of 20."""
-    report_sim.main(["--rollouts", "60", "--regressed", "20", "--seed", "3"])
+    """bench.report_sim, through decide(): no healthy rollout rolled back in 10 when every run
+    reports; a candidate missing 30% of its runs caught in every one of 6."""
+    report_sim.main(["--rollouts", "10", "--regressed", "6", "--seed", "3", "--jobs", "1"])
     lines = capsys.readouterr().out.splitlines()
-    assert any(line.startswith("1.00") and "0/60" in line for line in lines), lines
+    assert any(line.startswith("1.00") and "0/10" in line for line in lines), lines
     caught = next(line for line in lines if line.startswith("1.00") and "30%" in line)
     assert caught.split()[2] == "100%", caught
 
