@@ -215,13 +215,33 @@ def test_p0_from_the_window_aggregate_and_when_it_restarts() -> None:
                                                                     4.0, 40, 0.0)
     fixed = DriftPolicy(baseline={RUN_FAILURE: 0.2})
     assert params_for(RUN_FAILURE, fixed, WindowStats(), 20) == Params(
-        0.2, 0.05, derived_h(fixed, 0.2), 0)
+        0.2, 0.05, derived_h(fixed, 0.2), 0, derived=True)
     detector = Detector(RUN_FAILURE, params)
     assert not detector.outdated(Params(0.12, 0.05, 4.0, 79))
     assert detector.outdated(Params(0.12, 0.05, 4.0, 80))
     assert detector.outdated(Params(0.1, 0.05, 5.0, 40))
     settled = Detector(RUN_FAILURE, Params(0.1, 0.05, 4.0, SETTLED_REFERENCE))
     assert not settled.outdated(Params(0.2, 0.05, 4.0, 10 * SETTLED_REFERENCE))
+
+
+def test_a_derived_h_that_only_followed_p0_does_not_restart_the_detector() -> None:
+    """A measured p0 whose third digit flips as runs arrive changes its derived h: the
+    detector keeps its frozen p0 and h (no replay at every read); a changed alpha at the
+    same p0, or a policy's fixed h, still restarts it."""
+    policy = DriftPolicy(shift=0.05)
+    first = params_for(RUN_FAILURE, policy, WindowStats({"n": 4000, "passes": 3795}), 20)
+    moved = params_for(RUN_FAILURE, policy, WindowStats({"n": 4100, "passes": 3888}), 20)
+    assert first is not None and moved is not None and first.derived
+    assert first.p0 != moved.p0 and first.h != moved.h
+    detector = Detector(RUN_FAILURE, first)
+    assert not detector.outdated(moved)
+    stricter = params_for(RUN_FAILURE, policy, WindowStats({"n": 4000, "passes": 3795}), 20,
+                          alpha=0.001)
+    assert stricter is not None and stricter.p0 == first.p0 and stricter.h != first.h
+    assert detector.outdated(stricter)
+    fixed = params_for(RUN_FAILURE, DriftPolicy(shift=0.05, h=9.0),
+                       WindowStats({"n": 4100, "passes": 3888}), 20)
+    assert fixed is not None and detector.outdated(fixed)
 
 
 def test_detector_fed_in_chunks_matches_replay_and_skips_counted_entries() -> None:

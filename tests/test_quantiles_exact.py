@@ -12,7 +12,7 @@ from gatekeeper.stats.quantiles import quantile_bounds
 
 def _whole_sum_bounds(counts: dict[float, int], q: float,
                       alpha: float) -> tuple[float | None, float | None]:
-    """The bounds as computed before: every one of the n + 1 terms of the CDF, in order."""
+    """The bounds from every one of the n + 1 terms of the CDF, in order."""
     ordered = sorted((v, c) for v, c in counts.items() if c > 0)
     n = sum(c for _, c in ordered)
     if n == 0:
@@ -33,8 +33,9 @@ def _whole_sum_bounds(counts: dict[float, int], q: float,
         total += p
         cdf.append(min(1.0, total))
     lower = upper = None
+    # P(Bin >= k) = 1 - P(Bin <= k - 1) = 1 - cdf[k - 1].
     for k in range(n, 0, -1):
-        if 1.0 - (cdf[k - 2] if k >= 2 else 0.0) >= 1.0 - alpha:
+        if 1.0 - cdf[k - 1] >= 1.0 - alpha:
             lower = kth(k)
             break
     for k in range(1, n + 1):
@@ -79,3 +80,23 @@ def test_one_value_repeated_bounds_at_that_value() -> None:
     assert quantile_bounds({4.0: 500}, 0.95, 0.01) == (4.0, 4.0)
     assert quantile_bounds({4.0: 3}, 0.95, 0.01) == (4.0, None)
     assert quantile_bounds({}, 0.95, 0.01) == (None, None)
+
+
+@pytest.mark.parametrize(("n", "q"), [(20, 0.5), (60, 0.95), (400, 0.95), (1000, 0.99)])
+def test_each_bound_misses_the_true_quantile_at_most_alpha_of_the_time(n: int, q: float) -> None:
+    """Runs from a continuous law with a known q-quantile: the lower bound lies above it, and
+    the upper bound below it, in at most alpha of the samples (binomial noise allowed)."""
+    rng = random.Random(n)
+    alpha, samples = 0.05, 2000
+    true = -math.log(1.0 - q)  # the exponential law's q-quantile
+    above = below = 0
+    for _ in range(samples):
+        counts: dict[float, int] = {}
+        for _ in range(n):
+            value = rng.expovariate(1.0)
+            counts[value] = counts.get(value, 0) + 1
+        lower, upper = quantile_bounds(counts, q, alpha)
+        above += lower is not None and lower > true
+        below += upper is not None and upper < true
+    slack = 3 * math.sqrt(alpha * (1 - alpha) / samples)
+    assert above / samples <= alpha + slack and below / samples <= alpha + slack, (above, below)

@@ -243,6 +243,8 @@ class Params:
     h: float
     reference: int
     observed: float | None = None
+    #: True when h was derived for p0 (the policy sets none): h then follows p0.
+    derived: bool = False
 
     @property
     def p1(self) -> float:
@@ -270,12 +272,14 @@ def params_for(metric: str, policy: DriftPolicy, reference: WindowStats,
     """
     if metric in policy.baseline:
         p0 = max(MIN_P0, policy.baseline[metric])
-        return Params(p0, policy.shift, derived_h(policy, p0, alpha), 0)
+        return Params(p0, policy.shift, derived_h(policy, p0, alpha), 0,
+                      derived=policy.h is None)
     observed = window_rate(metric, reference)
     if observed is None or reference.n < max(1, min_reference):
         return None
     p0 = bounded_p0(observed, reference.n)
-    return Params(p0, policy.shift, derived_h(policy, p0, alpha), reference.n, observed)
+    return Params(p0, policy.shift, derived_h(policy, p0, alpha), reference.n, observed,
+                  derived=policy.h is None)
 
 
 def stream_order(stream_id: str) -> tuple[int, int]:
@@ -305,9 +309,14 @@ class Detector:
 
         A changed h, shift or fixed baseline restarts it; so does a p0 measured
         over a reference that has since doubled, until the reference is settled.
+        An h derived for p0 (the policy sets none) that differs only because p0
+        moved is no change of policy: the detector keeps its frozen p0 and the h
+        derived for it (else a p0 whose third digit flips as runs arrive restarted
+        the detector, and replayed the stage's runs, at every read).
         """
         mine = self.params
-        if (mine.h, mine.shift) != (wanted.h, wanted.shift):
+        followed = mine.derived and wanted.derived and mine.p0 != wanted.p0
+        if mine.shift != wanted.shift or (mine.h != wanted.h and not followed):
             return True
         if (mine.reference == 0) != (wanted.reference == 0):
             return True

@@ -87,22 +87,23 @@ def quantile_bounds(counts: dict[float, int], q: float,
     # below is monotone in j, so a bisection finds where the scan over every k
     # would stop.
     lower = upper = None
-    # P(Bin >= k) = 1 - cdf[k - 1]; the largest k with that >= 1 - alpha.
+    # P(Bin >= k) = 1 - cdf[k - 1]; the largest k with that >= 1 - alpha (None when
+    # even k = 1 falls short: too few runs for a lower bound at this level).
 
-    def holds(j: int) -> bool:  # the lower bound's test of k = j + 2 (cdf[-1] is 0.0)
+    def holds(j: int) -> bool:  # the lower bound's test of k = j + 1
         return 1.0 - (0.0 if j < first else span[min(j, last) - first]) >= 1.0 - alpha
 
-    if holds(n - 2):
+    if holds(n - 1):
         lower = _kth(ordered, n)
-    elif holds(-1):
-        low, high = -1, min(n - 2, last)  # holds(low), not holds(high)
+    elif holds(0):
+        low, high = 0, min(n - 1, last)  # holds(low), not holds(high)
         while high - low > 1:
             middle = (low + high) // 2
             if holds(middle):
                 low = middle
             else:
                 high = middle
-        lower = _kth(ordered, low + 2)
+        lower = _kth(ordered, low + 1)
     # The smallest k with cdf[k - 1] >= 1 - alpha.
     if 0.0 >= 1.0 - alpha:
         upper = _kth(ordered, 1)

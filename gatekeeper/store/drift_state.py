@@ -235,7 +235,7 @@ def detector_fields(detector: Detector) -> dict[str, str]:
     """A detector as its hash stores it (floats in repr: they read back exactly)."""
     p = detector.params
     return {"p0": repr(p.p0), "shift": repr(p.shift), "h": repr(p.h),
-            "reference": str(p.reference),
+            "reference": str(p.reference), "derived": "1" if p.derived else "",
             "observed": "" if p.observed is None else repr(p.observed), "n": str(detector.n),
             "events": str(detector.events), "s": repr(detector.s),
             "alarms": str(detector.alarms),
@@ -250,7 +250,8 @@ def detector_from_fields(metric: str, raw: Mapping[Any, Any]) -> Detector:
     observed = f.get("observed", "")
     params = Params(p0=float(f["p0"]), shift=float(f["shift"]), h=float(f["h"]),
                     reference=int(f["reference"]),
-                    observed=float(observed) if observed else None)
+                    observed=float(observed) if observed else None,
+                    derived=f.get("derived") == "1")
     first_at = f.get("first_alarm_at", "")
     return Detector(metric, params, n=int(f["n"]), events=int(f["events"]), s=float(f["s"]),
                     alarms=int(f["alarms"]), first_alarm_at=int(first_at) if first_at else None,
