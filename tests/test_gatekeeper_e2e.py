@@ -80,7 +80,9 @@ def _create(url: str, role: str, candidate: str) -> None:
 
 
 def _get(url: str, path: str) -> Any:
-    with requests.get(f"{url}{path}", headers=auth(GATEKEEPER), timeout=5) as answer:
+    # A generous read timeout: the router shares its process with the population and,
+    # under -n on a loaded machine, a gate view may take seconds; slow is not wrong here.
+    with requests.get(f"{url}{path}", headers=auth(GATEKEEPER), timeout=30) as answer:
         answer.raise_for_status()
         return answer.json()
 
