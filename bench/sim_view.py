@@ -483,9 +483,14 @@ class Reader:
         held = not time_ok or judged != 2 or not pairs_ok
         mature = (None if c.reports is None
                   else mature_before(now, self.policy.reports.grace_seconds))
-        if self.summarized != (before, mature, flips):
+        summarized = self.summarized
+        if summarized != (before, mature, flips) and not (
+                summarized is not None and flips is not None and not self.summary[1]
+                and summarized[:2] == (before, mature) and flips[0] == summarized[2][0]):
             self.summary = self.concurrent_summary(now)
-            self.summarized = (before, mature, flips)
+        # (Only improvements since the last summary that did not reject: the flips' log
+        # ratio falls with each, the rollout's e-value with it, so it rejects no more.)
+        self.summarized = (before, mature, flips)
         return (held, time_ok, now >= self.deadline, judged, self.current_class, pairs_ok,
                 self.summary, mature,
                 criteria_key(c, self.record) if c.criteria is not None else None,
