@@ -71,9 +71,12 @@ from gatekeeper.stats.missing import FAIL, Missing, applies, cell_bucket, missin
 from gatekeeper.stats.pair_tally import Tally
 from gatekeeper.stats.reports import mature_before, report_check
 from gatekeeper.stats.rollout import Carried
+from gatekeeper.stats.sequential import THETAS
 from gatekeeper.view.concurrent import METRICS, Folded, section_of
 from gatekeeper.window import WindowStats
 
+#: The most one pass->fail flip raises the flips' log ratio (`sequential.log_ratio`).
+MAX_FLIP = math.log(2.0 * max(THETAS))
 #: Criterion keys the simulator gates on (`World.criteria`), in order.
 CRITERION_KEYS = ("c1", "c2", "c3", "c4", "c5", "c6")
 
@@ -446,6 +449,8 @@ class Reader:
         self.power_inputs: tuple[Any, ...] | None = None
         self.power = False
         self.summary: tuple[tuple[str, ...], bool] = ((), False)
+        #: The rollout's e-value (ln) and threshold at the last summary.
+        self.log_e, self.threshold = 0.0, math.inf
         self.last_key: tuple[Any, ...] | None = None
         self.last: tuple[Action, bool] = (Action.HOLD, False)
         self.decisions = 0
@@ -483,14 +488,10 @@ class Reader:
         held = not time_ok or judged != 2 or not pairs_ok
         mature = (None if c.reports is None
                   else mature_before(now, self.policy.reports.grace_seconds))
-        summarized = self.summarized
-        if summarized != (before, mature, flips) and not (
-                summarized is not None and flips is not None and not self.summary[1]
-                and summarized[:2] == (before, mature) and flips[0] == summarized[2][0]):
+        if (before, mature, flips) != self.summarized and not self.still_short(before, mature,
+                                                                              flips):
             self.summary = self.concurrent_summary(now)
-        # (Only improvements since the last summary that did not reject: the flips' log
-        # ratio falls with each, the rollout's e-value with it, so it rejects no more.)
-        self.summarized = (before, mature, flips)
+            self.summarized = (before, mature, flips)
         return (held, time_ok, now >= self.deadline, judged, self.current_class, pairs_ok,
                 self.summary, mature,
                 criteria_key(c, self.record) if c.criteria is not None else None,
@@ -535,6 +536,20 @@ class Reader:
         power = rollout_power(self.record.binding, evidence)
         return power is None or power.enough
 
+    def still_short(self, before: int, mature: int | None,
+                    flips: tuple[int, int] | None) -> bool:
+        """True when only shadow's flips moved since the last summary, which did not reject,
+        and they cannot have brought the e-value to its threshold: each pass->fail flip
+        raises the flips' log ratio by at most ln(2 max theta) (and the averaged e-value's
+        log by no more), each fail->pass flip lowers it."""
+        done = self.summarized
+        if done is None or flips is None or self.summary[1] or done[:2] != (before, mature):
+            return False
+        regressions, improvements = flips
+        was: tuple[int, int] = done[2]
+        return (regressions >= was[0] and improvements >= was[1]
+                and self.log_e + (regressions - was[0]) * MAX_FLIP < self.threshold)
+
     def concurrent_summary(self, now: float) -> tuple[tuple[str, ...], bool]:
         """(the metrics whose CUSUM alarms, whether the rollout's sequential evidence
         rejects) on the view's concurrent section at `now` and the flips so far, by
@@ -547,7 +562,9 @@ class Reader:
                                   self.needed)
         evidence = Evidence(verdict="pass", n=c.cand_n, passes=c.cand_passes, paired=paired,
                             carried=self.carried, concurrent=section)
-        return tuple(section["alarms"]), sequential_evidence(binding, evidence).reject
+        combined = sequential_evidence(binding, evidence)
+        self.log_e, self.threshold = combined.log_e, combined.threshold
+        return tuple(section["alarms"]), combined.reject
 
     def read(self, now: float) -> tuple[Action, bool]:
         """(the action at `now`, True when it is a hold past the deadline: the gatekeeper
