@@ -331,23 +331,27 @@ def kept_params(counts: StageCounts, policy: GatePolicy) -> Params | None:
     the reference is too small to show one. Call it at every read, as the view runs.
 
     (Read after every run this is the reader's most frequent call, so the common case is
-    short: a measured p0 that rounds to the kept one gives the kept h, and with the
-    reference not yet doubled the detector is not outdated.)"""
+    short. A measured p0 (over the same reference, it keeps its share and shift) gives
+    either the kept p0 and so the kept h, or, with h derived for p0, an h that only
+    follows it: neither restarts the detector while the reference has not doubled.)"""
     drift, thresholds = policy.drift, policy.thresholds
     n = counts.cur_n + counts.carried_n
     kept = counts.detector
     if kept is not None and RUN_FAILURE not in drift.baseline and n >= max(
             1, thresholds.min_samples):
         mine = kept.params
-        failures = n - counts.cur_passes - counts.carried_passes
-        p0 = _BOUNDED.get((failures, n))
-        if p0 is None:
-            if len(_BOUNDED) > 1_000_000:
-                _BOUNDED.clear()
-            p0 = _BOUNDED[(failures, n)] = bounded_p0(failures / n, n)
-        if mine.reference > 0 and p0 == mine.p0 and not (
+        if mine.reference > 0 and not (
                 mine.reference < SETTLED_REFERENCE and n >= 2 * mine.reference):
-            return mine
+            if mine.derived and drift.h is None:
+                return mine
+            failures = n - counts.cur_passes - counts.carried_passes
+            p0 = _BOUNDED.get((failures, n))
+            if p0 is None:
+                if len(_BOUNDED) > 1_000_000:
+                    _BOUNDED.clear()
+                p0 = _BOUNDED[(failures, n)] = bounded_p0(failures / n, n)
+            if p0 == mine.p0:
+                return mine
     current = WindowStats({"n": counts.cur_n, "passes": counts.cur_passes})
     wanted = params_for(RUN_FAILURE, drift, current.merge(counts.carried),
                         thresholds.min_samples, thresholds.alpha)
