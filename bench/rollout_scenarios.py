@@ -63,6 +63,10 @@ DROPS = [(b, round(b - d, 2)) for b in (0.50, 0.80, 0.95, 0.99) for d in (0.05, 
     + [(0.999, 0.99), (0.9999, 0.999)]
 #: Healthy plain rows whose stage durations the schedule bound uses, per base.
 PLAIN = (0.50, 0.80, 0.95, 0.99, 0.999, 0.9999)
+#: The rise a role failing 1 run in 10,000 sets as `gate.power.min_rise` to be
+#: powered against a tenfold failure rate (docs/gatekeeper.md, "Rare failures").
+RARE_MIN_RISE = 0.0009
+RARE = f"0.9999, power.min_rise {RARE_MIN_RISE:g}"
 
 
 def world(base: float, **extra: object) -> World:
@@ -70,10 +74,19 @@ def world(base: float, **extra: object) -> World:
     return World(base=base, policy=policy_for(base, hold=True), **extra)  # type: ignore[arg-type]
 
 
+def rare_world() -> World:
+    """Base 0.9999 with the power hold asked to see a tenfold failure rate."""
+    policy = policy_for(0.9999, hold=True)
+    assert policy.power is not None
+    power = policy.power.model_copy(update={"min_rise": RARE_MIN_RISE})
+    return World(base=0.9999, policy=policy.model_copy(update={"power": power}))
+
+
 def healthy_scenarios() -> list[tuple[str, World, float]]:
     """(name, world, candidate's pass rate) for every healthy scenario of issue 23."""
     hard = (Tenant(0.7, 0.97, 0.97), Tenant(0.3, 0.75, 0.75))
     out = [(f"healthy {base:g}", world(base), base) for base in PLAIN]
+    out.append((f"healthy {RARE}", rare_world(), 0.9999))
     for stage, after in (("shadow", 300.0), ("canary", 300.0), ("full", 1800.0)):
         out.append((f"outage in {stage} (5 min, both arms)",
                     world(0.95, shock=Shock(stage, after, OUTAGE_S, outage=True)), 0.95))
@@ -193,7 +206,8 @@ def main(argv: list[str] | None = None) -> None:
     n, r, seed = args.rollouts, args.regressed, args.seed
     rows: list[tuple[list[Batch], Callable[[list[list[Outcome]]], None]]] = []
     healthy = healthy_scenarios()
-    plain: dict[float, list[Outcome]] = {}
+    #: The healthy rollouts whose stage durations a drop's schedule bound uses.
+    plain: dict[float | str, list[Outcome]] = {}
     print(f"issue 23 and 24 scenarios, seed {seed}, {args.jobs} jobs: 1 job/s; the gatekeeper "
           f"reads after every run (and on a {args.interval:g} s schedule where shown); "
           f"{n} rollouts per healthy row, {r} per regressed row")
@@ -204,7 +218,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'healthy scenario':<42}{'every run: false rollbacks':>30}{'(95% upper)':>12}"
           f"{f'every {args.interval:g} s':>24}{'(upper)':>9}{'h to stable':>12}  rolled back by")
 
-    def healthy_row(name: str, base: float | None) -> Callable[[list[list[Outcome]]], None]:
+    def healthy_row(name: str, base: float | str | None
+                    ) -> Callable[[list[list[Outcome]]], None]:
         def show(found: list[list[Outcome]]) -> None:
             every, sched = found
             if base is not None:
@@ -220,7 +235,9 @@ def main(argv: list[str] | None = None) -> None:
         return show
 
     for name, w, p in healthy:
-        base = p if name.startswith("healthy ") else None
+        base: float | str | None = p if name.startswith("healthy ") else None
+        if name == f"healthy {RARE}":
+            base = RARE
         rows.append(([Batch(name, w, p, n, seed),
                       Batch(name, dataclasses.replace(w, every_run=False, interval=args.interval),
                             p, n, seed)], healthy_row(name, base)))
@@ -254,14 +271,16 @@ def main(argv: list[str] | None = None) -> None:
               f"{'1-sample':>9}{'ours/1s':>8}{'2-sample':>9}{'ours/2s':>8}{'schedule':>10}"
               f"{'ours/sch':>9}{'total':>8}  rolled back by")
 
-    def drop_row(base: float, q: float, first: bool) -> Callable[[list[list[Outcome]]], None]:
+    def drop_row(base: float, q: float, first: bool, key: float | str | None = None,
+                 label: str = "") -> Callable[[list[list[Outcome]]], None]:
         def show(found: list[list[Outcome]]) -> None:
             if first:
                 drop_header()
             outs = found[0]
             mine = runs_to_rollback(outs)
             k = len(outs)
-            segments = schedule(base, q, durations(plain.get(base, [])), shares)
+            segments = schedule(base, q, durations(plain.get(base if key is None else key, [])),
+                                shares)
             sched = schedule_bound(segments)
             one, two = one_sample_bound(base, q), two_sample_bound(base, q)
 
@@ -274,12 +293,14 @@ def main(argv: list[str] | None = None) -> None:
                   f"{'never' if mine == NEVER else f'{mine:.0f}':>7}{one:>9.0f}{ratio(one):>8}"
                   f"{two:>9.0f}{ratio(two):>8}"
                   f"{'beyond' if sched.runs is None else f'{sched.runs:.0f}':>10}"
-                  f"{ratio(sched.runs):>9}{sched.total:>8.1f}  {_kinds(outs)}", flush=True)
+                  f"{ratio(sched.runs):>9}{sched.total:>8.1f}  {_kinds(outs)}{label}", flush=True)
         return show
 
     for i, (base, q) in enumerate(DROPS):
         rows.append(([Batch(f"drop {base:g} {q:g}", world(base), q, r, seed)],
                      drop_row(base, q, i == 0)))
+    rows.append(([Batch(f"drop {RARE} 0.999", rare_world(), 0.999, r, seed)],
+                 drop_row(0.9999, 0.999, False, RARE, f"; with power.min_rise {RARE_MIN_RISE:g}")))
 
     def issue24_row(name: str, healthy_one: bool, first: str | None
                     ) -> Callable[[list[list[Outcome]]], None]:
