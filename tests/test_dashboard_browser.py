@@ -7,6 +7,7 @@ saying so (`.ci/run` installs chromium before running the suite).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -82,25 +83,31 @@ def page(browser: Browser) -> Iterator[Page]:
     context.close()
 
 
-@pytest.fixture
-def live(redis_url: str) -> Iterator[str]:
-    """The router on a loopback port with tokens set, seeded with three roles and traces."""
+@contextlib.contextmanager
+def _serving(redis_url: str, **config: object) -> Iterator[str]:
+    """The router (tokens set, `config` added) on a loopback port, stopped afterwards."""
     app = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True,
-                      "refresh_interval_s": 0.05})
+                      "refresh_interval_s": 0.05, **config})
     server: BaseWSGIServer = make_server("127.0.0.1", 0, app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    url = f"http://127.0.0.1:{server.server_port}"
     try:
-        with requests.Session() as session:
-            seed(session, url)
-        yield url
+        yield f"http://127.0.0.1:{server.server_port}"
     finally:
         server.shutdown()
         server.server_close()
         thread.join(5)
         app.extensions["rolegate"].cache.stop()
         app.extensions["rolegate"].redis.close()
+
+
+@pytest.fixture
+def live(redis_url: str) -> Iterator[str]:
+    """The router on a loopback port with tokens set, seeded with three roles and traces."""
+    with _serving(redis_url) as url:
+        with requests.Session() as session:
+            seed(session, url)
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -195,14 +202,8 @@ def test_page_without_token_shows_no_data_and_cannot_act(page: Page, live: str) 
 @pytest.fixture
 def example(redis_url: str) -> Iterator[str]:
     """The router with tokens, holding the shipped bindings.example.json and a few traces."""
-    app = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True,
-                      "refresh_interval_s": 0.05})
-    server: BaseWSGIServer = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_port}"
     roles = json.loads(EXAMPLE.read_text())["roles"]
-    try:
+    with _serving(redis_url) as url:
         with requests.Session() as session:
             for role, binding in roles.items():
                 r = session.put(f"{url}/v1/bindings/{role}", json=binding, headers=auth(OPERATOR),
@@ -223,12 +224,6 @@ def example(redis_url: str) -> Iterator[str]:
                              timeout=5)
             assert r.status_code == 200, r.text
         yield url
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-        app.extensions["rolegate"].cache.stop()
-        app.extensions["rolegate"].redis.close()
 
 
 def test_every_example_role_page_loads_and_a_broken_one_says_why(
@@ -373,22 +368,10 @@ def test_a_policy_hold_holds_and_the_page_says_why(page: Page, live: str, shots:
 @pytest.fixture
 def budgeted(redis_url: str) -> Iterator[str]:
     """The seeded router with ROLEGATE_FLEET_BUDGET 0.005 (two rollouts live at 1% each)."""
-    app = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True,
-                      "refresh_interval_s": 0.05, "fleet_budget": 0.005})
-    server: BaseWSGIServer = make_server("127.0.0.1", 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_port}"
-    try:
+    with _serving(redis_url, fleet_budget=0.005) as url:
         with requests.Session() as session:
             seed(session, url)
         yield url
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-        app.extensions["rolegate"].cache.stop()
-        app.extensions["rolegate"].redis.close()
 
 
 def test_the_overview_says_what_the_fleet_gets_and_who_is_over_budget(
