@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from typing import Any
 
 import pytest
@@ -21,7 +20,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bindings.models import VersionedBinding
-from gatekeeper.machine.decide import Action, decide, evidence_from_view
+from gatekeeper.machine.decide import Action
 from gatekeeper.stats import concurrent
 from gatekeeper.stats.missing import (
     REPORT_BUCKET_S,
@@ -30,15 +29,13 @@ from gatekeeper.stats.missing import (
     missing_of,
     with_missing,
 )
-from rolegate.exposures import epoch_of
 from router.cli.main import main
-from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
+from tests.conftest import CALLER, OPERATOR, auth
 from tests.gatekeeping import binding, keeper, tick_until
+from tests.reporting import STAMPS, decide_now, fill_stage, record
 from tests.servers import werkzeug_server
 
 ROLE = "summarizer"
-STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
-          "tool_schema_hash": "t1"}
 
 
 # -- the pure rules ------------------------------------------------------------------
@@ -98,39 +95,17 @@ def ignoring(app: Flask) -> Any:
 
 
 def _record(url: str) -> VersionedBinding:
-    body = requests.get(f"{url}/v1/bindings/{ROLE}", headers=auth(CALLER), timeout=5).json()
-    return VersionedBinding.model_validate(body)
+    return record(url, ROLE)
 
 
 def _stage(url: str, cand: tuple[int, int, int], cur: tuple[int, int, int],
            buckets: int = 8) -> None:
     """Per bucket, 10 minutes back, each arm's (assigned, reported, failed among reported)."""
-    epoch = epoch_of(_record(url).binding.stage_since)
-    first = int((time.time() - 600) // REPORT_BUCKET_S) - buckets
-    rows, traces = [], []
-    for b in range(first, first + buckets):
-        for arm, config, (assigned, reported, failed) in (("candidate", "cfg_b", cand),
-                                                          ("current", "cfg_a", cur)):
-            rows.append({"role": ROLE, "config": config, "arm": arm, "epoch": epoch,
-                         "bucket": b, "count": assigned})
-            traces += [{"run_id": f"{arm}-{b}-{i}", "role": ROLE, "arm": arm, "config": config,
-                        "key": f"{arm}-{b}-{i}", "tools": ["read"], "stamps": STAMPS,
-                        "answered": i >= failed,
-                        "time": b * REPORT_BUCKET_S + 5.0, "latency_s": 2.0}
-                       for i in range(reported)]
-    r = requests.post(f"{url}/v1/exposures", json={"exposures": rows}, headers=auth(CALLER),
-                      timeout=5)
-    assert r.status_code == 200, r.text
-    for start in range(0, len(traces), 500):
-        r = requests.post(f"{url}/v1/traces", json={"traces": traces[start:start + 500]},
-                          headers=auth(CALLER), timeout=10)
-        assert r.status_code == 200, r.text
+    fill_stage(url, ROLE, REPORT_BUCKET_S, cand, cur, buckets)
 
 
 def _decide(url: str) -> Any:
-    view = requests.get(f"{url}/v1/roles/{ROLE}/gate", headers=auth(GATEKEEPER),
-                        timeout=10).json()
-    return view, decide(ROLE, _record(url), evidence_from_view(view), time.time())
+    return decide_now(url, ROLE)
 
 
 #: The candidate silently drops 3 of each 10 runs (each would have failed) and the 7 that

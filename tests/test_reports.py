@@ -7,7 +7,6 @@ the gate view's `reports` section read by decide() on a real router.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ from flask import Flask
 from flask.testing import FlaskClient
 
 from bindings.models import VersionedBinding
-from gatekeeper.machine.decide import Action, decide, evidence_from_view
+from gatekeeper.machine.decide import Action
 from gatekeeper.stats.budget import REPORTS_SHARE
 from gatekeeper.stats.concurrent import BUCKET_S
 from gatekeeper.stats.reports import BOTH_SHORT, LAGGING, OK, SHORT, report_check
@@ -25,12 +24,11 @@ from gatekeeper.store.exposures import ExposureStore
 from rolegate import Client
 from rolegate.exposures import epoch_of
 from router.cli.main import main
-from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
+from tests.conftest import CALLER, OPERATOR, auth
+from tests.reporting import decide_now, fill_stage, record
 from tests.servers import werkzeug_server
 
 ROLE = "summarizer"
-STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
-          "tool_schema_hash": "t1"}
 ALPHA = REPORTS_SHARE * 0.0025
 
 
@@ -76,36 +74,16 @@ def router(app: Flask) -> Any:
 
 
 def _record(url: str) -> VersionedBinding:
-    body = requests.get(f"{url}/v1/bindings/{ROLE}", headers=auth(CALLER), timeout=5).json()
-    return VersionedBinding.model_validate(body)
+    return record(url, ROLE)
 
 
 def _stage(url: str, cand: tuple[int, int], cur: tuple[int, int], buckets: int = 8) -> None:
     """Per bucket, 10 minutes back: `cand` (assigned, reported) candidate runs, `cur` current's."""
-    epoch = epoch_of(_record(url).binding.stage_since)
-    first = int((time.time() - 600) // BUCKET_S) - buckets
-    rows, traces = [], []
-    for b in range(first, first + buckets):
-        for arm, config, (assigned, reported) in (("candidate", "cfg_b", cand),
-                                                  ("current", "cfg_a", cur)):
-            rows.append({"role": ROLE, "config": config, "arm": arm, "epoch": epoch,
-                         "bucket": b, "count": assigned})
-            traces += [{"run_id": f"{arm}-{b}-{i}", "role": ROLE, "arm": arm, "config": config,
-                        "key": f"{arm}-{b}-{i}", "tools": ["read"], "stamps": STAMPS,
-                        "time": b * BUCKET_S + 5.0, "latency_s": 2.0}
-                       for i in range(reported)]
-    r = requests.post(f"{url}/v1/exposures", json={"exposures": rows}, headers=auth(CALLER),
-                      timeout=5)
-    assert r.status_code == 200, r.text
-    for start in range(0, len(traces), 500):
-        r = requests.post(f"{url}/v1/traces", json={"traces": traces[start:start + 500]},
-                          headers=auth(CALLER), timeout=10)
-        assert r.status_code == 200, r.text
+    fill_stage(url, ROLE, BUCKET_S, cand, cur, buckets)
 
 
 def _decide(url: str) -> Any:
-    view = requests.get(f"{url}/v1/roles/{ROLE}/gate", headers=auth(GATEKEEPER), timeout=10).json()
-    return view, decide(ROLE, _record(url), evidence_from_view(view), time.time())
+    return decide_now(url, ROLE)
 
 
 def test_a_candidate_failing_to_report_30_percent_is_rolled_back(router: str) -> None:

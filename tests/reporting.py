@@ -1,0 +1,65 @@
+"""Filling a live router's stage with assigned and reported runs, then judging it.
+
+Shared by the report-rate tests (`test_reports.py`) and the missing-runs policy
+tests (`test_missing_runs.py`): exposures go in through POST /v1/exposures and
+traces through POST /v1/traces, the real paths, then decide() reads the real
+gate view.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import requests
+
+from bindings.models import VersionedBinding
+from gatekeeper.machine.decide import decide, evidence_from_view
+from rolegate.exposures import epoch_of
+from tests.conftest import CALLER, GATEKEEPER, auth
+
+STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
+          "tool_schema_hash": "t1"}
+
+
+def record(url: str, role: str) -> VersionedBinding:
+    """The role's binding as the router serves it."""
+    body = requests.get(f"{url}/v1/bindings/{role}", headers=auth(CALLER), timeout=5).json()
+    return VersionedBinding.model_validate(body)
+
+
+def fill_stage(url: str, role: str, width: float, cand: tuple[int, ...], cur: tuple[int, ...],
+               buckets: int = 8) -> None:
+    """Per bucket of `width` seconds, ending 10 minutes back, each arm's (assigned,
+    reported[, failed among reported]): without a failed count no run says whether
+    it answered."""
+    epoch = epoch_of(record(url, role).binding.stage_since)
+    first = int((time.time() - 600) // width) - buckets
+    rows, traces = [], []
+    for b in range(first, first + buckets):
+        for arm, config, counts in (("candidate", "cfg_b", cand), ("current", "cfg_a", cur)):
+            assigned, reported = counts[0], counts[1]
+            rows.append({"role": role, "config": config, "arm": arm, "epoch": epoch,
+                         "bucket": b, "count": assigned})
+            for i in range(reported):
+                trace: dict[str, Any] = {
+                    "run_id": f"{arm}-{b}-{i}", "role": role, "arm": arm, "config": config,
+                    "key": f"{arm}-{b}-{i}", "tools": ["read"], "stamps": STAMPS,
+                    "time": b * width + 5.0, "latency_s": 2.0}
+                if len(counts) > 2:
+                    trace["answered"] = i >= counts[2]
+                traces.append(trace)
+    r = requests.post(f"{url}/v1/exposures", json={"exposures": rows}, headers=auth(CALLER),
+                      timeout=5)
+    assert r.status_code == 200, r.text
+    for start in range(0, len(traces), 500):
+        r = requests.post(f"{url}/v1/traces", json={"traces": traces[start:start + 500]},
+                          headers=auth(CALLER), timeout=10)
+        assert r.status_code == 200, r.text
+
+
+def decide_now(url: str, role: str) -> Any:
+    """(the gate view, decide()'s decision on it now)."""
+    view = requests.get(f"{url}/v1/roles/{role}/gate", headers=auth(GATEKEEPER),
+                        timeout=10).json()
+    return view, decide(role, record(url, role), evidence_from_view(view), time.time())
