@@ -253,3 +253,23 @@ def test_rate_test_bounds_a_p0_measured_over_few_runs() -> None:
     assert decide("r", _record(Stage.CANARY, 0.1), evidence, NOW).action is Action.HOLD
     exact = Evidence(verdict="insufficient_data", n=39, passes=36, baseline_failure=0.001)
     assert decide("r", _record(Stage.CANARY, 0.1), exact, NOW).action is Action.ROLLBACK
+
+
+def test_the_stage_end_look_names_the_missing_runs_it_counted_as_failed() -> None:
+    """Under `gate.reports.missing_runs: fail` the matched counts include unreported runs
+    as failures; a stage-end rollback on them says how many, not only the rates."""
+    from gatekeeper.stats.concurrent import RISKS
+    comparison = {"logs": [0.0] * len(RISKS), "cells": 40,
+                  "candidate": {"n": 400, "events": 60}, "current": {"n": 2000, "events": 100}}
+    evidence = Evidence(verdict="pass", n=370, passes=340, current_n=2000, current_passes=1900,
+                        concurrent={"metrics": {"run_failure": comparison}, "alarms": [],
+                                    "missing": {"candidate": 30, "current": 0}})
+    record = _record(Stage.CANARY, 0.5)
+    # The power hold off: the look is read on the tick that would advance.
+    unpowered = record.binding.model_copy(update={"gate": POLICY.model_copy(
+        update={"power": None})})
+    decision = decide("r", record.model_copy(update={"binding": unpowered}), evidence, NOW)
+    assert decision.action is Action.ROLLBACK, decision.reason
+    assert "below current" in decision.reason and "340/400" in decision.reason
+    assert "counting 30 candidate and 0 current runs that never reported as failed" \
+        in decision.reason

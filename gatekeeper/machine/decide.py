@@ -49,7 +49,13 @@ from bindings.models import Binding, Stage, Thresholds, VersionedBinding
 from gatekeeper.machine.baseline import baseline_failure, baseline_runs
 from gatekeeper.machine.deadline import overdue
 from gatekeeper.machine.durations import stage_minimum
-from gatekeeper.machine.matched import candidate_alarms, concurrent_of, concurrent_reason, matched
+from gatekeeper.machine.matched import (
+    candidate_alarms,
+    concurrent_of,
+    concurrent_reason,
+    matched,
+    missing_words,
+)
 from gatekeeper.machine.power_hold import power_wait
 from gatekeeper.machine.reports import report_decision
 from gatekeeper.machine.responses import HELD, HOLD, WARN, Responder, response_details
@@ -225,6 +231,8 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
         if worse_paired is not None and (failed := fail("mcnemar", worse_paired)):
             return failed
     worse = worse_than_current(matched(evidence), level)
+    if worse is not None and (counted := missing_words(evidence)):
+        worse = f"{worse}, {counted}"
     if worse is not None and (failed := fail("vs_current", worse)):
         return failed
     if binding.needs_approval() and binding.approved is None:
