@@ -2,6 +2,7 @@
 
     python -m bench.rollout_sim [--rollouts 1000] [--regressed 200] [--seed 1] [--jobs 2]
                                 [--quick]
+    python -m bench.rollout_sim --scenarios [...]   # issue 23's and 24's scenario table
 
 Every rollout goes through `bench.sim_core.rollout`, read after every run:
 the gate view built by the view's own functions, `decide()` judging it,
@@ -18,9 +19,10 @@ hold): median candidate RUNS (shadow included) before the rollback, a missed
 one counting as never; beside it the same gate with each stage's evidence
 starting afresh at the stage alpha (the view without its `rollout` section),
 seed 000's plain policy (last 5 runs under min_pass_rate) and the one-sample
-information bound ln(1/alpha)/KL(q || p) at alpha 1%. Issue 23's scenarios and
-the two-sample and schedule bounds: `python -m bench.rollout_scenarios`; the
-report-rate test: `python -m bench.report_sim`.
+information bound ln(1/alpha)/KL(q || p) at alpha 1%. Issue 23's and 24's
+scenarios with the two-sample and schedule bounds: `--scenarios` (the same as
+`python -m bench.rollout_scenarios`, the rest of the arguments passed on); the
+report-rate test alone: `python -m bench.report_sim`.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import argparse
 import dataclasses
 import math
 import random
+import sys
 import time
 from dataclasses import dataclass
 
@@ -114,7 +117,13 @@ def _n(value: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run every table and print it."""
+    """Run every table and print it (`--scenarios`: the scenario table instead)."""
+    args_in = sys.argv[1:] if argv is None else list(argv)
+    if "--scenarios" in args_in:
+        from bench import rollout_scenarios  # imports this module: not at the top
+
+        rollout_scenarios.main([a for a in args_in if a != "--scenarios"])
+        return
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rollouts", type=int, default=1000, help="healthy rollouts per cell")
     parser.add_argument("--regressed", type=int, default=200, help="rollouts per drop")
@@ -122,7 +131,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=2, help="worker processes")
     parser.add_argument("--quick", action="store_true",
                         help="100 healthy and 40 regressed rollouts per cell")
-    args = parser.parse_args(argv)
+    parser.add_argument("--scenarios", action="store_true",
+                        help="issue 23's and 24's scenario table (bench.rollout_scenarios)")
+    args = parser.parse_args(args_in)
     if args.quick:
         args.rollouts, args.regressed = min(args.rollouts, 100), min(args.regressed, 40)
     started = time.perf_counter()

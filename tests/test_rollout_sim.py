@@ -169,3 +169,24 @@ def test_event_driven_reads_decide_as_reading_after_every_run(
     literal = [rollout(world, p, random.Random(f"eq:{name}:{i}"), literal=True)
                for i in range(count)]
     assert fast == literal
+
+
+@pytest.mark.slow
+def test_the_scenario_table_prints_every_row(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m bench.rollout_sim --scenarios`, one rollout a row: every scenario of
+    issues 23 and 24 has its row, and the drops sit beside their bounds."""
+    from bench import rollout_scenarios
+    from bench.rollout_sim import main
+
+    main(["--scenarios", "--rollouts", "1", "--regressed", "1", "--jobs", "1"])
+    out = capsys.readouterr().out
+    for name, _, _ in rollout_scenarios.healthy_scenarios():
+        assert f"\n{name} " in out, name
+    assert "worse by 0.05 in every tenant, a rule sends it the easy one" in out
+    drops = [line.split() for line in out.splitlines()
+             if line[:2] == "0." and len(line.split()) > 10]
+    assert [(float(d[0]), float(d[1])) for d in drops] == \
+        [*rollout_scenarios.DROPS, (0.9999, 0.999)]
+    assert "with power.min_rise 0.0009" in out
+    for name, _, _ in rollout_scenarios.issue24_healthy() + rollout_scenarios.issue24_regressed():
+        assert f"  {name} " in out, name
