@@ -131,10 +131,13 @@ def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
 class WindowStats:
     """Running aggregate of trace verdicts over one (role, config, arm) window."""
 
-    __slots__ = ("_cells", "_fields", "_index")
+    __slots__ = ("_cells", "_closed", "_fields", "_index", "_merged")
 
     def __init__(self, fields: Mapping[str, int] | None = None) -> None:
         self._fields: Counter[str] = Counter(fields or {})
+        # Cells kept apart (`of_counts`), added to `_fields`' at each read; those sums.
+        self._closed: Any = None
+        self._merged: dict[str, dict[str, int]] = {}
         # The fields grouped by prefix, and the cells, built at the first read that
         # needs them: a 100,000-run window has some 20,000 fields, and the gate
         # view reads a dozen prefixes of each of its windows.
@@ -145,7 +148,18 @@ class WindowStats:
     def fields(self) -> Counter[str]:
         """The flat counts. Reading them drops what was built from them (the caller may
         change them): readers inside the class use `_fields`."""
+        self._whole()
         self._index = self._cells = None
+        return self._fields
+
+    def _whole(self) -> Counter[str]:
+        """`_fields` with the cells kept apart added in (once: then they are part of it)."""
+        if self._closed is not None:
+            fields = self._fields
+            for head, group in self._closed.groups.items():
+                for rest, value in group.items():
+                    fields[f"{head}:{rest}"] += value
+            self._closed, self._merged, self._index, self._cells = None, {}, None, None
         return self._fields
 
     # -- building --------------------------------------------------------------
@@ -168,11 +182,13 @@ class WindowStats:
         return cls(fields)
 
     @classmethod
-    def of_counts(cls, fields: Counter[str]) -> WindowStats:
+    def of_counts(cls, fields: Counter[str], closed: Any = None) -> WindowStats:
         """A window over `fields` itself, not a copy: for a reader's own fresh counts (a
-        100,000-run window holds ~15,000 fields, and copying them cost a view ~2 ms each)."""
+        100,000-run window holds ~15,000 fields, and copying them cost a view ~2 ms each).
+        `closed`: cells kept apart (`store.window_closed.ClosedCells`), counted as fields."""
         window = cls.__new__(cls)
         window._fields, window._index, window._cells = fields, None, None
+        window._closed, window._merged = closed, {}
         return window
 
     def add(self, trace: Trace, verdict: TraceVerdict) -> None:
@@ -181,12 +197,12 @@ class WindowStats:
 
     def merge(self, other: WindowStats) -> WindowStats:
         """A new window holding both windows' traces."""
-        return WindowStats(self._fields + other._fields)
+        return WindowStats(self._whole() + other._whole())
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, WindowStats):
             return NotImplemented
-        return +self._fields == +other._fields
+        return +self._whole() == +other._whole()
 
     def __repr__(self) -> str:
         return f"WindowStats(n={self.n}, passes={self.passes})"
@@ -214,7 +230,16 @@ class WindowStats:
 
     def _group(self, prefix: str) -> dict[str, int]:
         """The fields under `prefix` (one colon, at its end) by the rest of their name."""
-        return self._grouped().get(prefix[:-1], {})
+        head = prefix[:-1]
+        group = self._grouped().get(head, {})
+        apart: dict[str, int] = {} if self._closed is None else self._closed.groups.get(head, {})
+        merged = self._merged.get(head) if apart else group
+        if merged is None:
+            merged = dict(apart)
+            for rest, value in group.items():
+                merged[rest] = merged.get(rest, 0) + value
+            self._merged[head] = merged
+        return merged
 
     def _prefixed(self, prefix: str) -> dict[str, int]:
         """{name less `prefix`: value} of the non-zero fields under `prefix`."""
@@ -324,6 +349,13 @@ class WindowStats:
         {"<bucket>:<stratum>": count}. Kept with the window: read them, don't change them.
         """
         return {prefix: self._group(prefix) for prefix in (CELL_N, *CELL_EVENTS.values())}
+
+    def cell_parts(self) -> tuple[str | None, dict[str, dict[str, int]]]:
+        """(the id of the cells kept apart or None, the others as `cell_fields` gives them)."""
+        groups = self._grouped()
+        gen = None if self._closed is None else self._closed.gen
+        return gen, {prefix: groups.get(prefix[:-1], {})
+                     for prefix in (CELL_N, *CELL_EVENTS.values())}
 
     def latency_histogram(self) -> dict[float, int]:
         """{latency bucket upper bound in seconds: runs} (runs that reported a latency)."""

@@ -150,6 +150,8 @@ if added > 0 then
     -- newer traces still wait in the list.
     redis.call('EXPIRE', KEYS[6], ARGV[3])
     redis.call('EXPIRE', KEYS[2], ARGV[3])
+    -- The window's closed-cells hash (`window_closed`) is part of it: it lives as long.
+    redis.call('EXPIRE', KEYS[2] .. ':closed', ARGV[3])
     if ARGV[9] ~= '' then
       redis.call('EXPIRE', KEYS[2] .. ':by:' .. ARGV[9], ARGV[3])
       redis.call('EXPIRE', KEYS[7], ARGV[3])

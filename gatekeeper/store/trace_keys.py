@@ -28,6 +28,8 @@ REPORTER_WINDOW_KEY_TEMPLATE = "rolegate:{{{role}}}:window:{config}:{arm}:{epoch
 REPORTERS_KEY_TEMPLATE = "rolegate:{{{role}}}:reporters:{config}:{arm}:{epoch}"
 #: Increments stored but not yet folded into the window (`gatekeeper.store.window_fold`).
 PENDING_KEY_TEMPLATE = "rolegate:{{{role}}}:pending:{config}:{arm}:{epoch}"
+#: The cells of closed buckets moved out of the window (`gatekeeper.store.window_closed`).
+CLOSED_KEY_TEMPLATE = "rolegate:{{{role}}}:window:{config}:{arm}:{epoch}:closed"
 
 
 def stream_key(role: str, config: str, arm: str) -> str:
@@ -54,6 +56,11 @@ def reporters_key(role: str, config: str, arm: str, epoch: str) -> str:
 def pending_key(role: str, config: str, arm: str, epoch: str) -> str:
     """The increments of (role, config, arm)'s traces in a stage not yet folded into its window."""
     return PENDING_KEY_TEMPLATE.format(role=role, config=config, arm=arm, epoch=epoch)
+
+
+def closed_key(role: str, config: str, arm: str, epoch: str) -> str:
+    """The closed buckets' cells of (role, config, arm)'s window in a stage, kept apart."""
+    return CLOSED_KEY_TEMPLATE.format(role=role, config=config, arm=arm, epoch=epoch)
 
 
 def claims_key(role: str, run_id: str) -> str:

@@ -62,6 +62,7 @@ from gatekeeper.store.trace_keys import (
     stream_key,
     tally_key,
 )
+from gatekeeper.store.window_closed import MOVE_SCRIPT
 from gatekeeper.store.window_fold import READ_SCRIPT
 from gatekeeper.store.window_reads import WindowReads
 from gatekeeper.window import TOOL
@@ -124,7 +125,9 @@ class TraceStore(WindowReads):
         self.window_ttl_s = window_ttl_s
         self._ingest = connection.register_script(INGEST_SCRIPT)
         self._read = connection.register_script(READ_SCRIPT)
+        self._move = connection.register_script(MOVE_SCRIPT)
         self._reporters_seen = {}
+        self._closed_cells = {}
         #: The single-call path's connections (none for a Cluster client: no one pool).
         self._kept = None if isinstance(connection, RedisCluster) else KeptConnections(
             connection.connection_pool, before_command)

@@ -14,8 +14,13 @@ reaches `FOLD_AT` entries, or at once when its own entry is longer than
 most FOLD_AT - 1 short entries besides one group's, so it costs little more
 than storing that group did, and the list stays small whoever reads.
 
-Readers never write. `READ_SCRIPT` answers the window, the pending entries,
-the reporters and the asked-for reporters' windows in one atomic step, and
+The window's closed-cells hash (`window_closed`: the cells of long-closed
+buckets, moved there by gate views) lives as long as the window: the fold and
+the ingest script refresh its TTL with the window's.
+
+Readers never write (but for the gate view's move into the closed-cells hash,
+which changes no count). `READ_SCRIPT` answers the window, the pending entries,
+the reporters, the closed cells and the asked-for reporters' windows in one atomic step, and
 `pending_counts` adds the entries in Python: a read counts every stored trace
 exactly once, works while Redis refuses writes (maxmemory), and declares every
 key it reads (Redis Cluster redirects it whole while a slot migrates).
@@ -83,6 +88,7 @@ local function fold(pending, window, reporters, ttl)
     redis.call('HINCRBY', window, name, string.format('%d', value))
   end
   redis.call('EXPIRE', window, ttl)
+  redis.call('EXPIRE', window .. ':closed', ttl)
   for _, reporter in ipairs(names) do
     local key = window .. ':by:' .. reporter
     for name, value in pairs(by[reporter]) do
@@ -95,13 +101,14 @@ local function fold(pending, window, reporters, ttl)
 end
 """
 
-# KEYS: pending list, window hash, reporters set, then reporter window hashes.
-# Returns {window HGETALL (flat), pending entries, reporter names,
-#          then each asked-for reporter window's HGETALL (flat)}. Reads only.
+# KEYS: pending list, window hash, reporters set, the window's closed-cells hash
+# (`window_closed`), then reporter window hashes.
+# Returns {window HGETALL (flat), pending entries, reporter names, closed-cells HGETALL
+#          (flat), then each asked-for reporter window's HGETALL (flat)}. Reads only.
 READ_SCRIPT = """
 local out = {redis.call('HGETALL', KEYS[2]), redis.call('LRANGE', KEYS[1], 0, -1),
-             redis.call('SMEMBERS', KEYS[3])}
-for i = 4, #KEYS do out[#out + 1] = redis.call('HGETALL', KEYS[i]) end
+             redis.call('SMEMBERS', KEYS[3]), redis.call('HGETALL', KEYS[4])}
+for i = 5, #KEYS do out[#out + 1] = redis.call('HGETALL', KEYS[i]) end
 return out
 """
 

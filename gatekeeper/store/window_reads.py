@@ -16,10 +16,17 @@ unless whole reporters' windows are asked for (the policy names
 is not read). The reporter names come from the last read of that window, so a
 steady view costs one round trip; a reporter that appeared since costs a
 second.
+
+Each window's long-closed cells are kept apart in its closed-cells hash
+(`gatekeeper.store.window_closed`), which `stage_windows` reads only by its id
+while it holds the cells of that id, and fills, moving the cells of buckets
+long closed, once a window holds `MOVE_AT` of them. Every read adds them to
+the window.
 """
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -30,11 +37,22 @@ from redis.commands.core import Script
 from bindings.connection import Connection
 from bindings.errors import Conflict
 from bindings.store import _redis_errors
+from gatekeeper.stats.concurrent import closed_before
 from gatekeeper.store.trace_keys import (
+    closed_key,
     pending_key,
     reporter_window_key,
     reporters_key,
     window_key,
+)
+from gatekeeper.store.window_closed import (
+    GEN,
+    MOVE_AT,
+    MOVE_AT_MOST,
+    MOVED,
+    ClosedCells,
+    movable,
+    new_gen,
 )
 from gatekeeper.store.window_fold import READ_SCRIPT, pending_counts
 from gatekeeper.window import CLASHES, WindowStats
@@ -46,6 +64,9 @@ ATTEMPTS = 4
 EVIDENCE = ("n", "passes", "forbidden", CLASHES)
 #: Windows whose reporter names are remembered (then forgotten all at once).
 REMEMBERED = 1_000
+#: Windows whose closed cells are kept (then forgotten all at once): some 13,000 cells each
+#: at 1 job/s over 100,000 runs.
+REMEMBERED_CLOSED = 64
 
 #: Per (config, arm): the arm's window (None when not read) and each reporter's.
 StageWindows = tuple[WindowStats | None, dict[str, WindowStats]]
@@ -56,6 +77,9 @@ class WindowReads:
 
     connection: Connection
     _read: Script
+    _move: Script
+    #: (role, config, arm, epoch) -> the closed cells the last read of that window found.
+    _closed_cells: dict[tuple[str, str, str, str], ClosedCells]
     #: (role, config, arm, epoch) -> the reporter names the last read found.
     _reporters_seen: dict[tuple[str, str, str, str], tuple[str, ...]]
 
@@ -67,7 +91,8 @@ class WindowReads:
                 epoch: str) -> list[WindowStats]:
         """Several (config, arm) aggregates over one stage, in one round trip."""
         reads = self._read_windows(role, [(config, arm, ()) for config, arm in pairs], epoch)
-        return [WindowStats(_plus(_fields(read[0]), pending_counts(read[1])[0]))
+        return [WindowStats(_plus(_plus(_fields(read[0]), _fields(read[3], GEN)),
+                                  pending_counts(read[1])[0]))
                 for read in reads]
 
     def windows_by_reporter(self, role: str, pairs: Sequence[tuple[str, str]],
@@ -89,7 +114,7 @@ class WindowReads:
                     asks[i] = (*asks[i][:2], tuple(names))
                     continue
                 _, by = pending_counts(read[1])
-                windows = {name: _fields(flat) for name, flat in zip(asks[i][2], read[3:])}
+                windows = {name: _fields(flat) for name, flat in zip(asks[i][2], read[4:])}
                 for name, counts in by.items():
                     windows[name] = _plus(windows.get(name, Counter()), counts)
                 out[i] = {name: WindowStats(windows[name]) for name in sorted(windows)}
@@ -106,32 +131,70 @@ class WindowReads:
         caller sums the reporters it trusts). One round trip while the
         reporters are the ones the last read found.
         """
-        seen = self._reporters_seen
+        seen, known = self._reporters_seen, self._closed_cells
         if len(seen) > REMEMBERED:
             seen.clear()
-        asks = [(config, arm, seen.get((role, config, arm, epoch), ())) for config, arm in pairs]
+        if len(known) > REMEMBERED_CLOSED:
+            known.clear()
+        # (config, arm, reporter names, whether to read the closed-cells hash whole)
+        asks = [(config, arm, seen.get((role, config, arm, epoch), ()), False)
+                for config, arm in pairs]
         out: list[StageWindows | None] = [None] * len(asks)
         for _ in range(ATTEMPTS):
             todo = [i for i, got in enumerate(out) if got is None]
             reads = self._read_stage(role, [asks[i] for i in todo], epoch, whole_reporters)
-            for i, (window, pending, members, reporters) in zip(todo, reads):
-                config, arm, asked = asks[i]
+            for i, (window, pending, members, closed, reporters) in zip(todo, reads):
+                config, arm, asked, whole_closed = asks[i]
                 names = tuple(sorted(_text(n) for n in members))
                 seen[(role, config, arm, epoch)] = names
                 if names != tuple(sorted(asked)):
-                    asks[i] = (config, arm, names)
+                    asks[i] = (config, arm, names, whole_closed)
                     continue
+                where = (role, config, arm, epoch)
+                apart = None
+                if whole_closed:
+                    apart = ClosedCells.of_hash(closed)
+                    if apart is None:
+                        known.pop(where, None)
+                    else:
+                        known[where] = apart
+                elif closed is not None:
+                    apart = known.get(where)
+                    if apart is None or apart.gen != _text(closed):
+                        asks[i] = (config, arm, asked, True)  # cells new to this reader
+                        continue
                 total, by = pending_counts(pending)
                 whole = (None if window is None
-                         else WindowStats.of_counts(_plus(_counts(window), total)))
+                         else WindowStats.of_counts(_plus(_counts(window), total), apart))
                 out[i] = (whole, _reporters(asked, reporters, by, whole_reporters))
             if all(got is not None for got in out):
-                return [got for got in out if got is not None]
+                done = [got for got in out if got is not None]
+                self._move_closed(role, pairs, epoch, [window for window, _ in done])
+                return done
         raise Conflict("reporters kept appearing under a concurrent ingest; read again")
 
-    def _read_stage(self, role: str, asks: Sequence[tuple[str, str, Sequence[str]]], epoch: str,
-                    whole_reporters: bool) -> list[tuple[Any, list[Any], Any, list[Any]]]:
-        """Per (config, arm, reporters): (window hash or None, pending, names, reporters' reads).
+    def _move_closed(self, role: str, pairs: Sequence[tuple[str, str]], epoch: str,
+                     windows: Sequence[WindowStats | None]) -> None:
+        """Move the cells of buckets closed a while out of each window holding `MOVE_AT`
+        of them, into its closed-cells hash (`window_closed`); a refusal (Redis taking no
+        writes) leaves them where they are."""
+        cut = closed_before(time.time()) - 1  # a bucket's grace and one more bucket
+        for (config, arm), window in zip(pairs, windows):
+            if window is None or movable(window.cell_parts()[1], cut) < MOVE_AT:
+                continue
+            keys = [window_key(role, config, arm, epoch), closed_key(role, config, arm, epoch)]
+            try:
+                self._move(keys=keys, args=[cut, new_gen(), MOVE_AT_MOST, *MOVED])
+            except redis.exceptions.RedisError:
+                return
+
+    def _read_stage(self, role: str, asks: Sequence[tuple[str, str, Sequence[str], bool]],
+                    epoch: str, whole_reporters: bool
+                    ) -> list[tuple[Any, list[Any], Any, Any, list[Any]]]:
+        """Per (config, arm, reporters, whole closed cells): (window hash or None, pending,
+        names, the closed-cells id or None (the whole hash when asked; None when no window
+        is read),
+        reporters' reads).
 
         One MULTI/EXEC of plain reads, so all are of one moment (no fold between
         the window and its pending list), as READ_SCRIPT's are: a script's
@@ -139,9 +202,13 @@ class WindowReads:
         times the plain command's time on a 20,000-field window.
         """
         pipe = self.connection.pipeline(transaction=True)
-        for config, arm, names in asks:
+        for config, arm, names, whole_closed in asks:
             if not whole_reporters:
                 pipe.hgetall(window_key(role, config, arm, epoch))
+                if whole_closed:
+                    pipe.hgetall(closed_key(role, config, arm, epoch))
+                else:
+                    pipe.hget(closed_key(role, config, arm, epoch), GEN)
             pipe.lrange(pending_key(role, config, arm, epoch), 0, -1)
             pipe.smembers(reporters_key(role, config, arm, epoch))
             for name in names:
@@ -153,10 +220,12 @@ class WindowReads:
         with _redis_errors():
             answers = iter(pipe.execute())
         out = []
-        for _, _, names in asks:
-            window = None if whole_reporters else next(answers)
+        for _, _, names, _ in asks:
+            window = closed = None
+            if not whole_reporters:
+                window, closed = next(answers), next(answers)
             pending, members = next(answers), next(answers)
-            out.append((window, pending, members, [next(answers) for _ in names]))
+            out.append((window, pending, members, closed, [next(answers) for _ in names]))
         return out
 
     def _read_windows(self, role: str, asks: Sequence[tuple[str, str, Sequence[str]]],
@@ -164,7 +233,7 @@ class WindowReads:
         """Per (config, arm, reporters): READ_SCRIPT's answer (window, pending, names, theirs)."""
         calls: list[tuple[list[str], list[Any]]] = [
             ([pending_key(role, config, arm, epoch), window_key(role, config, arm, epoch),
-              reporters_key(role, config, arm, epoch),
+              reporters_key(role, config, arm, epoch), closed_key(role, config, arm, epoch),
               *(reporter_window_key(role, config, arm, epoch, name) for name in names)],
              list(args))
             for config, arm, names in asks]
@@ -206,9 +275,10 @@ def _plus(stored: Counter[str], pending: Counter[str]) -> Counter[str]:
     return stored
 
 
-def _fields(flat: list[Any]) -> Counter[str]:
-    """An HGETALL answered by a script (a flat field, value list) as counts."""
-    return Counter({_text(name): int(value) for name, value in zip(flat[::2], flat[1::2])})
+def _fields(flat: list[Any], leave_out: str = "") -> Counter[str]:
+    """An HGETALL answered by a script (a flat field, value list) as counts (less `leave_out`)."""
+    return Counter({text: int(value) for name, value in zip(flat[::2], flat[1::2])
+                    if (text := _text(name)) != leave_out})
 
 
 def _counts(hash_: dict[Any, Any]) -> Counter[str]:

@@ -15,7 +15,10 @@ stored fields, by name). A view whose bound is the same and whose closed counts
 equal the kept ones gets the kept answer; anything else (a bucket closed, a
 late run landing in a closed bucket, a new binding version) is computed afresh
 and kept. The check is a subset test of the kept counts against the window's,
-at C speed; only names not kept are parsed, to see they are open buckets.
+at C speed; only names not kept are parsed, to see they are open buckets. The
+cells of long-closed buckets a window keeps apart (`gatekeeper.store.window_closed`)
+are not compared one by one: their id names them (a move into them, by any
+process, gives them a new id).
 """
 
 from __future__ import annotations
@@ -58,10 +61,17 @@ _kept: weakref.WeakKeyDictionary[TraceStore, OrderedDict[Hashable, _Kept]] = (
 def concurrent(ctx: GateContext, missing: Missing | None = None) -> dict[str, Any] | None:
     """`view.concurrent.concurrent_section`, kept while no cell below `closed_before` changed
     (and the missing runs it counts, `view.reports.missing_for`, are the same)."""
-    groups = [group for _, window in ctx.arms.values() for group in window.cell_fields().values()]
-    return _section(ctx, ("concurrent", cells.BUCKET_S, cells.GRACE_S), missing,
-                    cells.closed_before(ctx.now), groups, _cell_bucket,
-                    lambda: concurrent_section(ctx, missing))
+    # A window's cells kept apart (`store.window_closed`) are named by their id:
+    # the same id, the same counts. Only the cells still in the window hash are compared.
+    groups: list[dict[str, int]] = []
+    closed_ids: list[str | None] = []
+    for _, window in ctx.arms.values():
+        closed_id, parts = window.cell_parts()
+        closed_ids.append(closed_id)
+        groups += parts.values()
+    return _section(ctx, ("concurrent", cells.BUCKET_S, cells.GRACE_S),
+                    (missing, tuple(closed_ids)), cells.closed_before(ctx.now), groups,
+                    _cell_bucket, lambda: concurrent_section(ctx, missing))
 
 
 def reports(ctx: GateContext, counts: ReportCounts | None) -> dict[str, Any] | None:
