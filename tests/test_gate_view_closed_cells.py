@@ -206,3 +206,21 @@ def test_ingest_keeps_the_closed_cells_as_long_as_its_window(
     redis_conn.expire(window, 60)
     stage.add([(5_000, time.time())], one_by_one=True)
     assert redis_conn.ttl(key) == redis_conn.ttl(window) > 1_000
+
+
+def test_a_long_window_moves_in_parts_and_stays_exact(
+        redis_conn: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At most MOVE_AT_MOST fields a move: a window with more moves over several views."""
+    monkeypatch.setattr(window_reads, "MOVE_AT", 40)
+    monkeypatch.setattr(window_reads, "MOVE_AT_MOST", 100)
+    start = time.time() - 400 * BUCKET_S
+    stage = Filled(redis_conn, start)
+    stage.add([(i, start + BUCKET_S + i * BUCKET_S / 3) for i in range(1_000)])
+    key = closed_key(ROLE, "cfg_b", "candidate", stage.epoch)
+    router = TraceStore(redis_conn)
+    sizes = []
+    for _ in range(4):
+        check_all(stage, [router], time.time())
+        sizes.append(redis_conn.hlen(key))
+    # Three reads a check: the router's context and view, then a fresh store's view.
+    assert sizes[0] == 3 * 100 + 1 < sizes[1] <= sizes[-1]

@@ -49,7 +49,6 @@ from gatekeeper.store.window_closed import (
     GEN,
     MOVE_AT,
     MOVE_AT_MOST,
-    MOVED,
     ClosedCells,
     movable,
     new_gen,
@@ -180,11 +179,12 @@ class WindowReads:
         writes) leaves them where they are."""
         cut = closed_before(time.time()) - 1  # a bucket's grace and one more bucket
         for (config, arm), window in zip(pairs, windows):
-            if window is None or movable(window.cell_parts()[1], cut) < MOVE_AT:
+            names = [] if window is None else movable(window.cell_parts()[1], cut)
+            if len(names) < MOVE_AT:
                 continue
             keys = [window_key(role, config, arm, epoch), closed_key(role, config, arm, epoch)]
             try:
-                self._move(keys=keys, args=[cut, new_gen(), MOVE_AT_MOST, *MOVED])
+                self._move(keys=keys, args=[new_gen(), *names[:MOVE_AT_MOST]])
             except redis.exceptions.RedisError:
                 return
 
