@@ -17,7 +17,8 @@ errors, latency, tokens and cost vary, and the exposures (assignments) of each
 bucket are stored as the router would count them (1% never report).
 
 It then times `gatekeeper.view.gate_view` in-process (every section, the drift
-detectors first caught up), in wall time and in this process's CPU time
+detectors first caught up and the closed cells moved out of the window hashes,
+`gatekeeper.store.window_closed`, by untimed views), in wall time and in this process's CPU time
 (`time.process_time`: the Redis server's share is not in it, so load noise
 shows as the gap between the two): with no new runs, and with `--fresh` new
 runs per arm stored (untimed, ending now, as live traffic does) before each
@@ -64,8 +65,9 @@ from gatekeeper.checks.spec import Spec
 from gatekeeper.stats.concurrent import BUCKET_S
 from gatekeeper.store.configs import ConfigStore
 from gatekeeper.store.exposures import Exposure, ExposureStore
-from gatekeeper.store.trace_keys import epoch_of
+from gatekeeper.store.trace_keys import closed_key, epoch_of
 from gatekeeper.store.traces import Checked, TraceStore
+from gatekeeper.store.window_closed import GEN
 from rolegate.trace import Trace
 
 ROLE = "refunds"
@@ -227,15 +229,27 @@ def run(args: argparse.Namespace) -> None:
         fill = Fill(connection, args.runs, args.jobs_per_s, args.rule_share)
         fill.add(args.runs)
         store, traces = BindingStore(connection), TraceStore(connection)
+        epoch = epoch_of(fill.binding)
+
+        def moved() -> list[Any]:
+            return [connection.hget(closed_key(ROLE, config, arm, epoch), GEN)
+                    for config, arm in ((CURRENT, "current"), (CANDIDATE, "candidate"))]
+
+        # Untimed: the kept drift detectors catch up, and the stage's closed cells move out
+        # of the window hashes (at most MOVE_AT_MOST a view: a stage filled at once is a
+        # long stage met by its first view, as after an upgrade).
+        warm, ids = 1, moved()
         view = gate_view(store, traces, ROLE, time.time())
-        while not view["drift"]["caught_up"]:
-            view = gate_view(store, traces, ROLE, time.time())  # the kept detectors catch up
-        epoch = view["window"]["epoch"]
+        while not view["drift"]["caught_up"] or moved() != ids:
+            ids = moved()
+            view = gate_view(store, traces, ROLE, time.time())
+            warm += 1
         cells = len(traces.window(ROLE, CANDIDATE, "candidate", epoch).all_cells()["run_failure"])
         print(f"gate view bench: {args.runs:,} runs per arm at {args.jobs_per_s:g} jobs/s, "
               f"{args.rule_share:.0%} by a rule: {cells:,} (bucket, stratum) cells per arm, "
               f"{view['concurrent']['metrics']['run_failure']['cells']:,} closed in both; "
-              f"filled in {time.perf_counter() - started:.0f} s (untimed)")
+              f"filled in {time.perf_counter() - started:.0f} s, {warm} views to warm up "
+              f"(untimed)")
 
         def fresh() -> None:
             fill.add(args.fresh)

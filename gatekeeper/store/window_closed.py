@@ -37,12 +37,12 @@ from gatekeeper.window import CELL_EVENTS, CELL_N
 MOVED = (CELL_N, *CELL_EVENTS.values())
 #: The closed-cells hash's field holding its id (no window field starts with "~").
 GEN = "~gen"
-#: Movable cell fields in a window before a view moves them (at 1 job/s about
-#: an hour of buckets; a view then reads a few hundred cell fields, not 13,000).
+#: Movable cell fields in a window before a view moves them (at 1 job/s some 80
+#: minutes of buckets; a view then reads a few hundred cell fields, not 13,000).
 MOVE_AT = 512
-#: Most fields one script moves: bounds how long it blocks Redis (about 3 us a field,
-#: so some 6 ms: a 100,000-run window at 1 job/s, 13,000 cells, is moved over its
-#: first 7 views; later moves are of MOVE_AT-odd fields, about 1.5 ms).
+#: Most fields one script moves: bounds how long it blocks Redis (about 4 us a field,
+#: so some 8 ms: a 100,000-run window at 1 job/s, 13,000 cells, is moved over its
+#: first 7 views; later moves are of MOVE_AT-odd fields, about 2 ms).
 MOVE_AT_MOST = 2_000
 
 # KEYS: the window hash, its closed-cells hash. ARGV: the new id, then the names of the
