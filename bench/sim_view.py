@@ -42,7 +42,7 @@ from typing import Any
 from bench.sim_state import CE, CF, CN, KE, KF, KN, StageCounts
 from bindings.models import GatePolicy, Stage, VersionedBinding
 from gatekeeper.gate import evaluate
-from gatekeeper.machine.baseline import baseline_failure, baseline_runs
+from gatekeeper.machine.baseline import baseline_failure, baseline_observed, baseline_runs
 from gatekeeper.machine.deadline import deadline_of
 from gatekeeper.machine.decide import (
     Action,
@@ -523,12 +523,13 @@ class Reader:
     def _powered(self, now: float) -> bool:
         """True when the power hold lets the stage go: decide()'s `power_wait` (its
         `rollout_power`) on the section, the pairs and flips, and the baseline the drift
-        section carries (p0 and its reference: current's runs with its history, which grow
-        with every current run; the detector's other figures do not enter)."""
+        section carries (p0, the rate observed and its reference: current's runs with its
+        history; the detector's other figures do not enter)."""
         c = self.counts
         found = c.detector.params if self.baseline and c.detector is not None else None
         drift = {} if found is None else {
-            "candidate": {RUN_FAILURE: {"p0": found.p0, "reference": found.reference}}}
+            "candidate": {RUN_FAILURE: {"p0": found.p0, "reference": found.reference,
+                                        "observed": found.observed}}}
         paired = None
         if self.shadow:
             paired = {"pairs": c.pairs, "flips": {"pass_to_fail": c.regressions,
@@ -536,7 +537,8 @@ class Reader:
         evidence = Evidence(verdict="pass", paired=paired, carried=self.carried,
                             concurrent=cached_section(c, self.record, now),
                             baseline_failure=baseline_failure(drift),
-                            baseline_runs=baseline_runs(drift))
+                            baseline_runs=baseline_runs(drift),
+                            baseline_observed=baseline_observed(drift))
         power = rollout_power(self.record.binding, evidence)
         return power is None or power.enough
 

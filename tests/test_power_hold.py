@@ -108,6 +108,38 @@ def test_a_shadow_with_too_few_pairs_holds_for_power_and_says_so() -> None:
     assert moved.action is Action.ADVANCE, moved.reason
 
 
+def test_the_alternative_is_sized_on_the_rate_current_showed_not_its_upper_bound() -> None:
+    """A role failing 1 run in 10,000 asks for a tenfold rise (min_rise 0.0009): 8,000
+    clean shadow pairs over 5,000 history runs with no failure do not power it (about
+    20,000 do). Sized on the history's upper bound (0.0006 here), the alternative was
+    a rise to 0.0027 and the same pairs let shadow go (the simulator's 0.001
+    candidates then reached stable in 118 of 200 rollouts)."""
+    from dataclasses import replace
+
+    from gatekeeper.machine.baseline import baseline_observed
+    from gatekeeper.machine.power_hold import rollout_power
+
+    record = _record(NOW - 3600, PowerPolicy(min_rise=0.0009))
+    pairs = 8000
+    cells = Comparison(cells=pairs // 30, candidate_n=pairs, current_n=pairs)
+    clean = Evidence(verdict="pass", n=pairs, passes=pairs, current_n=pairs,
+                     current_passes=pairs,
+                     paired={"verdict": "pass", "reasons": [], "pairs": pairs,
+                             "flips": {"pass_to_fail": 0, "fail_to_pass": 0}},
+                     concurrent={"metrics": {"run_failure": cells.as_dict()}, "alarms": []},
+                     baseline_failure=0.0006, baseline_runs=5000, baseline_bounded=True)
+    drift = {"candidate": {"run_failure": {"p0": 0.0006, "reference": 5000, "observed": 0.0}}}
+    observed = replace(clean, baseline_observed=baseline_observed(drift))
+    assert observed.baseline_observed == 0.0
+    sized = rollout_power(record.binding, observed)
+    assert sized is not None and sized.alternative < 0.0011, sized
+    held = decide("r", record, observed, NOW)
+    assert held.action is Action.HOLD and held.reason.startswith("waiting for power"), held
+    # Without the observed rate (a view that does not say) the bound is all there is.
+    bound = rollout_power(record.binding, clean)
+    assert bound is not None and bound.alternative > 0.0025 and bound.enough, bound
+
+
 def test_the_hold_is_off_with_power_null_or_min_power_zero() -> None:
     """`gate.power: null`, or min_power 0, advances on the stage's minimum alone."""
     for power in (None, PowerPolicy(min_power=0.0)):

@@ -1,7 +1,8 @@
 """The current arm's failure rate the candidate's sequential rate test runs against. Pure.
 
 Read out of the gate view's drift section (the candidate's run_failure detector's
-p0 and the count of current runs it was measured over) by `decide.evidence_from_view`.
+p0, the rate current's runs showed and how many runs that was) by
+`decide.evidence_from_view`.
 """
 
 from __future__ import annotations
@@ -25,3 +26,13 @@ def baseline_runs(drift: Mapping[str, Any]) -> int:
     detector = (drift.get("candidate") or {}).get("run_failure") or {}
     reference = detector.get("reference")
     return int(reference) if isinstance(reference, int) else 0
+
+
+def baseline_observed(drift: Mapping[str, Any]) -> float | None:
+    """The failure rate current's runs showed over `baseline_runs` (p0 is its upper bound);
+    None for a fixed baseline or a view that does not say."""
+    detector = (drift.get("candidate") or {}).get("run_failure") or {}
+    observed = detector.get("observed")
+    if not isinstance(observed, (int, float)) or isinstance(observed, bool):
+        return None
+    return float(observed)

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
-from gatekeeper.machine.baseline import baseline_failure, baseline_runs
+from gatekeeper.machine.baseline import baseline_failure, baseline_observed, baseline_runs
 from gatekeeper.machine.deadline import overdue
 from gatekeeper.machine.durations import stage_minimum
 from gatekeeper.machine.matched import (
@@ -96,6 +96,9 @@ class Evidence:
     baseline_failure: float | None = None
     #: Current runs baseline_failure was measured over (0: a fixed baseline, exact).
     baseline_runs: int = 0
+    #: The rate those runs showed (baseline_failure is its upper bound): what the power
+    #: hold sizes its alternative with. None: only the bound is known.
+    baseline_observed: float | None = None
     #: True when baseline_failure is already the upper bound the tests run against
     #: (the gate view's detectors bound it, `drift.bounded_p0`).
     baseline_bounded: bool = False
@@ -390,6 +393,7 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
         paired=view.get("paired"),
         baseline_failure=baseline_failure(drift),
         baseline_runs=baseline_runs(drift),
+        baseline_observed=baseline_observed(drift),
         baseline_bounded="observed" in ((drift.get("candidate") or {}).get("run_failure") or {}),
         candidate_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "candidate"),
         current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),

@@ -45,6 +45,9 @@ class Evidence(Protocol):
     @property
     def baseline_runs(self) -> int: ...
 
+    @property
+    def baseline_observed(self) -> float | None: ...
+
 
 def rollout_power(binding: Binding, evidence: Evidence, scale: float = 1.0) -> Power | None:
     """The power of the rollout's evidence so far; None when the hold does not apply.
@@ -79,8 +82,14 @@ def rollout_power(binding: Binding, evidence: Evidence, scale: float = 1.0) -> P
     failures = sum(c[2] for c in comparisons)
     runs = sum(c[1] for c in comparisons)
     if evidence.baseline_failure is not None and evidence.baseline_runs > 0:
-        # current's carried history sizes the alternative (never a rollback).
-        failures += round(evidence.baseline_failure * evidence.baseline_runs)
+        # current's carried history sizes the alternative (never a rollback): the failures
+        # its runs showed, not the upper bound the rate tests take. The alternative is a
+        # multiple of current's rate (`risk`), so a bound above the rate would ask the hold
+        # for a larger, easier regression: at 0.9999 over 5,000 runs the bound is several
+        # times the rate, and the hold let shadow go after 2,000 pairs.
+        rate = evidence.baseline_observed
+        failures += round((evidence.baseline_failure if rate is None else rate)
+                          * evidence.baseline_runs)
         runs += evidence.baseline_runs
     level = rollout_alpha(binding) if carried is not None else binding.gate.thresholds.alpha
     threshold = math.log(1.0 / (SEQUENTIAL_SHARE * level))
