@@ -224,3 +224,59 @@ def test_a_long_window_moves_in_parts_and_stays_exact(
         sizes.append(redis_conn.hlen(key))
     # Three reads a check: the router's context and view, then a fresh store's view.
     assert sizes[0] == 3 * 100 + 1 < sizes[1] <= sizes[-1]
+
+
+def test_with_moves_off_views_read_but_never_move(
+        redis_conn: redis.Redis, small_moves: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ROLEGATE_MOVE_CLOSED_CELLS=0 (a rolling upgrade from a release that reads the
+    window hash alone): views move nothing and stay exact; turned on, they move, and
+    turned off again, cells already moved are still read."""
+    from gatekeeper.store import window_closed
+
+    monkeypatch.setattr(window_closed, "MOVE_CLOSED", False)
+    start = time.time() - 400 * BUCKET_S
+    stage = Filled(redis_conn, start)
+    stage.add([(i, start + BUCKET_S + i * BUCKET_S / 3) for i in range(1_000)])
+    key = closed_key(ROLE, "cfg_b", "candidate", stage.epoch)
+    router, now = TraceStore(redis_conn), time.time()
+    unmoved = check_all(stage, [router], now)
+    assert not redis_conn.exists(key)
+    monkeypatch.setattr(window_closed, "MOVE_CLOSED", True)
+    check_all(stage, [router], now)
+    assert redis_conn.hlen(key) > 300
+    monkeypatch.setattr(window_closed, "MOVE_CLOSED", False)
+    assert check_all(stage, [router, TraceStore(redis_conn)], now)["concurrent"] \
+        == unmoved["concurrent"]
+
+
+@pytest.mark.parametrize("raw", ["yes", "2", "off"])
+def test_a_bad_move_setting_is_refused_naming_the_variable(
+        raw: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anything but 0 or 1 stops the process at start, naming the variable."""
+    from gatekeeper.store import window_closed
+
+    monkeypatch.setenv("ROLEGATE_MOVE_CLOSED_CELLS", raw)
+    with pytest.raises(ValueError, match="ROLEGATE_MOVE_CLOSED_CELLS must be 0 or 1"):
+        window_closed._moving("ROLEGATE_MOVE_CLOSED_CELLS")
+
+
+def test_a_reader_new_to_the_reporters_and_the_closed_cells_needs_one_read_more(
+        redis_conn: redis.Redis, small_moves: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cold process learns the reporters' names and the closed cells in the same extra
+    read (two reads, not three: four attempts leave room for reporters that appear)."""
+    start = time.time() - 400 * BUCKET_S
+    stage = Filled(redis_conn, start)
+    stage.add([(i, start + BUCKET_S + i * BUCKET_S / 3) for i in range(1_000)])
+    pairs = [(config, arm) for arm, config in CONFIGS.items()]
+    TraceStore(redis_conn).stage_windows(ROLE, pairs, stage.epoch)  # moves the cells
+    assert redis_conn.exists(closed_key(ROLE, "cfg_b", "candidate", stage.epoch))
+    cold, reads = TraceStore(redis_conn), []
+    real = cold._read_stage
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reads.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cold, "_read_stage", counted)
+    cold.stage_windows(ROLE, pairs, stage.epoch)
+    assert len(reads) == 2

@@ -6,6 +6,8 @@ touches a single slot)::
     rolegate:{role}:traces:{config}:{arm}          stream: fields t (trace JSON), v (verdict)
     rolegate:{role}:window:{config}:{arm}:{epoch}  hash: the WindowStats fields (HINCRBY)
     rolegate:{role}:window:...:{epoch}:by:{name}   hash: the same, of one reporter's traces
+    rolegate:{role}:window:...:{epoch}:closed      hash: cells of closed buckets moved out
+                                                   of the window (`window_closed`)
     rolegate:{role}:reporters:{config}:{arm}:{epoch}  set: reporters with a window
     rolegate:{role}:pending:{config}:{arm}:{epoch} list: increments not yet in the window
     rolegate:{role}:claims:{run_id}                hash: reporter -> where its run is stored

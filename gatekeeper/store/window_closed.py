@@ -26,6 +26,7 @@ the view goes on; the next one tries again. (Not the role archive of
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +34,21 @@ from typing import Any
 
 from gatekeeper.window import CELL_EVENTS, CELL_N
 
+
+def _moving(variable: str) -> bool:
+    """ROLEGATE_MOVE_CLOSED_CELLS: 1 (the default) moves closed cells, 0 only reads them."""
+    raw = os.environ.get(variable, "").strip()
+    if raw not in ("", "0", "1"):
+        raise ValueError(f"{variable} must be 0 or 1, got {raw!r}")
+    return raw != "0"
+
+
+#: Whether views move closed cells (ROLEGATE_MOVE_CLOSED_CELLS=0: they only read
+#: them). Every reader of this release sums the closed-cells hash whatever this says;
+#: a release before it reads the window hash alone, so during a rolling upgrade
+#: from one (both running at once) set 0 on the new routers until no old router or
+#: gatekeeper is left, then unset it (docs/maintenance.md).
+MOVE_CLOSED = _moving("ROLEGATE_MOVE_CLOSED_CELLS")
 #: The window fields moved: the cells' counters ("cn:", "cf:", "ce:", "cx:").
 MOVED = (CELL_N, *CELL_EVENTS.values())
 #: The closed-cells hash's field holding its id (no window field starts with "~").

@@ -26,6 +26,7 @@ the window.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -38,6 +39,7 @@ from bindings.connection import Connection
 from bindings.errors import Conflict
 from bindings.store import _redis_errors
 from gatekeeper.stats.concurrent import closed_before
+from gatekeeper.store import window_closed
 from gatekeeper.store.trace_keys import (
     closed_key,
     pending_key,
@@ -56,6 +58,7 @@ from gatekeeper.store.window_closed import (
 from gatekeeper.store.window_fold import READ_SCRIPT, pending_counts
 from gatekeeper.window import CLASHES, WindowStats
 
+LOG = logging.getLogger(__name__)
 #: Reads before giving up on reporters that keep appearing under a concurrent ingest.
 ATTEMPTS = 4
 #: What the gate view shows of each reporter (`view.arms`): its n, pass and
@@ -145,11 +148,16 @@ class WindowReads:
             for i, (window, pending, members, closed, reporters) in zip(todo, reads):
                 config, arm, asked, whole_closed = asks[i]
                 names = tuple(sorted(_text(n) for n in members))
-                seen[(role, config, arm, epoch)] = names
-                if names != tuple(sorted(asked)):
-                    asks[i] = (config, arm, names, whole_closed)
-                    continue
                 where = (role, config, arm, epoch)
+                seen[where] = names
+                if names != tuple(sorted(asked)):
+                    # Ask for the closed cells whole at once too when their id is new here,
+                    # so a reader new to both needs one read more, not two.
+                    kept_gen = known[where].gen if where in known else None
+                    new_id = not whole_closed and closed is not None \
+                        and kept_gen != _text(closed)
+                    asks[i] = (config, arm, names, whole_closed or new_id)
+                    continue
                 apart = None
                 if whole_closed:
                     apart = ClosedCells.of_hash(closed)
@@ -177,6 +185,8 @@ class WindowReads:
         """Move the cells of buckets closed a while out of each window holding `MOVE_AT`
         of them, into its closed-cells hash (`window_closed`); a refusal (Redis taking no
         writes) leaves them where they are."""
+        if not window_closed.MOVE_CLOSED:
+            return
         cut = closed_before(time.time()) - 1  # a bucket's grace and one more bucket
         for (config, arm), window in zip(pairs, windows):
             names = [] if window is None else movable(window.cell_parts()[1], cut)
@@ -185,7 +195,10 @@ class WindowReads:
             keys = [window_key(role, config, arm, epoch), closed_key(role, config, arm, epoch)]
             try:
                 self._move(keys=keys, args=[new_gen(), *names[:MOVE_AT_MOST]])
-            except redis.exceptions.RedisError:
+            except redis.exceptions.RedisError as error:
+                # The view goes on (nothing was changed); say so, or a Redis refusing every
+                # move would leave views slow with no sign why.
+                LOG.warning("closed cells of %s not moved: %s", keys[0], error)
                 return
 
     def _read_stage(self, role: str, asks: Sequence[tuple[str, str, Sequence[str], bool]],
