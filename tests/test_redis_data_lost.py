@@ -190,6 +190,20 @@ def test_gunicorn_router_keeps_serving_and_its_file_through_an_empty_restart(
             own.start()  # same port, no data: an empty volume
             wait_for(lambda: requests.get(f"{url}/healthz", timeout=5).json()["status"]
                      == "degraded" or None, 10, "health to name the loss")
+            # Each worker notices the loss at its own next poll (every 0.05 s here): until
+            # the other has, its answers are the same table, not yet marked stale. Every
+            # answer meanwhile must still be a 200.
+            seen: list[int] = []
+
+            def all_stale() -> bool | None:
+                got = [requests.get(f"{url}/v1/resolve/summarizer?key=w-{i}",
+                                    headers={**auth(CALLER), "Connection": "close"}, timeout=5)
+                       for i in range(6)]
+                seen.extend(a.status_code for a in got)
+                return all(a.status_code == 200 and a.json()["stale"] for a in got) or None
+
+            wait_for(all_stale, 10, "both workers to mark their answers stale")
+            assert set(seen) == {200}
             answers = [requests.get(f"{url}/v1/resolve/summarizer?key=job-{i}",
                                     headers={**auth(CALLER), "Connection": "close"}, timeout=5)
                        for i in range(20)]
