@@ -26,8 +26,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bench.sim_sections import stage_comparison
 from bench.sim_state import CE, CF, CN, KE, KF, KN, Criteria, Reports, StageCounts
-from bench.sim_view import Reader, Rule, gatekeeper_rule, plain_rule, stage_comparison
+from bench.sim_view import Reader, Rule, gatekeeper_rule, plain_rule
 from bindings.models import (
     DEFAULT_HOLDBACK,
     Binding,
