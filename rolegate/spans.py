@@ -30,12 +30,15 @@ A run none of whose spans follows a convention read here (and whose root names
 no `rolegate.output`) is `judged: false`: counted apart, never a pass.
 
 Order. Tool calls are listed by what the spans say before the clock: by their
-place in the span tree (a call under an earlier turn comes first), then by the
-order the issuing model turn listed them (`gen_ai.tool.call.id` in its output
-messages), then by start and end, then by the order the spans arrived (an SDK
-exports a span when it ends). Clocks stamp in ticks (the OTel JS SDK in whole
-milliseconds): two calls are parallel only when they overlap by more than one
-tick of the run's clock, never on a tie alone.
+place in the span tree (a call under an earlier turn comes first), then by
+start, then by the order the issuing model turn listed them
+(`gen_ai.tool.call.id` in its output messages), then by the order the spans
+arrived (an SDK exports a span when it ends). The clock is read only as finely
+as the stamps carry (`rolegate.span_order.Clock`): the OTel JS SDK stamps starts
+in whole milliseconds and ends as start plus duration, so there two calls are
+parallel only when they overlap by more than a millisecond, and ends never
+order calls; the issuing turn of a call is the model turn that listed its id,
+else the agent's last chat span that ended by the time the call started.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rolegate.openinference import genai_attributes
-from rolegate.span_order import call_order, clock_tick
+from rolegate.span_order import Clock, call_order, clock_of, listed_calls
 
 ROLE = "rolegate.role"
 CONFIG = "rolegate.config"
@@ -68,6 +71,7 @@ CHAT_OPERATIONS = frozenset({"chat", "generate_content", "text_completion"})
 TOOL_NAME = "gen_ai.tool.name"
 TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
 TOOL_RESULT = "gen_ai.tool.call.result"
+TOOL_CALL_ID = "gen_ai.tool.call.id"
 AGENT_NAME = "gen_ai.agent.name"
 REQUEST_MODEL = "gen_ai.request.model"
 RESPONSE_MODEL = "gen_ai.response.model"
@@ -177,14 +181,19 @@ def assemble(spans: Sequence[Span], *,
     if missing:
         raise IncompleteRun(f"neither the root span nor its resource (nor an earlier span) "
                             f"has the attribute(s) {', '.join(missing)}")
-    ordered = sorted(by_id.values(), key=lambda s: (s.start_ns, s.end_ns, arrival[s.span_id]))
+    clock = clock_of(by_id.values())
+    if clock.ends_derived:  # an end is its start plus a duration: it orders nothing
+        ordered = sorted(by_id.values(), key=lambda s: (s.start_ns, arrival[s.span_id]))
+    else:
+        ordered = sorted(by_id.values(),
+                         key=lambda s: (s.start_ns, s.end_ns, arrival[s.span_id]))
     chats = [span for span in ordered if span.operation in CHAT_OPERATIONS]
     body: dict[str, Any] = {
         "run_id": (_text(root.attributes.get(RUN_ID)) or _text((fallback or {}).get(RUN_ID))
                    or root.trace_id),
         "role": where[ROLE], "config": where[CONFIG], "arm": where[ARM],
         "key": where.get(KEY, ""),
-        "steps": _steps(ordered, by_id, chats, arrival),
+        "steps": _steps(ordered, by_id, chats, arrival, clock),
         "latency_s": max(0, root.end_ns - root.start_ns) / 1e9,
         "stamps": _stamps(root, chats),
         "time": root.end_ns / 1e9,
@@ -204,11 +213,12 @@ def assemble(spans: Sequence[Span], *,
     return body
 
 
-def _steps(ordered: list[Span], by_id: Mapping[str, Span],
-           chats: list[Span], arrival: Mapping[str, int]) -> list[dict[str, Any]]:
+def _steps(ordered: list[Span], by_id: Mapping[str, Span], chats: list[Span],
+           arrival: Mapping[str, int], clock: Clock) -> list[dict[str, Any]]:
     calls = call_order([span for span in ordered if span.tool is not None], by_id, chats,
-                       arrival)
-    groups = _parallel_groups(calls, clock_tick(ordered))
+                       arrival, clock)
+    groups = _parallel_groups(calls, clock)
+    listed = listed_calls(chats)
     steps = []
     for span in calls:
         step: dict[str, Any] = {"tool": span.tool, "args": _arguments(span),
@@ -225,7 +235,8 @@ def _steps(ordered: list[Span], by_id: Mapping[str, Span],
                 step["parent_agent"] = agents[1][1]
         if span.span_id in groups:
             step["parallel_group"] = groups[span.span_id]
-        turn = _issuing_turn(span, agents[0][0] if agents else None, chats, by_id)
+        turn = _issuing_turn(span, agents[0][0] if agents else None, chats, by_id, clock,
+                             listed, arrival)
         if turn is not None:
             model = _model(turn)
             if model:
@@ -238,11 +249,11 @@ def _steps(ordered: list[Span], by_id: Mapping[str, Span],
     return steps
 
 
-def _parallel_groups(calls: list[Span], tick: int = 1) -> dict[str, str]:
+def _parallel_groups(calls: list[Span], clock: Clock) -> dict[str, str]:
     """Calls under one parent whose times overlap were issued together: span id -> group id.
 
-    Overlap means by more than one `tick` of the clock: stamps that tie (two quick
-    sequential calls in one millisecond) do not make calls parallel.
+    Overlap means by more than one tick of the clock (`Clock.overlaps`): stamps
+    that tie (two quick sequential calls in one millisecond) do not make calls parallel.
     """
     groups: dict[str, str] = {}
     by_parent: dict[str | None, list[Span]] = {}
@@ -252,7 +263,7 @@ def _parallel_groups(calls: list[Span], tick: int = 1) -> dict[str, str]:
         clusters: list[list[Span]] = []
         end = 0
         for span in siblings:
-            if clusters and span.start_ns < end - tick:
+            if clusters and clock.overlaps(span.start_ns, end):
                 clusters[-1].append(span)
                 end = max(end, span.end_ns)
             else:
@@ -281,15 +292,31 @@ def _agents_above(span: Span, by_id: Mapping[str, Span]) -> list[tuple[str, str]
 
 
 def _issuing_turn(call: Span, agent_span: str | None, chats: list[Span],
-                  by_id: Mapping[str, Span]) -> Span | None:
-    """The agent's last chat span that ended by the time the call started."""
+                  by_id: Mapping[str, Span], clock: Clock,
+                  listed: Mapping[str, tuple[int, int]],
+                  arrival: Mapping[str, int]) -> Span | None:
+    """The model turn that listed the call's id; else the agent's last chat span that
+    ended by the time the call started, as far as the stamps can tell.
+
+    Where ends are derived from starts (`Clock.ends_derived`) a chat begun in the
+    call's millisecond may have ended before it or after it: the one that issued
+    the call also arrived before it (an SDK exports a span when it ends), and the
+    last of those to arrive is the nearest.
+    """
+    call_id = call.attributes.get(TOOL_CALL_ID)
+    if isinstance(call_id, str) and call_id in listed:
+        return chats[listed[call_id][0]]
+    derived = clock.ends_derived
     chosen = None
     for chat in chats:
-        if chat.end_ns > call.start_ns:
+        if not clock.ended_by(chat, call.start_ns):
+            continue
+        if derived and arrival[chat.span_id] > arrival[call.span_id]:
             continue
         if agent_span is not None and _enclosing_agent(chat, by_id) != agent_span:
             continue
-        if chosen is None or chat.end_ns >= chosen.end_ns:
+        if chosen is None or (arrival[chat.span_id] > arrival[chosen.span_id] if derived
+                              else chat.end_ns >= chosen.end_ns):
             chosen = chat
     return chosen
 
