@@ -15,14 +15,22 @@ parsing whole records. Bodies travel in the binding snapshot, so changing one
 bumps the change hint (`BindingStore.announce`) after the write, as a binding
 change does: routers and subscribed clients pick up the new body the way they
 pick up a rollout move.
+
+A write changes only what it names: a spec registered alone keeps the body and
+the description, a body alone keeps the spec and its criteria (`KEEP`). A write
+that would drop a body, or offer a forbidden tool, in a config a live role
+serves is refused before anything is written (`gatekeeper.checks.served`).
+Every version's record is kept, ``rolegate:config:{cfg_b}:versions`` (version ->
+record, in the config's slot), so an older one stays readable.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Final
 
 import redis
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,12 +44,22 @@ from bindings.errors import (
 )
 from bindings.store import BindingStore, _redis_errors, load_stored
 from gatekeeper.checks.criteria import Criterion, diff, generate
+from gatekeeper.checks.served import refusal
 from gatekeeper.checks.spec import Spec
 from rolegate.body import AgentBody, CompletionBody
 from rolegate.config_ids import ConfigId, config_id_problem
 
 CONFIG_KEY_TEMPLATE = "rolegate:config:{{{config}}}"
+VERSIONS_KEY_TEMPLATE = "rolegate:config:{{{config}}}:versions"
 CONFIGS_KEY = "rolegate:configs"
+
+
+class _Keep(enum.Enum):
+    KEEP = "keep"
+
+
+#: A field of `ConfigStore.put` left as stored (a body, spec or description not sent).
+KEEP: Final = _Keep.KEEP
 
 
 class ConfigRecord(BaseModel):
@@ -64,6 +82,11 @@ class ConfigRecord(BaseModel):
 def config_key(config: str) -> str:
     """The Redis key of a config's record."""
     return CONFIG_KEY_TEMPLATE.format(config=config)
+
+
+def versions_key(config: str) -> str:
+    """The Redis key of a config's records by version (every version written since 0.1)."""
+    return VERSIONS_KEY_TEMPLATE.format(config=config)
 
 
 def validate_config_id(config: str) -> str:
@@ -126,17 +149,55 @@ class ConfigStore:
             raws = pipe.execute()
         return {config: json.loads(raw) for config, raw in zip(ids, raws) if raw}
 
-    def put(self, config: str, spec: Spec, *, actor: str, description: str = "",
-            body: AgentBody | CompletionBody | None = None,
-            expected_version: int | None = None) -> tuple[ConfigRecord, ConfigRecord | None]:
-        """Store `spec` and the criteria generated from it: (new record, previous record).
+    def version(self, config: str, version: int) -> ConfigRecord:
+        """The record `config` had at `version`; NotFound if that version was never kept.
 
-        With `expected_version` (0 to create) the write is a compare-and-set;
-        without it the write replaces whatever is there, body included.
+        Every version written since versions were kept stays readable; the latest
+        one is also read from the record itself (a config written before then).
         """
         key = config_key(validate_config_id(config))
-        criteria = tuple(generate(spec))
+        with _redis_errors():
+            pipe = self.connection.pipeline(transaction=False)
+            pipe.hget(versions_key(config), str(version))
+            pipe.hget(key, "record")
+            raw, latest = pipe.execute()
+        if raw is None and latest is not None:
+            record = _load(config, latest)
+            if record.version == version:
+                return record
+        if raw is None:
+            raise NotFound(f"config {config!r} has no version {version} kept",
+                           config=config, version=version)
+        return _load(config, raw)
+
+    def versions(self, config: str) -> list[ConfigRecord]:
+        """Every kept version of `config`'s record, oldest first; NotFound if never registered."""
+        latest = self.get(config)
+        with _redis_errors():
+            raws = self.connection.hvals(versions_key(config))
+        kept = {record.version: record for record in (_load(config, raw) for raw in raws)}
+        kept[latest.version] = latest
+        return [kept[v] for v in sorted(kept)]
+
+    def put(self, config: str, spec: Spec | None = None, *, actor: str,
+            description: str | _Keep = KEEP,
+            body: AgentBody | CompletionBody | None | _Keep = KEEP,
+            expected_version: int | None = None) -> tuple[ConfigRecord, ConfigRecord | None]:
+        """Store what the write names: (new record, previous record).
+
+        `spec` (None: keep the stored one, or an empty spec) and the criteria
+        generated from it; `body` (None drops it, KEEP keeps it); `description`.
+        With `expected_version` (0 to create) the write is a compare-and-set.
+        A body change that a live role's binding forbids (dropping its body, or
+        offering a tool its invariants refuse) raises Conflict naming the roles,
+        and nothing is written.
+        """
+        key = config_key(validate_config_id(config))
         try:
+            # The roles that may serve the config, read before the write (other slots
+            # on a Cluster): a binding written meanwhile is checked by its own write.
+            bindings = {role: record.binding
+                        for role, record in BindingStore(self.connection).snapshot()[1].items()}
             # The index first, in a step of its own (another slot than the spec's
             # key on a Cluster): it may name a config whose write then failed,
             # which reads back as "never registered", never the other way round.
@@ -152,19 +213,34 @@ class ConfigStore:
                         config=config, current_version=current,
                         expected_version=expected_version,
                     )
+                spec = spec if spec is not None else previous.spec if previous else Spec()
+                kept_body = previous.body if previous else None
+                new_body = kept_body if body is KEEP else body
+                refused = refusal(config, kept_body, new_body, bindings)
+                if refused is not None:
+                    raise refused
+                criteria = tuple(generate(spec))
                 now = self.clock()
                 # Rewording keeps the policy; a changed check starts a new one.
                 same_policy = previous is not None and diff(previous.criteria, criteria).empty
                 record = ConfigRecord(
                     config=config, version=current + 1, spec=spec, criteria=criteria,
-                    body=body, description=description, updated_at=now, updated_by=actor,
+                    body=new_body,
+                    description=(previous.description if previous else "")
+                    if description is KEEP else description,
+                    updated_at=now, updated_by=actor,
                     policy_since=previous.policy_since if same_policy and previous else now,
                 )
+                encoded = record.model_dump_json()
                 pipe.multi()
-                pipe.hset(key, mapping={"version": record.version,
-                                        "record": record.model_dump_json()})
-                if body is not None:
-                    pipe.hset(key, "body", body.model_dump_json())
+                pipe.hset(key, mapping={"version": record.version, "record": encoded})
+                if previous is not None:
+                    # Kept already, unless it was written before versions were kept.
+                    pipe.hsetnx(versions_key(config), str(previous.version),
+                                previous.model_dump_json())
+                pipe.hset(versions_key(config), str(record.version), encoded)
+                if new_body is not None:
+                    pipe.hset(key, "body", new_body.model_dump_json())
                 else:
                     pipe.hdel(key, "body")
                 pipe.execute()
@@ -173,7 +249,7 @@ class ConfigStore:
                            config=config) from None
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             raise StoreUnavailable(f"Redis did not answer: {exc}") from exc
-        if (previous.body if previous else None) != body:
+        if kept_body != new_body:
             # After the write, in a step of its own (another slot on a Cluster).
             BindingStore(self.connection).announce(f"config:{config}")
         return record, previous

@@ -1,8 +1,11 @@
 """The config registry API: a config's spec, the criteria generated from it, and their diff.
 
-    PUT  /v1/configs/<config>                       {"spec"?, "body"?, "description"?}
+    PUT  /v1/configs/<config>                       {"spec"?, "body"?, "description"?}: what
+                                                    is left out is kept; "body": null drops it
     GET  /v1/configs                                every registered config id
-    GET  /v1/configs/<config>                       the record: spec, criteria, versions
+    GET  /v1/configs/<config>                       the record: spec, criteria, body, version
+    GET  /v1/configs/<config>/versions              every kept version, oldest first (summary)
+    GET  /v1/configs/<config>/versions/<n>          the record as it was at version n
     GET  /v1/configs/<config>/criteria              the stored criteria
     GET  /v1/configs/<a>/criteria/diff/<b>          added, removed, changed, reworded
     POST /v1/configs/<config>/criteria/check        {"trace": {...}} -> verdict per key
@@ -20,24 +23,28 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from bindings.models import VersionedBinding
 from gatekeeper.checks.criteria import CriteriaDiff, diff, evaluate
 from gatekeeper.checks.spec import Spec
-from gatekeeper.store.configs import ConfigRecord, ConfigStore
+from gatekeeper.store.configs import KEEP, ConfigRecord, ConfigStore
 from rolegate.body import AgentBody, CompletionBody, check_size
 from rolegate.trace import Trace
 from router.api.bodies import json_body, parse
-from router.api.params import if_match
+from router.api.params import if_match, version_param
 from router.server.auth import actor, require
 
 bp = Blueprint("configs", __name__)
 
 
 class PutConfig(BaseModel):
-    """Body of PUT /v1/configs/<config>: a spec (criteria come from it), a body, or both."""
+    """Body of PUT /v1/configs/<config>: a spec (criteria come from it), a body, or both.
+
+    A field left out keeps its stored value (registering a spec keeps the body);
+    `"body": null` drops the body, refused while a live role serves it.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    spec: Spec = Spec()
+    spec: Spec | None = None
     body: AgentBody | CompletionBody | None = Field(None, discriminator="mode")
-    description: str = Field("", max_length=2000)
+    description: str | None = Field(None, max_length=2000)
 
     @model_validator(mode="before")
     @classmethod
@@ -105,11 +112,13 @@ def snapshot_json(generation: int, records: Mapping[str, VersionedBinding]) -> d
 @bp.put("/v1/configs/<config>")
 @require()
 def put_config(config: str) -> ResponseReturnValue:
-    """Register or replace a config's spec; criteria are generated and stored with it."""
+    """Register a config's spec, body or description, keeping what the request leaves out."""
     body = parse(PutConfig, json_body(allow_empty=False))
-    record, previous = config_store().put(config, body.spec, actor=actor(),
-                                          description=body.description, body=body.body,
-                                          expected_version=if_match("config"))
+    sent = body.model_fields_set
+    record, previous = config_store().put(
+        config, body.spec, actor=actor(),
+        description=body.description if body.description is not None else KEEP,
+        body=body.body if "body" in sent else KEEP, expected_version=if_match("config"))
     out = _record_json(record)
     out["diff"] = diff_json(diff(previous.criteria if previous else (), record.criteria))
     response = jsonify(out)
@@ -129,6 +138,27 @@ def list_configs() -> ResponseReturnValue:
 def get_config(config: str) -> ResponseReturnValue:
     """A config's spec, criteria and versions."""
     record = config_store().get(config)
+    response = jsonify(_record_json(record))
+    response.headers["ETag"] = f'"{record.version}"'
+    return response
+
+
+@bp.get("/v1/configs/<config>/versions")
+@require("caller", "reviewer", "gatekeeper")
+def list_versions(config: str) -> ResponseReturnValue:
+    """Every kept version of the config: number, when, by whom, and whether it has a body."""
+    records = config_store().versions(config)
+    return jsonify({"config": config, "versions": [
+        {"version": r.version, "updated_at": r.updated_at, "updated_by": r.updated_by,
+         "body": r.body is not None, "criteria": len(r.criteria), "description": r.description}
+        for r in records]})
+
+
+@bp.get("/v1/configs/<config>/versions/<version>")
+@require("caller", "reviewer", "gatekeeper")
+def get_version(config: str, version: str) -> ResponseReturnValue:
+    """The config's record as it was at `version`."""
+    record = config_store().version(config, version_param(version))
     response = jsonify(_record_json(record))
     response.headers["ETag"] = f'"{record.version}"'
     return response

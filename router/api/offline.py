@@ -18,9 +18,10 @@ from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import Conflict, NotFound
-from bindings.models import Binding, Stage
+from bindings.models import Binding
 from bindings.offline import OfflineStore, OfflineVerdict
 from gatekeeper.checks.invariants import offered_breaches
+from gatekeeper.checks.served import LIVE, offered_tools
 from gatekeeper.store.configs import ConfigStore
 from router.api.bodies import json_body, parse
 from router.api.params import role_param
@@ -79,39 +80,40 @@ def refuse_stray_verdict(role: str, config: str) -> None:
     )
 
 
-#: Stages in which a candidate runs on real jobs (shadow included: it sees real input).
-_LIVE = frozenset({Stage.SHADOW, Stage.CANARY, Stage.FULL})
-
-
 def guard_live_candidate(role: str, old: Binding | None, new: Binding) -> None:
     """Require the offline pass whenever a write lets a candidate start running on real jobs.
 
     That is entering shadow, and also skipping it (an operator's canary share or a
     restored canary/full version), since the pass protects the jobs, not a stage name.
+    A current config the write brings in from elsewhere (not the candidate it
+    promotes) meets the offered-tools check too: it serves every job.
     """
-    if new.stage not in _LIVE:
+    if new.current != (old.current if old else None) and (old is None
+                                                          or new.current != old.candidate):
+        refuse_offered_breaches(role, new, "current")
+    if new.stage not in LIVE:
         return
-    if old is not None and old.stage in _LIVE and old.candidate == new.candidate:
+    if old is not None and old.stage in LIVE and old.candidate == new.candidate:
         return
     refuse_offered_breaches(role, new)
     require_offline_pass(role, new)
 
 
-def refuse_offered_breaches(role: str, binding: Binding) -> None:
-    """Raise Conflict (409) if the candidate's registered body offers a tool its runs may not call."""
-    if binding.candidate is None:
+def refuse_offered_breaches(role: str, binding: Binding, arm: str = "candidate") -> None:
+    """Raise Conflict (409) if the arm's registered body offers a tool its runs may not call."""
+    config = binding.candidate if arm == "candidate" else binding.current
+    if config is None:
         return
     configs: ConfigStore = current_app.extensions["rolegate_configs"]
-    body = configs.bodies([binding.candidate]).get(binding.candidate)
-    offered = tuple(str(tool.get("name")) for tool in (body or {}).get("tools", ()))
-    refused = offered_breaches(binding.gate.invariants, offered)
+    found = configs.find(config)
+    refused = offered_breaches(binding.gate.invariants,
+                               offered_tools(found.body if found else None))
     if refused:
         raise Conflict(
-            f"role {role!r} may not run candidate {binding.candidate!r}: its body offers "
+            f"role {role!r} may not run {arm} {config!r}: its body offers "
             f"{refused} (forbidden by the role's invariants or outside its allowed_tools); "
             "remove them from the config's body or change the role's gate",
-            role=role, candidate=binding.candidate, refused="offered_tools",
-            tools=list(refused),
+            role=role, **{arm: config}, refused="offered_tools", tools=list(refused),
         )
 
 

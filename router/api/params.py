@@ -18,6 +18,14 @@ def role_param(role: str) -> str:
         raise BadRequest(str(exc), field="role") from None
 
 
+def version_param(raw: str) -> int:
+    """A version number from a URL path (1 or more), else BadRequest."""
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18 or int(raw) < 1:
+        raise BadRequest(f"version: expected a whole number from 1, got {raw!r}",
+                         field="version")
+    return int(raw)
+
+
 def if_match(what: str) -> int | None:
     """The version number in the `If-Match` header (quotes and W/ allowed); None if absent.
 

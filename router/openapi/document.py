@@ -174,6 +174,8 @@ def openapi_path(rule: Rule) -> tuple[str, list[dict[str, Any]]]:
                                                          {"type": "string"})
         if name == "role":
             schema = {"type": "string", "pattern": ROLE_NAME_SCHEMA_PATTERN}
+        elif name == "version":
+            schema = {"type": "string", "pattern": "^[1-9][0-9]{0,17}$"}
         elif name in ("config", "a", "b"):
             schema = {"type": "string", "pattern": CONFIG_ID_PATTERN.pattern,
                       "minLength": 1, "maxLength": MAX_CONFIG_ID}

@@ -237,7 +237,11 @@ PATHS.update({
             "errors": (*AUTH, 404, 422, 503),
         },
         "put": {
-            "summary": "Register or replace a config's spec; criteria are generated from it.",
+            "summary": "Register a config's spec (criteria are generated from it), body or "
+                       "description; what the request leaves out is kept.",
+            "description": "\"body\": null drops the body. A body change that a live role "
+                           "serves may not drop its body or offer a tool the role forbids "
+                           "(409 naming the roles).",
             "scopes": (),
             "parameters": [IF_MATCH],
             "requestBody": json_body(ref("PutConfig"), required=True),
@@ -250,6 +254,30 @@ PATHS.update({
             "errors": (400, *AUTH, 409, 413, 422, 503),
         },
     },
+    "/v1/configs/{config}/versions": {"get": {
+        "summary": "Every kept version of the config, oldest first.",
+        "scopes": ("caller", "gatekeeper"),
+        "responses": {"200": json_response("Versions.", {
+            "type": "object", "required": ["config", "versions"],
+            "properties": {"config": {"type": "string"}, "versions": {
+                "type": "array", "items": {
+                    "type": "object",
+                    "required": ["version", "updated_at", "updated_by", "body", "criteria"],
+                    "properties": {"version": {"type": "integer", "minimum": 1},
+                                   "updated_at": {"type": "number"},
+                                   "updated_by": {"type": "string"},
+                                   "body": {"type": "boolean"},
+                                   "criteria": {"type": "integer", "minimum": 0},
+                                   "description": {"type": "string"}}}}}})},
+        "errors": (*AUTH, 404, 422, 503),
+    }},
+    "/v1/configs/{config}/versions/{version}": {"get": {
+        "summary": "The config's record as it was at a version.",
+        "scopes": ("caller", "gatekeeper"),
+        "responses": {"200": json_response("The config record at that version.",
+                                           ref("ConfigRecord"), ETAG)},
+        "errors": (400, *AUTH, 404, 422, 503),
+    }},
     "/v1/configs/{config}/criteria": {"get": {
         "summary": "The criteria stored for a config.",
         "scopes": ("caller", "gatekeeper"),
