@@ -28,7 +28,7 @@ STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}
 #: What each path parameter is filled with: role-b's own things.
 PATH_VALUES = {"role": "role-b", "run_id": "b-run", "config": "cfg_b", "a": "cfg_a",
-               "b": "cfg_b"}
+               "b": "cfg_b", "version": "1"}
 #: Bodies that get past validation, so the answer is about the role, not the body.
 BODIES: dict[tuple[str, str], Any] = {
     ("post", "/v1/traces"): {"run_id": "b-new", "role": "role-b", "config": "cfg_b",

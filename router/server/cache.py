@@ -283,4 +283,11 @@ class BindingCache:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            self.refresh()
+            try:
+                self.refresh()
+            except Exception:  # noqa: BLE001 - the poller must outlive any one poll
+                # redis-py's cluster client can raise plain Python errors while
+                # it rebuilds its slot map around a dead master; a dead poller
+                # would serve the old table forever without saying so.
+                log.exception("binding poll failed, serving the last copy")
+                self.stale = True
