@@ -30,7 +30,7 @@ from gatekeeper.machine.decide import (
 )
 from gatekeeper.machine.durations import stage_minimum
 from gatekeeper.machine.power_hold import more_runs, rollout_power
-from gatekeeper.machine.stages import Event, apply
+from gatekeeper.machine.stages import Event, preview
 
 #: What a role's rollout is doing, as one word a script can branch on.
 WAITING, ADVANCING, ROLLING_BACK, PAUSED = "waiting", "advancing", "rolling_back", "paused"
@@ -214,9 +214,12 @@ def waits_of(binding: Binding, evidence: Evidence, now: float) -> tuple[Wait, ..
 
 
 def destination(binding: Binding, now: float) -> str | None:
-    """Where one advance (promote) takes the role, by the stage table itself; None: nowhere."""
+    """Where one advance (promote) takes the role, by the stage table itself; None: nowhere.
+
+    Pause and approval set aside: this names where the role goes once they are lifted.
+    """
     try:
-        moved = apply(binding, Event.ADVANCE, now).binding
+        moved = preview(binding, Event.ADVANCE, now).binding
     except IllegalTransition:
         return None
     return stage_label(moved)

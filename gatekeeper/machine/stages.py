@@ -5,6 +5,12 @@ shadow → canary at each step of the role's ladder → full → stable, one ste
 operator's approval of a step that asks for one (`{"share": 0.5, "approval": true}`). The table below is the
 whole truth about which move is legal from where; `apply` consults it and either
 returns a new binding or raises IllegalTransition leaving the old one untouched.
+
+Two holds sit on top of the table and bind every writer alike (the gatekeeper, an
+operator's token, the CLI, the dashboard): a paused role moves forward for nobody
+until it is resumed, and a step asking for approval is not left upward until an
+operator approved it. Rollback is never held. The router applies every move through
+`apply`, so no token scope and no path gets around them (issue 33).
 """
 
 from __future__ import annotations
@@ -48,6 +54,9 @@ TRANSITIONS: dict[tuple[Stage, Event], frozenset[Stage]] = {
 #: Events that flip the pause flag and leave the stage where it is.
 FLAG_EVENTS = frozenset({Event.PAUSE, Event.RESUME})
 
+#: Events that change the candidate's share or stage forward, so pause and approval hold them.
+HELD_EVENTS = frozenset({Event.ADVANCE, Event.SET_SHARE})
+
 
 @dataclass(frozen=True)
 class Move:
@@ -71,7 +80,21 @@ def apply(binding: Binding, event: Event, now: float, *, share: float | None = N
           actor: str | None = None, reason: str | None = None) -> Move:
     """Apply `event` to `binding` at time `now`; raise IllegalTransition if the table forbids it.
 
-    `actor` and `reason` are the approval's (APPROVE only).
+    `actor` and `reason` are the approval's (APPROVE only). A paused role, or a step
+    waiting for its approval, refuses every move forward (`check_holds`).
+    """
+    move = preview(binding, event, now, share=share, actor=actor, reason=reason)
+    if event in HELD_EVENTS:
+        check_holds(binding, move.binding, event.value)
+    return move
+
+
+def preview(binding: Binding, event: Event, now: float, *, share: float | None = None,
+            actor: str | None = None, reason: str | None = None) -> Move:
+    """The move `event` makes by the table alone, pause and approval set aside.
+
+    For telling where a held role goes once freed (`next_step.destination`); every
+    write goes through `apply`.
     """
     if event in FLAG_EVENTS:
         return _flip_pause(binding, event, now)
@@ -96,6 +119,43 @@ def apply(binding: Binding, event: Event, now: float, *, share: float | None = N
             raise InvalidInput(f"share: must be within (0, 1], got {share}", field="share")
         return _to_share(binding, share, now)
     return _advance(binding, now)
+
+
+def check_holds(binding: Binding, moved: Binding, what: str) -> None:
+    """Raise IllegalTransition if pause or a waiting approval holds `binding` from `moved`.
+
+    `what` names the write in the message ("advance", "replace", ...). Only a move
+    forward is held: a larger share, or a later stage (full, stable). A share set
+    lower, a rollback and a new rollout's shadow are not: the holds are there so the
+    candidate's exposure never grows without a human.
+    """
+    if not _forward(binding, moved):
+        return
+    if binding.paused:
+        raise IllegalTransition(
+            f"the role is paused: resume it before it can {what} "
+            f"(nobody moves a paused role forward)",
+            stage=binding.stage.value, event=what, paused=True)
+    if binding.needs_approval() and binding.approved is None:
+        where = "full" if binding.stage is Stage.FULL else f"canary {binding.share:g}"
+        raise IllegalTransition(
+            f"the step {where} waits for an operator's approval: approve it "
+            f"(`rolegate approve ROLE --reason ...`) before it can {what}",
+            stage=binding.stage.value, event=what, awaiting_approval=True)
+
+
+#: How far along the rollout each stage is, to tell a move forward from one back.
+_ORDER = {Stage.ROLLED_BACK: 0, Stage.STABLE: 0, Stage.SHADOW: 1, Stage.CANARY: 2,
+          Stage.FULL: 3}
+
+
+def _forward(binding: Binding, moved: Binding) -> bool:
+    """Whether `moved` serves the candidate to more traffic, or stands further along."""
+    if moved.stage is Stage.STABLE and binding.stage is Stage.FULL:
+        return True
+    if moved.candidate != binding.candidate or moved.stage is Stage.SHADOW:
+        return False
+    return (_ORDER[moved.stage], moved.share) > (_ORDER[binding.stage], binding.share)
 
 
 def _advance(binding: Binding, now: float) -> Move:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.errors import Conflict, NotFound, PreconditionRequired
 from bindings.models import Binding, VersionedBinding
-from gatekeeper.machine.stages import Event, apply
+from gatekeeper.machine.stages import Event, apply, check_holds
 from rolegate.trace import JsonNumber, PositiveJsonInt
 from router.api.bodies import json_body, parse
 from router.api.configs import snapshot_json
@@ -155,6 +155,8 @@ def put_binding(role: str) -> ResponseReturnValue:
         raise Conflict(f"role {role!r} is at version {existing.version}, not {expected}",
                        role=role, current_version=existing.version, expected_version=expected)
     old = existing.binding
+    # A replace is a move too: it may not carry a paused or unapproved role forward.
+    check_holds(old, binding, "replace")
     guard_live_candidate(role, old, binding)
     moved = (old.stage, old.share, old.candidate) != (binding.stage, binding.share,
                                                       binding.candidate)

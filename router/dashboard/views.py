@@ -121,10 +121,12 @@ def _role(role: str) -> str:
 def actions(binding: Any) -> list[tuple[str, str]]:
     """The (action, label) buttons a role's binding offers, most drastic first."""
     names = list(STAGE_ACTIONS[binding.stage])
-    if binding.candidate is None and "promote" in names:
+    waiting = binding.needs_approval() and binding.approved is None
+    # The stage machine refuses to promote a paused role or an unapproved step: no button.
+    if (binding.candidate is None or binding.paused or waiting) and "promote" in names:
         names.remove("promote")
     names.append("resume" if binding.paused else "pause")
-    if binding.needs_approval() and binding.approved is None:
+    if waiting:
         names.append("approve")
     order = ("rollback", "pause", "resume", "approve", "promote")
     return [(name, ACTION_LABELS[name]) for name in order if name in names]
