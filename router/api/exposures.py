@@ -4,7 +4,7 @@
 
 An SDK that resolves in process sends what it assigned (`rolegate.exposures`);
 each router worker counts its own HTTP resolves (`count_resolution`, called by
-`router.api.resolve` and its WSGI fast path) in `itertools.count` counters and a
+`router.api.resolve`, OFREP's evaluations and their WSGI fast paths) in `itertools.count` counters and a
 daemon thread adds them to Redis every second (`gatekeeper.store.exposures`).
 The gate view's `reports` section compares them with the runs that reported.
 """
@@ -108,9 +108,13 @@ class WorkerExposures:
             threading.Thread(target=self._run, name="rolegate-exposures",
                              daemon=True).start()
 
-    def flush(self) -> None:
-        """Add what the counters gained to Redis now (given back if Redis refuses)."""
-        rows = self.exposures.drain(time.time())
+    def flush(self, now: float | None = None) -> None:
+        """Add what the counters gained to Redis now (given back if Redis refuses).
+
+        They land in the time bucket of `now` (default: the clock); a test gives
+        a past one to have counts the gate already reads as mature.
+        """
+        rows = self.exposures.drain(time.time() if now is None else now)
         if not rows:
             return
         try:

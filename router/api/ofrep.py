@@ -27,6 +27,7 @@ from bindings.errors import Archived, InvalidInput, NotFound, RolegateError, Sto
 from rolegate.routing import Resolution, resolve
 from router.api.bodies import loads
 from router.api.configs import config_store
+from router.api.exposures import count_resolution
 from router.api.ofrep_shapes import (
     OfrepError,
     etag,
@@ -97,6 +98,8 @@ def evaluate_flag(role: str) -> ResponseReturnValue:
         record = uncached(role)
     resolution = resolve(role, record.binding, record.version, key, stale=stale,
                          attributes=attributes or None)
+    # An assignment like GET /v1/resolve's: counted, so runs that never report show.
+    count_resolution(current_app, role, resolution, record.binding)
     # Logged and counted as a resolve, like GET /v1/resolve.
     g.resolution = resolution
     return _json(evaluation(resolution, _bodies([resolution]) if include else None))
@@ -122,8 +125,12 @@ def evaluate_flags() -> ResponseReturnValue:
     # stage, a share or a rule moves this context's evaluations.
     tag = etag(payload)
     if etag_matches(request.headers.get("If-None-Match"), tag):
+        # The provider keeps the evaluations it has: nothing newly assigned to count.
         response = current_app.response_class(status=304)
     else:
+        for resolution in resolutions:
+            count_resolution(current_app, resolution["role"], resolution,
+                             records[resolution["role"]].binding)
         response = current_app.response_class(payload, mimetype="application/json")
     response.headers["ETag"] = tag
     return response
