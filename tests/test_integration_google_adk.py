@@ -17,7 +17,7 @@ from google.genai import types
 
 from rolegate import Client
 from rolegate.integrations import google_adk as rg
-from rolegate.integrations._common import NO_RESULT
+from rolegate.integrations._common import NO_RESULT, UNOFFERED
 from router.api.traces import trace_store
 from tests.agent_support import ROLE, binding_stage, candidate_key, live_client
 
@@ -128,6 +128,31 @@ def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: F
         assert client.flush(10)
         assert executed.count("search") == 3 and "delete_account" not in executed
         assert binding_stage(url) == "rolled_back"
+
+
+def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> None:
+    """The model calls tools the agent lacks: each is a failed step, the run goes on, it trips."""
+    executed: list[str] = []
+
+    def search(q: str) -> list[str]:
+        """Search the help center."""
+        executed.append("search")
+        return [q]
+
+    agent = rg.protect(LlmAgent(name="support", tools=[search], model=ScriptedLlm(
+        model="scripted", script=[[call("search", {"q": "refund"}, "c1"),
+                                   call("delete_account", {"id": 7}, "c2"),
+                                   call("wipe_cache", {}, "c3")],
+                                  [types.Part(text="done")]])))
+    with live_client(app) as (url, client):
+        run = run_once(client, agent, candidate_key())
+        assert client.flush(10)
+        stored = trace_store(app).lookup(ROLE, run.run_id).trace
+        assert binding_stage(url) == "rolled_back"
+    assert stored.tools == ("search", "delete_account", "wipe_cache") and stored.steps
+    assert [s.error for s in stored.steps] == [None, UNOFFERED, UNOFFERED]
+    assert stored.steps[1].args == {"id": 7} and stored.output_text == "done"
+    assert executed == ["search"] and stored.error is None
 
 
 def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None:

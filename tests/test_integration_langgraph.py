@@ -14,7 +14,7 @@ from langchain_core.tools import BaseTool, tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 
 from rolegate.integrations import langgraph as rg
-from rolegate.integrations._common import NO_RESULT
+from rolegate.integrations._common import NO_RESULT, UNOFFERED
 from router.api.traces import trace_store
 from tests.agent_support import ROLE, binding_stage, candidate_key, live_client
 
@@ -169,6 +169,41 @@ def test_an_async_graph_is_guarded_too(app: Flask) -> None:
         stored = trace_store(app).lookup(ROLE, run.run_id).trace
     assert "delete_account" not in executed and stored.steps is not None
     assert stored.steps[3].tool == "delete_account" and stored.steps[3].error == rg.REFUSED
+
+
+def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> None:
+    """The model calls tools the node lacks: each is a failed step, the run goes on, it trips."""
+    executed: list[str] = []
+
+    @tool
+    def search(q: str) -> list[str]:
+        """Search the help center."""
+        executed.append("search")
+        return [q]
+
+    model = ScriptedChatModel(messages=iter([
+        ai(("search", {"q": "refund"}, "c1"), ("delete_account", {"id": 7}, "c2"),
+           ("wipe_cache", {}, "c3")),
+        ai(text="done")]))
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
+    graph.add_node("tools", rg.tool_node([search]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", lambda state: "tools" if state["messages"][-1].tool_calls
+                                else END, {"tools": "tools", END: END})
+    graph.add_edge("tools", "agent")
+    compiled = graph.compile()
+    with live_client(app) as (url, client):
+        with client.recorder(client.resolve(ROLE, candidate_key()),
+                             stamps=rg.stamps(model, [search])) as run, rg.guard(client, run):
+            rg.record(run, compiled.invoke(PROMPT))
+        assert client.flush(10)
+        stored = trace_store(app).lookup(ROLE, run.run_id).trace
+        assert binding_stage(url) == "rolled_back"
+    assert stored.tools == ("search", "delete_account", "wipe_cache") and stored.steps
+    assert [s.error for s in stored.steps] == [None, UNOFFERED, UNOFFERED]
+    assert stored.steps[1].args == {"id": 7} and stored.output_text == "done"
+    assert executed == ["search"] and stored.error is None
 
 
 def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None:

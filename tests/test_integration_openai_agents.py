@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from agents import Agent, RunConfig, Runner, function_tool
-from agents.exceptions import AgentsException
+from agents.exceptions import AgentsException, ModelBehaviorError
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from agents.usage import Usage
 from flask import Flask
@@ -121,6 +121,57 @@ def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: F
         assert client.flush(10)
         assert executed.count("search") == 3 and "delete_account" not in executed
         assert binding_stage(url) == "rolled_back"
+
+
+def unoffered_agent(executed: list[str]) -> Agent[Any]:
+    """An agent offering only search, whose model also calls delete_account and wipe_cache."""
+
+    @function_tool
+    def search(q: str) -> list[str]:
+        """Search the help center."""
+        executed.append("search")
+        return [q]
+
+    return rg.protect(Agent(name="support", tools=[search], model=ScriptedModel([
+        ModelStep(output=[function_call("search", {"q": "refund"}, call_id="c1"),
+                          function_call("delete_account", {"id": 7}, call_id="c2"),
+                          function_call("wipe_cache", {}, call_id="c3")]),
+        ModelStep(output=[assistant_message("done")])])))
+
+
+def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> None:
+    """Under rg.run_config() the run goes on; each unoffered call is a failed step; it trips."""
+    with live_client(app) as (url, client):
+        executed: list[str] = []
+        agent = unoffered_agent(executed)
+        with client.recorder(client.resolve(ROLE, candidate_key()),
+                             stamps=rg.stamps(agent)) as run, rg.guard(client, run):
+            rg.record(run, Runner.run_sync(agent, "go", run_config=rg.run_config(NO_TRACING)))
+        assert client.flush(10)
+        stored = trace_store(app).lookup(ROLE, run.run_id).trace
+        assert binding_stage(url) == "rolled_back"
+    assert stored.tools == ("search", "delete_account", "wipe_cache") and stored.steps
+    assert [s.error for s in stored.steps] == [None, rg.UNOFFERED, rg.UNOFFERED]
+    assert stored.steps[1].args == {"id": 7} and stored.output_text == "done"
+    assert executed == ["search"] and stored.error is None
+
+
+def test_under_the_sdk_default_the_unoffered_call_still_trips(app: Flask) -> None:
+    """The SDK's default raises ModelBehaviorError before any hook: the guard records the call."""
+    with live_client(app) as (url, client):
+        executed: list[str] = []
+        agent = unoffered_agent(executed)
+        with pytest.raises(ModelBehaviorError), client.recorder(
+                client.resolve(ROLE, candidate_key()), stamps=rg.stamps(agent)) as run, \
+                rg.guard(client, run):
+            rg.record(run, Runner.run_sync(agent, "go", run_config=NO_TRACING))
+        assert client.flush(10)
+        stored = trace_store(app).lookup(ROLE, run.run_id).trace
+        assert binding_stage(url) == "rolled_back"
+    assert stored.tools == ("delete_account",) and stored.steps
+    assert stored.steps[0].error == rg.UNOFFERED and stored.steps[0].agent == "support"
+    assert stored.error is not None and stored.error.type == "ModelBehaviorError"
+    assert executed == []
 
 
 def test_an_unprotected_failure_is_still_marked_failed() -> None:

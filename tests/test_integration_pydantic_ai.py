@@ -13,7 +13,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
 from rolegate.integrations import pydantic_ai as rg
-from rolegate.integrations._common import NO_RESULT
+from rolegate.integrations._common import NO_RESULT, UNOFFERED
 from router.api.traces import trace_store
 from tests.agent_support import ROLE, binding_stage, candidate_key, live_client, own_event_loop
 
@@ -97,8 +97,7 @@ def test_the_trace_is_what_the_run_did(app: Flask) -> None:
     assert search.args == {"q": "refund"} and search.result == ["refund-policy"]
     assert lookup.result == {"id": 7, "total": 30}
     assert search.parallel_group == lookup.parallel_group != delete.parallel_group
-    assert delete.error and "delete_account" in delete.error and fail.error == \
-        "the ledger is locked"
+    assert delete.error == rg.REFUSED and fail.error == "the ledger is locked"
     assert {s.agent for s in stored.steps} == {"support"} and search.model == "scripted"
     usage = result.usage
     assert (stored.tokens_in, stored.tokens_out) == (usage.input_tokens, usage.output_tokens)
@@ -121,6 +120,39 @@ def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: F
         assert client.flush(10)
         assert executed.count("search") == 5 and "delete_account" not in executed
         assert binding_stage(url) == "rolled_back"
+
+
+def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> None:
+    """The model calls tools the agent lacks: each is a failed step; the forbidden one trips."""
+
+    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("search", {"q": "refund"}),
+                                        ToolCallPart("delete_account", {"id": 7}),
+                                        ToolCallPart("wipe_cache", {})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(FunctionModel(script, model_name="scripted"), name="support",
+                  capabilities=[rg.Guard()])
+    executed: list[str] = []
+
+    @agent.tool_plain
+    def search(q: str) -> list[str]:
+        """Search the help center."""
+        executed.append("search")
+        return [q]
+
+    with live_client(app) as (url, client):
+        with client.recorder(client.resolve(ROLE, candidate_key()),
+                             stamps=rg.stamps(agent)) as run, rg.guard(client, run):
+            rg.record(run, agent.run_sync("go"))
+        assert client.flush(10)
+        stored = trace_store(app).lookup(ROLE, run.run_id).trace
+        assert binding_stage(url) == "rolled_back"
+    assert stored.tools == ("search", "delete_account", "wipe_cache") and stored.steps
+    assert [s.error for s in stored.steps] == [None, UNOFFERED, UNOFFERED]
+    assert stored.steps[1].args == {"id": 7} and stored.output_text == "done"
+    assert executed == ["search"]
 
 
 def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None:

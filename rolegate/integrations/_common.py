@@ -27,6 +27,10 @@ from rolegate.recorder import Recorder
 NO_RESULT = "no result: the run ended before the call returned"
 #: What the model is told instead of a refused tool's result, in every framework.
 REFUSED = "refused by rolegate: this tool is not allowed for the role"
+#: The error of a call to a tool the agent does not offer (the model made the name up, or
+#: the config no longer offers it): the attempt is kept as a failed step, evidence the
+#: gate and the tripwire read like any other call.
+UNOFFERED = "not offered: the agent does not offer this tool"
 #: Set on a recorder once an integration filled it, so a second record() is a no-op.
 RECORDED = "_rolegate_recorded"
 
@@ -212,6 +216,9 @@ class Active:
     history: Any = None
     #: The agent serving the run, where a hook sees it.
     agent: str | None = None
+    #: Every tool name the agent held before rolegate hid any, where a hook sees the
+    #: list (pydantic-ai): a call outside it is unoffered, not refused.
+    offered: set[str] | None = None
 
     def allowed(self, tool: str) -> bool:
         """Whether the run's role may call `tool` (the client's answer)."""

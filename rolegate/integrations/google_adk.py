@@ -10,7 +10,9 @@
 `protect` puts a `before_tool_callback` first in each agent's chain: a call
 `client.allowed()` refuses for the run's role is answered `{"error": "refused by
 rolegate ..."}` and the tool never runs (the trace keeps the attempt as a failed
-step). Its `on_tool_error_callback` notes a tool's exception by call id, and
+step). A call to a tool the agent does not hold (ADK stands an empty `BaseTool`
+in for it) is answered `{"error": UNOFFERED}` and kept as a failed step too.
+Its `on_tool_error_callback` notes a tool's exception by call id, and
 `after_tool_callback` each result, so a run aborted by a raising tool (ADK lets
 the exception end the run) is still recorded, when it leaves the `guard` block,
 with the calls made so far and the one that raised.
@@ -31,6 +33,7 @@ from rolegate.integrations._common import (
     ACTIVE,
     ACTIVE_ATTRIBUTE,
     REFUSED,
+    UNOFFERED,
     Active,
     CallLog,
     Guarding,
@@ -176,10 +179,14 @@ def _before(tool: BaseTool, args: dict[str, Any], tool_context: ToolContext) -> 
         return None
     call_id = tool_context.function_call_id or ""
     active.seen.append((call_id, tool.name, dict(args), tool_context.agent_name))
-    if active.allowed(tool.name):
+    # ADK answers an unknown name after the before-tool callbacks, with a bare
+    # BaseTool standing in for the tool: every real tool is a subclass.
+    answer = UNOFFERED if type(tool) is BaseTool else (
+        None if active.allowed(tool.name) else REFUSED)
+    if answer is None:
         return None
-    active.errors[call_id] = REFUSED
-    return {"error": REFUSED}
+    active.errors[call_id] = answer
+    return {"error": answer}
 
 
 def _after(tool: BaseTool, args: dict[str, Any], tool_context: ToolContext,

@@ -14,7 +14,9 @@ The hook is LangGraph's own: `ToolNode(wrap_tool_call=...)` (and
 `awrap_tool_call` for async graphs) sees each call before the tool runs. A call
 `client.allowed()` refuses for the run's role is answered with an error
 ToolMessage ("refused by rolegate ...") and the tool never runs; the trace keeps
-the attempt as a failed step. The wrapper also notes each call and result, so a
+the attempt as a failed step. A call to a tool the node does not hold (the model
+made the name up) is answered the same way with `UNOFFERED` and kept as a
+failed step too. The wrapper also notes each call and result, so a
 run that raises is recorded from them when it leaves the `guard` block.
 
 `record` reads the state's messages: each AIMessage's `tool_calls` in order
@@ -39,6 +41,7 @@ from rolegate.integrations._common import (
     ACTIVE,
     ACTIVE_ATTRIBUTE,
     REFUSED,
+    UNOFFERED,
     Active,
     CallLog,
     Guarding,
@@ -165,17 +168,20 @@ def _content(message: ToolMessage) -> Any:
 
 
 def _before(request: Any) -> ToolMessage | None:
-    """Note the call; a refusal ToolMessage when the run's role may not call the tool."""
+    """Note the call; a refusal ToolMessage when the node lacks the tool or the role forbids it."""
     active = ACTIVE.get()
     call = request.tool_call
     if active is None:
         return None
     call_id = call.get("id") or ""
     active.seen.append((call_id, call["name"], call.get("args"), None))
-    if active.allowed(call["name"]):
+    # ToolNode leaves `tool` None for a name it does not hold (validated after the hook).
+    answer = UNOFFERED if request.tool is None else (
+        None if active.allowed(call["name"]) else REFUSED)
+    if answer is None:
         return None
-    active.errors[call_id] = REFUSED
-    return ToolMessage(content=REFUSED, tool_call_id=call_id, name=call["name"], status="error")
+    active.errors[call_id] = answer
+    return ToolMessage(content=answer, tool_call_id=call_id, name=call["name"], status="error")
 
 
 def _after(request: Any, result: Any) -> Any:
@@ -211,4 +217,4 @@ def guard(client: Any, run: Any) -> Guarding:
     return Guarding(client, run, on_abort=_abort)
 
 
-__all__ = ["REFUSED", "acheck", "check", "guard", "record", "stamps", "tool_node", "tools"]
+__all__ = ["REFUSED", "UNOFFERED", "acheck", "check", "guard", "record", "stamps", "tool_node", "tools"]

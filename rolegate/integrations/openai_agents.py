@@ -9,7 +9,11 @@
 
 The guardrail rejects a call `client.allowed()` refuses for the run's role before
 the tool runs (the model gets "refused by rolegate"; the trace keeps the attempt
-as a failed step). The SDK answers a failed tool with a generic string and no
+as a failed step). A call to a tool the agent does not offer is an attempt too:
+under `run_config=rg.run_config()` the SDK answers the model and the run goes on,
+and the trace keeps the call as a failed step (`UNOFFERED`); under the SDK's
+default the run raises `ModelBehaviorError`, and the step is still recorded
+(with the run's error) when the error leaves the `guard` block. The SDK answers a failed tool with a generic string and no
 error flag; `protect` also wraps each tool's failure formatter, so the trace
 marks the call failed with the exception (without `protect`, a call whose output
 is the SDK's default error string is marked failed). A run that raises is
@@ -18,10 +22,13 @@ recorded from the exception's run data when it leaves the `guard` block.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from agents import Agent, FunctionTool, function_tool
+from agents import Agent, FunctionTool, RunConfig, function_tool
+from agents.exceptions import ModelBehaviorError
 from agents.items import (
     HandoffCallItem,
     HandoffOutputItem,
@@ -45,6 +52,7 @@ from rolegate.integrations._common import (
     ACTIVE,
     ACTIVE_ATTRIBUTE,
     REFUSED,
+    UNOFFERED,
     Active,
     CallLog,
     Guarding,
@@ -56,6 +64,9 @@ from rolegate.integrations._common import stamps as _stamps
 #: What the SDK answers for a failed tool by default (no error flag goes with it).
 _GENERIC_FAILURE = default_tool_error_function(None, Exception())  # type: ignore[arg-type]
 _PROTECTED = "_rolegate_protected"
+#: The SDK's error for a call to a tool the agent lacks, under its default
+#: tool_not_found_behavior (the run's data then holds no trace of the call).
+_NOT_FOUND = re.compile(r"^Tool (?P<tool>.+) not found in agent (?P<agent>.+)$")
 
 
 #: How record() treats each item type (a dict on the exact type: the SDK's items
@@ -87,6 +98,9 @@ def record(run: Any, result: Any, *, error: BaseException | None = None) -> None
     turns = _turns(log, getattr(result, "raw_responses", None) or ())
     parents: dict[str, str] = {}
     models: dict[int, str | None] = {}
+    offers: dict[int, frozenset[str]] = {}
+    #: Calls to a tool their agent does not offer: failed, whatever the SDK answered.
+    unoffered: set[str] = set()
     output: Any = None
     for item in getattr(result, "new_items", None) or ():
         kind = _kind(item)
@@ -95,6 +109,8 @@ def record(run: Any, result: Any, *, error: BaseException | None = None) -> None
             raw = item.raw_item
             call_id = getattr(raw, "call_id", None)
             name = getattr(raw, "name", None) or type(raw).__name__
+            if call_id and type(item) is ToolCallItem and name not in _offered(agent, offers):
+                unoffered.add(call_id)
             group, usage = turns.get(call_id or "", (None, None))
             model = models.get(id(agent), "")
             if model == "":
@@ -106,6 +122,8 @@ def record(run: Any, result: Any, *, error: BaseException | None = None) -> None
         elif kind == _OUTPUT:
             call_id = _call_id(item.raw_item)
             failure = hidden.get(call_id) if call_id else None
+            if failure is None and call_id in unoffered:
+                failure = UNOFFERED
             value = item.output
             if failure is None and value == _GENERIC_FAILURE:
                 failure = _GENERIC_FAILURE
@@ -123,8 +141,43 @@ def record(run: Any, result: Any, *, error: BaseException | None = None) -> None
             if call_id not in log.by_id:
                 log.issue(call_id, name, arguments, agent=agent_name,
                           parent_agent=parents.get(agent_name or ""))
+    _add_not_found(log, error, parents)
     final = getattr(result, "final_output", None) if error is None else None
     log.fill(run, output=final if final is not None else _message_text(output), error=error)
+
+
+def _offered(agent: Any, offers: dict[int, frozenset[str]]) -> frozenset[str]:
+    """The tool names `agent` offers the model (function and hosted tools, handoffs)."""
+    found = offers.get(id(agent))
+    if found is None:
+        found = offers[id(agent)] = frozenset(
+            [getattr(t, "name", "") for t in getattr(agent, "tools", ()) or ()]
+            + [getattr(h, "tool_name", None) or getattr(h, "name", "")
+               for h in getattr(agent, "handoffs", ()) or ()])
+    return found
+
+
+def _add_not_found(log: CallLog, error: BaseException | None, parents: dict[str, str]) -> None:
+    """The unoffered call that ended the run under the SDK's default: the error names it.
+
+    The SDK raises while reading the model's answer, before any item or hook
+    holds the call; its message is all that is left (the arguments are lost).
+    """
+    found = _NOT_FOUND.match(str(error)) if isinstance(error, ModelBehaviorError) else None
+    if found is None:
+        return
+    agent = found["agent"]
+    log.issue(None, found["tool"], None, agent=agent, parent_agent=parents.get(agent))
+    log.steps[-1]["error"] = UNOFFERED
+
+
+def run_config(base: RunConfig | None = None) -> RunConfig:
+    """`base` (default: a new RunConfig) with unoffered tool calls answered, not raised.
+
+    The model is told the tool is not offered and the run goes on, as in the
+    other frameworks; `record` keeps the call as a failed step (`UNOFFERED`).
+    """
+    return dataclasses.replace(base or RunConfig(), tool_not_found_behavior="return_error_to_model")
 
 
 def _turns(log: CallLog, responses: Any) -> dict[str, tuple[str | None, Any]]:
@@ -279,4 +332,5 @@ def guard(client: Any, run: Any) -> Guarding:
     return Guarding(client, run, on_abort=_abort)
 
 
-__all__ = ["GUARDRAIL", "REFUSED", "guard", "protect", "record", "stamps", "tools"]
+__all__ = ["GUARDRAIL", "REFUSED", "UNOFFERED", "guard", "protect", "record", "run_config",
+           "stamps", "tools"]

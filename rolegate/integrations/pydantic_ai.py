@@ -10,8 +10,9 @@
 `Guard` is a capability whose `prepare_tools` hides every tool `client.allowed()`
 refuses for the role of the run in the enclosing `guard` block: the model is not
 offered it, and a call to it anyway is answered "unknown tool" by pydantic-ai
-without running it (the trace keeps the attempt, with that answer as its error,
-so the gate still sees what the config tried). When the run raises, the guard
+without running it (the trace keeps the attempt as a failed step, `REFUSED`,
+so the gate still sees what the config tried). A call to a tool the agent does
+not hold at all is kept the same way, as `UNOFFERED`. When the run raises, the guard
 records what the run did up to there (calls with no result get an error) before
 the exception leaves `run_sync`.
 """
@@ -38,6 +39,8 @@ from rolegate.integrations._body import body_tools
 from rolegate.integrations._common import (
     ACTIVE,
     ACTIVE_ATTRIBUTE,
+    REFUSED,
+    UNOFFERED,
     Active,
     CallLog,
     Guarding,
@@ -71,7 +74,7 @@ def record(run: Any, result: Any, *, error: BaseException | None = None,
         if isinstance(message, ModelResponse):
             _issue(log, index, message, agent)
         elif isinstance(message, ModelRequest):
-            _complete(log, message)
+            _complete(log, message, active if isinstance(active, Active) else None)
     output = getattr(result, "output", None) if error is None else None
     log.fill(run, output=output, error=error)
 
@@ -88,15 +91,32 @@ def _issue(log: CallLog, index: int, response: ModelResponse, agent: str | None)
                   tokens_in=usage.input_tokens, tokens_out=usage.output_tokens)
 
 
-def _complete(log: CallLog, request: ModelRequest) -> None:
+def _complete(log: CallLog, request: ModelRequest, active: Active | None) -> None:
     for part in request.parts:
         if isinstance(part, ToolReturnPart):
             if part.outcome in _FAILED:
-                log.complete(part.tool_call_id, error=_text(part.content))
+                log.complete(part.tool_call_id,
+                             error=_failure(part.tool_name, part.content, active))
             else:
                 log.complete(part.tool_call_id, result=part.content)
         elif isinstance(part, RetryPromptPart) and part.tool_name:
-            log.complete(part.tool_call_id, error=_text(part.content))
+            log.complete(part.tool_call_id,
+                         error=_failure(part.tool_name, part.content, active))
+
+
+def _failure(tool: str | None, content: Any, active: Active | None) -> str:
+    """Why a call failed: a tool the agent lacks, one the guard hid, or the framework's text.
+
+    pydantic-ai answers both of the first two "unknown tool"; the guard's record of
+    what the agent offered tells them apart.
+    """
+    offered = active.offered if active is not None else None
+    if offered is not None and tool is not None:
+        if tool not in offered:
+            return UNOFFERED
+        if active is not None and not active.allowed(tool):
+            return REFUSED
+    return _text(content)
 
 
 def _text(content: Any) -> str:
@@ -176,6 +196,7 @@ class Guard(AbstractCapability[Any]):
         active.history = ctx.messages
         if active.agent is None and ctx.agent is not None and ctx.agent.name:
             active.agent = ctx.agent.name
+        active.offered = (active.offered or set()) | {d.name for d in tool_defs}
         return [d for d in tool_defs if active.allowed(d.name)]
 
     async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> Any:
