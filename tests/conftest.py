@@ -235,8 +235,9 @@ def quick_buckets(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def app(redis_url: str) -> Iterator[Flask]:
     """The router with tokens for each scope, a fast refresh, on the test database."""
+    # Every resolve logged (the default samples 1 in 100): tests read their lines.
     app = create_app({"redis_url": redis_url, "tokens": TOKENS, "testing": True,
-                      "refresh_interval_s": 0.05})
+                      "refresh_interval_s": 0.05, "log_sample": 1.0})
     yield app
     app.extensions["rolegate"].cache.stop()
     app.extensions["rolegate"].redis.close()

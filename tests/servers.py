@@ -83,12 +83,15 @@ def werkzeug_server(app: Flask) -> Iterator[str]:
 
 @contextmanager
 def process(argv: list[str], env: Mapping[str, str], url: str, *,
-            timeout: float = 60.0, cwd: Path = ROOT) -> Iterator[subprocess.Popen[bytes]]:
+            timeout: float = 60.0, cwd: Path = ROOT,
+            output: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
     """Run `argv` until `url` answers /healthz; stop it with SIGTERM afterwards.
 
-    Its output goes to a temporary file that is printed if it fails to start.
+    Its output goes to `output` (a test reads it), else to a temporary file;
+    either is printed if it fails to start.
     """
-    log: IO[bytes] = tempfile.TemporaryFile()
+    # Closed in the finally below, after the process is gone.
+    log: IO[bytes] = tempfile.TemporaryFile() if output is None else output.open("w+b")  # noqa: SIM115
     proc = subprocess.Popen(argv, env=dict(env), cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
     try:
@@ -171,13 +174,16 @@ def private_data_dir(env: Mapping[str, str]) -> Iterator[dict[str, str]]:
 
 @contextmanager
 def gunicorn(env: Mapping[str, str], *, workers: int = 2,
-             app_spec: str = "router:create_app()") -> Iterator[str]:
-    """Real gunicorn with deploy/gunicorn.conf.py on a free port; yield its base URL."""
+             app_spec: str = "router:create_app()", output: Path | None = None) -> Iterator[str]:
+    """Real gunicorn with deploy/gunicorn.conf.py on a free port; yield its base URL.
+
+    Its stdout and stderr go to `output` when given (the JSON log lines a test counts).
+    """
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     argv = [sys.executable, "-m", "gunicorn", "--config", str(GUNICORN_CONFIG),
             "--bind", f"127.0.0.1:{port}", "--workers", str(workers), app_spec]
-    with private_data_dir(env) as private_env, process(argv, private_env, url):
+    with private_data_dir(env) as private_env, process(argv, private_env, url, output=output):
         yield url
 
 

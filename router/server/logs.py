@@ -1,5 +1,14 @@
 """Structured logs: one JSON line per request and one per decision, tied by a request id.
 
+Two levels, so a year of logs fits a disk: state changes (binding writes,
+rollbacks, archives, restores, a tripwire) and failed requests (5xx) are
+written at `warning` and always; every other request line is `info`. Resolves
+and OFREP evaluations, the calls every agent makes on every job, write their
+two lines for a sample only (ROLEGATE_LOG_SAMPLE, 1 in 100 by default: every
+100th of each worker, counted, not drawn, so the share is exact), their
+decision line saying `"sampled": <rate>`. ROLEGATE_LOG_LEVEL=warning silences
+the `info` lines altogether.
+
 The request id comes from the caller's `X-Request-Id` when it is a sane token,
 otherwise it is drawn here; either way it is echoed in the response, so a
 caller's log line and ours can be joined. Nothing here ever reads the
@@ -8,6 +17,7 @@ caller's log line and ours can be joined. Nothing here ever reads the
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -33,13 +43,48 @@ DECISION_ENDPOINTS = {
     "bindings.promote": "promote",
     "bindings.pause": "pause",
     "bindings.resume": "resume",
+    "archive.archive": "archive",
+    "archive.restore": "unarchive",
 }
+#: Operator endpoints that change the whole table: their answer is logged as the decision.
+TABLE_ENDPOINTS = {
+    "restore_snapshot.restore_snapshot": "restore_snapshot",
+    "accept_redis.accept_redis": "accept_redis",
+}
+#: ROLEGATE_LOG_LEVEL -> the events logger's level.
+LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
+          "error": logging.ERROR}
 _START = "rolegate.started"
 
 log = logging.getLogger(LOGGER_NAME)
 bp = Blueprint("logs", __name__)
 #: Resolve lines go out in batches from a background thread (see router.server.log_batch).
 resolve_lines = LineBatcher(log)
+
+
+class Sampler:
+    """Takes `rate` of the calls it is asked about: exactly, by counting (thread-safe)."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self._seen = itertools.count()
+
+    def take(self) -> bool:
+        """Whether this call is one of the sample (the first call of each 1/rate is)."""
+        rate = self.rate
+        if rate >= 1.0:
+            return True
+        if rate <= 0.0:
+            return False
+        seen = next(self._seen)  # next() on a count is atomic under the GIL
+        # The first call, then each call that crosses a whole multiple of 1/rate: a quiet
+        # router's first resolve is always seen.
+        return seen == 0 or int(seen * rate) > int((seen - 1) * rate)
+
+
+#: Which resolves and OFREP evaluations write their lines; init_app sets the rate from
+#: ROLEGATE_LOG_SAMPLE (one router app per process, so one module-wide sampler).
+resolve_sample = Sampler(0.01)
 
 
 def configure(stream: Any = None) -> logging.Logger:
@@ -76,13 +121,16 @@ def emit(kind: str, **fields: Any) -> None:
 
 def log_resolve(request_id: str, resolution: Any, method: str, path: str,
                 duration_ms: float, actor: str | None) -> None:
-    """Queue a resolve's decision and request lines (written within FLUSH_INTERVAL_S)."""
-    if not log.isEnabledFor(logging.INFO):
+    """Queue a resolve's decision and request lines, if this one is sampled (FLUSH_INTERVAL_S)."""
+    if not log.isEnabledFor(logging.INFO) or not resolve_sample.take():
         return
-    resolve_lines.add(line("decision", request_id, {
+    decision = {
         "decision": "resolve", "role": resolution["role"], "arm": resolution["arm"],
         "config": resolution["config"], "version": resolution["version"],
-        "key": resolution["key"], "stale": resolution["stale"]})
+        "key": resolution["key"], "stale": resolution["stale"]}
+    if resolve_sample.rate < 1.0:
+        decision["sampled"] = resolve_sample.rate  # a reader scales counts by 1/rate
+    resolve_lines.add(line("decision", request_id, decision)
         + "\n" + line("request", request_id, {
             "method": method, "path": path, "status": 200,
             "duration_ms": round(duration_ms, 3), "actor": actor}))
@@ -122,7 +170,7 @@ def _after(response: Response) -> Response:
     duration_ms = (time.perf_counter() - started) * 1e3 if started is not None else None
     request_id = ctx.get("request_id")
     response.headers[REQUEST_ID_HEADER] = request_id or ""
-    if not log.isEnabledFor(logging.INFO):
+    if not log.isEnabledFor(logging.WARNING):
         return response
     resolution = ctx.get("resolution")
     if resolution is not None and not current_app.extensions["rolegate"].settings.log_resolves:
@@ -136,8 +184,13 @@ def _after(response: Response) -> Response:
     if 200 <= response.status_code < 300:
         endpoint = req.endpoint or ""
         action = DECISION_ENDPOINTS.get(endpoint)
+        table_action = TABLE_ENDPOINTS.get(endpoint)
         if action is not None:
             lines.append(line("decision", request_id, _binding_decision(action, response, actor)))
+        elif table_action is not None:
+            lines.append(line("decision", request_id, {
+                "decision": table_action, **(response.get_json(silent=True) or {}),
+                "actor": actor}))
         elif endpoint == "traces.ingest":
             # A breaching trace rolls its role back inside the ingest request;
             # api_traces leaves the list on g, so the answer is not parsed again.
@@ -161,8 +214,11 @@ def _after(response: Response) -> Response:
         "method": req.method, "path": req.path, "status": response.status_code,
         "duration_ms": round(duration_ms, 3) if duration_ms is not None else None,
         "actor": actor}))
-    # One record for the request's lines: one handler call and one write, not two.
-    log.info("\n".join(lines))
+    # A state change or a failure is a warning (always written); a plain request is info.
+    level = logging.WARNING if len(lines) > 1 or response.status_code >= 500 else logging.INFO
+    if log.isEnabledFor(level):
+        # One record for the request's lines: one handler call and one write, not two.
+        log.log(level, "\n".join(lines))
     return response
 
 
@@ -182,5 +238,8 @@ bp.after_app_request(_after)
 
 
 def init_app(app: Flask) -> None:
-    """Make sure the JSON lines have somewhere to go (the hooks come with `bp`)."""
+    """Give the JSON lines somewhere to go, at the configured level and resolve sample."""
+    settings = app.extensions["rolegate"].settings
     configure()
+    log.setLevel(LEVELS[settings.log_level])
+    resolve_sample.rate = settings.log_sample

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -31,6 +31,8 @@ ENVIRONMENT = {
     "ROLEGATE_WEBHOOKS": "webhooks",
     "ROLEGATE_DATA_DIR": "data_dir",
     "ROLEGATE_LOG_RESOLVES": "log_resolves",
+    "ROLEGATE_LOG_SAMPLE": "log_sample",
+    "ROLEGATE_LOG_LEVEL": "log_level",
     "ROLEGATE_TOKENS_FILE": "tokens_file",
     "ROLEGATE_ALLOWED_HOSTS": "allowed_hosts",
     "ROLEGATE_INGEST_QUOTA": "ingest_quota",
@@ -78,11 +80,24 @@ class Settings(BaseModel):
     data_dir: str = ".rolegate"
     #: Log resolves (their request and decision lines) too; 0 keeps the hot path quiet.
     log_resolves: bool = True
+    #: The share of resolves and OFREP evaluations that write their two lines (docs/operations.md):
+    #: 1 in 100 by default, so 122,000 evaluations write ~2,440 lines, not 244,000. Every
+    #: warning, error and state change (binding writes, rollbacks, restores) is always written.
+    log_sample: float = Field(0.01, ge=0.0, le=1.0, allow_inf_nan=False)
+    #: The lowest level the router's JSON lines are written at: request lines are `info`,
+    #: state changes and failures `warning`, so `warning` keeps only those.
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
     testing: bool = False
     #: Expected false rollbacks a day the team accepts across the roles served: shown
     #: with the alpha it asks of each rollout and the roles over it (advice, never
     #: applied: `gatekeeper.stats.fleet_budget`). None: no budget.
     fleet_budget: float | None = Field(None, gt=0.0, le=1e6, allow_inf_nan=False)
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_lowercase(cls, value: Any) -> Any:
+        # gunicorn reads the same variable and takes any case.
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("redis_sentinels")
     @classmethod
