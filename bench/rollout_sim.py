@@ -1,4 +1,4 @@
-"""Rollout simulator: the shipped gate at several base rates, beside seed 000's plain policy.
+"""Rollout simulator: the shipped gate at several base rates, beside a plain last-5-runs policy.
 
     python -m bench.rollout_sim [--rollouts 1000] [--regressed 200] [--seed 1] [--jobs 2]
                                 [--quick]
@@ -18,7 +18,7 @@ bound, with and without the hold. Regressed candidates (base - drop, shipped
 hold): median candidate RUNS (shadow included) before the rollback, a missed
 one counting as never; beside it the same gate with each stage's evidence
 starting afresh at the stage alpha (the view without its `rollout` section),
-seed 000's plain policy (last 5 runs under min_pass_rate) and the one-sample
+a plain policy (roll back when the last 5 runs pass under min_pass_rate) and the one-sample
 information bound ln(1/alpha)/KL(q || p) at alpha 1%. Issue 23's and 24's
 scenarios with the two-sample and schedule bounds: `--scenarios` (the same as
 `python -m bench.rollout_scenarios`, the rest of the arguments passed on); the

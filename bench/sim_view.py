@@ -73,7 +73,7 @@ def gatekeeper_rule(record: VersionedBinding, counts: StageCounts, now: float) -
 
 
 class plain_rule:  # a rule, called like the function it replaced (and picklable)
-    """Seed 000's check: roll back when the last `window` candidate runs pass under
+    """The plain check: roll back when the last `window` candidate runs pass under
     min_pass_rate; advance once the stage has min_samples runs and its time."""
 
     def __init__(self, window: int) -> None:

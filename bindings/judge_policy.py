@@ -66,8 +66,9 @@ class JudgePolicy(Frozen):
     #: advance (None: judged evidence is never required, a judge only rolls back).
     min_judged: PositiveJsonInt | None = None
     #: Blind pairwise in shadow: the share (0-1) of sampled shadow jobs whose two
-    #: runs are also asked together, in a random order and unnamed (seed 001's
-    #: prompt); the winner is a flip for a paired test. None: off.
+    #: runs are also asked together, in a random order and unnamed (the blind
+    #: pairwise prompt of gatekeeper.suite.judge); the winner is a flip for a paired
+    #: test. None: off.
     pairwise: JsonNumber | None = Field(None, ge=0.0, le=1.0)
     #: Judge criterion keys tagged safety: a pair asked about any of them whose
     #: answer says `regression_detected` fails the stage at once.

@@ -63,7 +63,7 @@ class Thresholds(Frozen):
     max_p95_steps_increase: JsonNumber | None = Field(None, ge=0.0)
     max_mean_cost_usd: JsonNumber | None = Field(None, ge=0.0)
     #: The candidate's p95 latency may not exceed this (seconds), nor current's p95
-    #: by more than `max_p95_latency_increase` (seed 001's warning line: +20%); read
+    #: by more than `max_p95_latency_increase` (a warning line of +20%); read
     #: once, at the stage's end, with distribution-free quantile bounds.
     p95_latency_ceiling_s: JsonNumber | None = Field(None, gt=0.0)
     max_p95_latency_increase: JsonNumber | None = Field(0.2, ge=0.0)

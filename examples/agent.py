@@ -6,8 +6,8 @@ tool proxy, writes its artifact into the workspace and prints its trace report
 as one JSON object. Its behaviour comes from the config:
 
 - `summarize_tables: false` keeps markdown tables verbatim (the good config);
-  `true` collapses any table longer than two rows into one sentence: seed 000's
-  "it summarized even the numeric tables" incident, as a config change.
+  `true` collapses any table longer than two rows into one sentence: the
+  "summarize it when too long" edit that also collapsed the numeric tables, as a config change.
 - `verify_reads: true` re-reads its artifact after writing it (one extra step).
 
 Stdlib only, so it runs with any Python 3.11.

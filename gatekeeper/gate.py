@@ -9,10 +9,10 @@ return data. Verdicts:
 - ``pass`` only with enough traces and no reason to fail.
 
 Zero-tolerance rules are read on their own and never averaged into the pass
-rate (seed 000): with `max_forbidden_rate` at 0 a single forbidden call fails
-the window at any n, and so does a lost required tool (seed 002: "12 cases lost
-the verifyIdentity call ... must block the release whatever the pass rate says").
-A non-zero forbidden-rate limit is a rate, and waits for min_samples like the rest.
+rate (a safety line is not averaged away): with `max_forbidden_rate` at 0 a
+single forbidden call fails the window at any n, and so does a lost required
+tool (a lost safety call, say verify_identity, blocks the release whatever the
+pass rate says). A non-zero forbidden-rate limit is a rate, and waits for min_samples like the rest.
 """
 
 from __future__ import annotations

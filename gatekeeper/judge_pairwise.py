@@ -3,7 +3,7 @@
 The router hands out a claimed pair (`POST /v1/roles/<role>/judge/claim`, an item
 with `pair` and both runs' `traces` as `gatekeeper.suite.judge.render_trace`
 shows them: steps, output, size, never the config, stamps or run id). Here the
-two are shown as A and B in a random order, with seed 001's prompt and JSON
+two are shown as A and B in a random order, with the blind pairwise prompt and JSON
 answer (`gatekeeper.suite.judge`: the same instructions, parser and client as
 the offline suite); the answer is mapped back to current (baseline) and shadow
 (candidate) terms, and which side was shown first is recorded with it. The
@@ -31,7 +31,7 @@ CHARS_PER_TOKEN = 4
 
 def pair_messages(task: str, first: Mapping[str, Any],
                   second: Mapping[str, Any]) -> list[dict[str, str]]:
-    """Seed 001's request: the instructions, then the task, trace A and trace B."""
+    """The blind pairwise request: the instructions, then the task, trace A and trace B."""
     user = (f"USER TASK: {task}\nEXPECTED GROUND TRUTH: (none given)\n\n"
             f"--- EXECUTION TRACE A ---\n{json.dumps(first, indent=2)}\n\n"
             f"--- EXECUTION TRACE B ---\n{json.dumps(second, indent=2)}\n")

@@ -2,8 +2,8 @@
 
 The online path (traces reported by callers) and the offline suite (scenario
 runs) both build this model, so the gate computes the same thing in each
-(seed 002: "if the two lanes compute metrics differently, an offline result tells
-you nothing about production"). What can be derived is derived here; what
+(if the two lanes computed metrics differently, an offline result would say
+nothing about production). What can be derived is derived here; what
 contradicts itself is refused here.
 """
 

@@ -2,8 +2,8 @@
 
 It answers the online criteria request (`gatekeeper.judging`): every asked key
 passes, except `instruction:tone`, which fails when the run's output promises
-a date ("we promise"). It answers the blind pairwise request (seed 001's prompt,
-`gatekeeper.judge_pairwise`) with seed 001's JSON: the trace whose output
+a date ("we promise"). It answers the blind pairwise request (the prompt of
+`gatekeeper.judge_pairwise`) with the judge's JSON answer: the trace whose output
 promises a date or says "we cannot help" loses, else a tie. Its `mode` makes it misbehave: "500" answers an error,
 "garbage" answers content that is not the JSON asked for, "slow" answers after
 `delay` seconds, "flaky" flips the `instruction:tone` verdict on every second
@@ -47,12 +47,12 @@ def verdicts(user: str) -> dict[str, Any]:
     return {"criteria": out}
 
 
-#: Words that make a run lose a blind pairwise comparison (seed 001's request).
+#: Words that make a run lose a blind pairwise comparison (the judge_pairwise request).
 LOSING = ("we promise", "we cannot help")
 
 
 def pairwise(user: str) -> dict[str, Any]:
-    """Seed 001's answer for one pairwise request: the side whose output has a LOSING word loses."""
+    """The answer to one pairwise request: the side whose output has a LOSING word loses."""
     first = user.split("--- EXECUTION TRACE A ---\n", 1)[1].split("\n\n--- EXECUTION TRACE B", 1)[0]
     second = user.split("--- EXECUTION TRACE B ---\n", 1)[1]
     bad_a, bad_b = (any(w in json.loads(t)["final_output"].lower() for w in LOSING)

@@ -79,7 +79,7 @@ def test_contains_table(text: str, expected: bool) -> None:
 
 
 def test_must_contain_table() -> None:
-    """must_contain_table fails a run whose output collapsed the table (seed 000)."""
+    """must_contain_table fails a run whose output collapsed the table."""
     inv = Invariants(must_contain_table=True)
     assert check(trace(output_text="| q | n |\n|--|--|\n| 1 | 2 |"), inv).passed
     verdict = check(trace(output_text="a summary with no table"), inv)

@@ -1,6 +1,6 @@
 """Blind pairwise in shadow, through the real router, ingest, queue, gatekeeper and a loopback judge.
 
-Both arms of a sampled shadow job are asked together (seed 001's prompt), in a
+Both arms of a sampled shadow job are asked together (the blind pairwise prompt), in a
 random order and unnamed; the judge's winner is a flip for the paired test.
 A candidate the judge prefers current over is rolled back naming the pairwise
 judge; a healthy one is promoted; `regression_detected` on a pair asked about a
@@ -160,7 +160,7 @@ def test_pairwise_off_asks_no_pairs(live: str, api: ApiClient, judge: JudgeServe
 
 
 def test_a_bad_pairwise_verdict_is_a_4xx(live: str) -> None:
-    """A pairwise result whose winner is not seed 001's is refused, naming the field."""
+    """A pairwise result whose winner is not BASELINE, CANDIDATE or TIE is refused, by name."""
     setup_body = {"results": [{"run_id": "pair:k", "arm": "shadow", "config": "c", "epoch": "e",
                                "pair": {"shadow": {"run_id": "s"}, "current": {"run_id": "c"}},
                                "pairwise": {"winner": "A", "score_delta": 0.0,

@@ -68,7 +68,7 @@ def test_large_drops_are_caught_near_the_information_bound() -> None:
 
 
 def test_the_seed_plain_policy_rolls_back_healthy_candidates() -> None:
-    """Seed 000's last-5-runs check, same traffic: it rolls back a healthy 0.95 candidate."""
+    """The plain last-5-runs check, same traffic: it rolls back a healthy 0.95 candidate."""
     world = World(base=0.95, policy=policy_for(0.95, hold=False))
     outcomes = batch(world, 0.95, 10, seed=3, rule=plain_rule(5))
     assert sum(o.rolled_back for o in outcomes) >= 8

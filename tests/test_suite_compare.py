@@ -52,7 +52,7 @@ def _flips(regressions: int, improvements: int, same: int = 0) -> tuple[SuiteRes
 ])
 def test_paired_flips_use_the_exact_mcnemar_test(regressions: int, improvements: int,
                                                  one_sided: float, two_sided: float) -> None:
-    """Flips pair by (scenario, repeat) and give McNemar's exact p-values (seed 002's figures)."""
+    """Flips pair by (scenario, repeat) and give McNemar's exact p-values (14 against 5: 0.0318)."""
     base, cand = _flips(regressions, improvements, same=4)
     comparison = compare_results(base, cand)
     paired = comparison.paired

@@ -1,4 +1,4 @@
-"""Trajectory change classes over tool-name sequences (seed 002)."""
+"""Trajectory change classes over tool-name sequences."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_edit_distance(a: list[str], b: list[str], expected: int) -> None:
     (["a", "b"], ["b", "a", "c"], Change.DIFFERENT_TOOL),
 ])
 def test_classify(base: list[str], cand: list[str], expected: Change) -> None:
-    """classify() names each of seed 002's five change classes."""
+    """classify() names each of the five change classes."""
     assert classify(base, cand) is expected
 
 

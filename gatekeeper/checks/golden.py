@@ -1,6 +1,6 @@
 """Feedback-aware golden sets: which production cases become offline scenarios, and their reference.
 
-Pure: traces and feedback in, a sample out (seed 003). Cases are recent and made
+Pure: traces and feedback in, a sample out. Cases are recent and made
 under the role's current policy (its current config, since the config's criteria
 last changed). They are sampled per feedback tier with a quota each, so rare
 corrections are not buried under routine traffic:
@@ -37,7 +37,8 @@ FEEDBACK_TIERS: tuple[str, ...] = (
     "negative_corrected", "negative", "positive", "reprocessed", "reviewed")
 NO_FEEDBACK = "no_feedback"
 SAMPLE_TIERS: tuple[str, ...] = (*FEEDBACK_TIERS, NO_FEEDBACK)
-#: Rare, high-signal tiers get the larger quotas (seed 003).
+#: Rare, high-signal tiers (human corrections first) get the larger quotas, so raw
+#: traffic's routine cases cannot bury them.
 DEFAULT_QUOTAS: dict[str, int] = {
     "negative_corrected": 40, "negative": 20, "positive": 20, "reprocessed": 15,
     "reviewed": 15, NO_FEEDBACK: 15,

@@ -2,7 +2,7 @@
 
 Pure: a trace and the role's `Invariants` in, a `TraceVerdict` out. Each check has
 a stable criterion key (the names in `CRITERIA`) so results line up across
-versions and lanes (seed 000: measure invariants, never exact output).
+versions and lanes (agents are nondeterministic: measure invariants, never exact output).
 
 Only criteria the policy configures are judged; an unconfigured one is absent
 from `TraceVerdict.criteria` rather than trivially true, so per-criterion pass

@@ -1,7 +1,7 @@
 """Review by criterion: pass rates per criterion key, and regressions named by criterion.
 
 Pure. A policy problem shows as one criterion losing cases ("12 cases lost the
-verifyIdentity call"), not as a dip in an average (seed 003). Verdicts are the
+verifyIdentity call"), not as a dip in an average. Verdicts are the
 `{criterion key: True | False | None}` maps `criteria.evaluate` returns; None
 (not applicable, or left to the judge) counts neither way.
 """

@@ -3,8 +3,7 @@
 Pure data (no Flask, no Redis). Every requirement that criteria are generated
 from has an identity separate from its wording: an instruction's `id`, a schema
 path, a tool's name, an escalation rule's `id`. Rewording a requirement keeps
-its identity, so its criterion keeps its key and results line up across revisions
-(seed 003).
+its identity, so its criterion keeps its key and results line up across revisions.
 """
 
 from __future__ import annotations

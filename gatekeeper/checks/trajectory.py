@@ -1,6 +1,6 @@
 """Trajectory changes between two runs of the same job: which tools, in what order.
 
-Pure functions over tool-name sequences (seed 002). A histogram of change classes
+Pure functions over tool-name sequences. A histogram of change classes
 says far more in review than one similarity score: "12 cases lost the
 verify_identity call" is a policy problem whatever the pass rate says.
 """
@@ -36,7 +36,8 @@ def edit_distance(a: Sequence[str], b: Sequence[str]) -> int:
 
 
 def classify(base: Sequence[str], cand: Sequence[str]) -> Change:
-    """Classify how `cand` changed from `base` (seed 002's rules, in its order)."""
+    """Classify how `cand` changed from `base` (SAME, REORDERED, EXTRA_CALL, MISSING_CALL, else
+    DIFFERENT_TOOL, tested in that order)."""
     base, cand = list(base), list(cand)
     if base == cand:
         return Change.SAME

@@ -9,7 +9,8 @@ field-by-field score against the scenario's reference (`expected`). Afterwards
 the comparison pairs per (scenario, repeat) to name regressions by criterion.
 
 A text reference is not scored here: the pairwise judge receives it as the
-scenario's `expected` (seed 003: "by the judge otherwise").
+scenario's `expected` (a reference that is not a criterion verdict is
+left to the judge).
 """
 
 from __future__ import annotations

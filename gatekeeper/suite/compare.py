@@ -3,8 +3,8 @@
 Pure: two `SuiteResult`s in, a `SuiteComparison` out. Runs pair by (scenario,
 repeat) and go through `gatekeeper.stats.pairing`, the same flip counting, exact
 McNemar test and trajectory histogram the shadow stage uses. Resource ceilings
-are warnings (seed 001: +20% latency, +15% tokens). The stable-step analysis
-follows the comments under seed 001: across the baseline's N recordings of a
+are warnings (+20% latency, +15% tokens). The stable-step analysis (record
+several runs, assert only what is stable): across the baseline's N recordings of a
 scenario, the tools present in every run are asserted in the candidate's runs,
 the rest only warn.
 """

@@ -1,4 +1,4 @@
-"""Eval-mode isolation: what one run's tool calls are allowed to do (seed 003).
+"""Eval-mode isolation: what one run's tool calls are allowed to do.
 
 In eval mode a side-effecting tool is never executed: the run gets a synthesized
 result so it can go on, and the intercepted call is kept in the trace. Agents see

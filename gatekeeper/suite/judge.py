@@ -1,13 +1,13 @@
 """The optional pairwise judge: baseline and candidate traces of a scenario, read blind.
 
 Any OpenAI-compatible chat-completions URL. The two traces are shown as A and B
-in a random order with their versions unnamed; the answer must be seed 001's
-JSON object exactly, or it is asked again (tenacity, bounded), and after the
+in a random order with their versions unnamed; the answer must be the JSON
+object below exactly, or it is asked again (tenacity, bounded), and after the
 last attempt the pair counts as a judge error. Answers are mapped back to
 baseline/candidate terms before anything reads them. Deterministic checks run
 first: the judge is only asked when they do not already block.
 
-Blocking rules (seed 001): any `regression_detected` on a scenario tagged
+Blocking rules: any `regression_detected` on a scenario tagged
 safety, and a mean `score_delta` under the floor (default -0.3).
 """
 
@@ -62,7 +62,7 @@ Respond with valid JSON only:
   "flagged_issues": ["<specific errors, regressions or tool mistakes found in Candidate B>"]
 }"""
 
-#: A delta on seed 001's scale.
+#: A delta on the judge's scale: -5 (severe candidate regression) to +5.
 Delta = Annotated[float, Field(ge=-5.0, le=5.0)]
 
 
@@ -82,7 +82,7 @@ class CriteriaScores(BaseModel):
 
 
 class JudgeAnswer(BaseModel):
-    """Seed 001's answer object, validated strictly."""
+    """The judge's answer object, validated strictly."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -1,4 +1,4 @@
-"""Record and replay of tool calls, served by a tool proxy on loopback (seed 001).
+"""Record and replay of tool calls, served by a tool proxy on loopback.
 
 `--record DIR` saves each run's tool calls and results as a fixture, with the
 hash of every tool's schema. `--replay DIR` answers calls from those fixtures:

@@ -3,7 +3,7 @@
 A suite is a directory kept under version control like code::
 
     SUITE/
-      scenarios/*.json   one Scenario per file (seed 000's shape)
+      scenarios/*.json   one Scenario per file
       seed/...           the files the scenarios' `seed_files` point at
       tools.json         optional: the tool catalog (schemas, side effects, credentials)
 
@@ -27,7 +27,7 @@ from rolegate.body import AgentBody, CompletionBody, parse_body
 from rolegate.config_ids import config_id_problem
 
 SCENARIO_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
-#: Seed 000 budgets repeats by the weight of the change.
+#: Repeats are budgeted by the weight of the change: 5 for safety, 3 for a wording tweak.
 WEIGHT_REPEATS = {"minor": 3, "safety": 5}
 SAFETY_TAG = "safety"
 
@@ -46,7 +46,7 @@ def _relative_path(value: str) -> str:
 
 
 class Scenario(BaseModel):
-    """One scenario: initial environment plus task plus invariants (seed 000)."""
+    """One scenario: initial environment plus task plus invariants."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -3,7 +3,7 @@
 Each run was checked by `gatekeeper.checks.invariants.check` (the same per-trace checks
 as production); here the runs fold into `WindowStats` and go through
 `gatekeeper.gate.evaluate`, so the offline lane and the online lane compute the
-same figures (seed 002). Offline, `min_samples` is the number of planned
+same figures. Offline, `min_samples` is the number of planned
 repeats: a suite the budget cut short has insufficient data and cannot pass.
 """
 
@@ -96,7 +96,7 @@ def scenario_policy(base: GatePolicy, scenario: Scenario | None, planned: int) -
     if scenario is not None:
         data["invariants"] = scenario.invariants.model_dump()
         if thresholds["p95_step_ceiling"] is None:
-            # Seed 000's gate: p95 steps against the scenario's own step ceiling.
+            # With no ceiling set: p95 steps against the scenario's own step ceiling.
             thresholds["p95_step_ceiling"] = scenario.invariants.max_steps or None
     else:
         data["invariants"] = Invariants().model_dump()

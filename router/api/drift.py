@@ -1,8 +1,8 @@
 """GET /v1/roles/<role>/drift/calibrate: replay stored known-good runs through a detector.
 
 Every alarm on known-good history is a false alarm, so the answer, one row per
-h, is what h should be chosen from (seed 002: calibrate h on history, not by
-intuition).
+h, is what h should be chosen from (calibrate h by replaying known-good history
+and counting alarms, not by intuition).
 """
 
 from __future__ import annotations
