@@ -2,14 +2,15 @@
 
 Agents in TypeScript, Go or Java resolve through the OpenFeature SDK they
 already use, with the OFREP provider pointed at the router. A role is the flag,
-the job key is the targeting key, the other context properties are the job's
-attributes, and the value is the config id the job runs
+the job key is the targeting key, the context properties a role's rules read
+are the job's attributes (any other property is ignored), and the value is the config id the job runs
 (`router.api.ofrep_shapes` holds the mapping). The answer is the same
 `rolegate.routing.resolve` as `GET /v1/resolve`, from the same worker copy of
 the table, with the same tokens and scopes (caller, gatekeeper, operator).
 
 Errors use OFREP's shapes and codes, not rolegate's `{"error": ...}`:
-400 PARSE_ERROR / TARGETING_KEY_MISSING / INVALID_CONTEXT, 404 FLAG_NOT_FOUND
+400 PARSE_ERROR / TARGETING_KEY_MISSING / INVALID_CONTEXT (a key over 500
+characters, a body over MAX_BODY_BYTES), 404 FLAG_NOT_FOUND
 (an unknown or archived role), 500 GENERAL when Redis cannot be read (the
 only server status OFREP's providers parse). `X-Rolegate-Include: body` (or
 `?include=body`) adds the config body to the metadata.
@@ -29,13 +30,16 @@ from router.api.bodies import loads
 from router.api.configs import config_store
 from router.api.exposures import count_resolution
 from router.api.ofrep_shapes import (
+    MAX_BODY_BYTES,
     OfrepError,
     etag,
     etag_matches,
     evaluation,
     failure,
+    job_attributes,
     parse_error,
     read_context,
+    too_big,
 )
 from router.api.resolve import uncached
 from router.server.auth import may_act_on, require
@@ -55,7 +59,12 @@ def _json(payload: Any, status: int = 200) -> Response:
 
 
 def _body() -> Any:
+    length = request.content_length
+    if length is not None and length > MAX_BODY_BYTES:
+        raise too_big(length)
     raw = request.get_data(cache=True)
+    if len(raw) > MAX_BODY_BYTES:
+        raise too_big(len(raw))
     if not raw.strip():
         raise parse_error("the request body is empty; send {\"context\": {\"targetingKey\": "
                           "<job key>, ...}}")
@@ -88,7 +97,7 @@ def _bodies(resolutions: list[Resolution]) -> dict[str, Any]:
 @require("caller", "gatekeeper")
 def evaluate_flag(role: str) -> ResponseReturnValue:
     """OFREP single evaluation: which config serves `role` for the context's targeting key."""
-    key, attributes = read_context(_body())
+    key, context = read_context(_body())
     include = _wants_body()
     cache = current_app.extensions["rolegate"].cache
     record, stale = cache.get(role)
@@ -97,7 +106,7 @@ def evaluate_flag(role: str) -> ResponseReturnValue:
             raise StoreUnavailable("bindings not loaded yet and Redis did not answer")
         record = uncached(role)
     resolution = resolve(role, record.binding, record.version, key, stale=stale,
-                         attributes=attributes or None)
+                         attributes=job_attributes(context, record.binding.rules))
     # An assignment like GET /v1/resolve's: counted, so runs that never report show.
     count_resolution(current_app, role, resolution, record.binding)
     # Logged and counted as a resolve, like GET /v1/resolve.
@@ -109,14 +118,14 @@ def evaluate_flag(role: str) -> ResponseReturnValue:
 @require("caller", "gatekeeper")
 def evaluate_flags() -> ResponseReturnValue:
     """OFREP bulk evaluation: every role this token may act on, with an ETag for polling."""
-    key, attributes = read_context(_body())
+    key, context = read_context(_body())
     include = _wants_body()
     cache = current_app.extensions["rolegate"].cache
     records, stale = cache.all()
     if not records and not cache.loaded:
         raise StoreUnavailable("bindings not loaded yet and Redis did not answer")
     resolutions = [resolve(role, record.binding, record.version, key, stale=stale,
-                           attributes=attributes or None)
+                           attributes=job_attributes(context, record.binding.rules))
                    for role, record in sorted(records.items()) if may_act_on(role)]
     bodies = _bodies(resolutions) if include else None
     payload = json.dumps({"flags": [evaluation(r, bodies) for r in resolutions]},

@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bindings.models import ATTRIBUTE_NAME_PATTERN
+from bindings.models import Rule
 from rolegate.routing import Resolution
-from rolegate.trace import MAX_ATTRIBUTES
 
-#: The same limits as `GET /v1/resolve` (router.api.resolve).
+#: A job key's limit, as `GET /v1/resolve`'s (router.api.resolve).
 MAX_KEY_LENGTH = 500
-MAX_ATTRIBUTE_VALUE = 200
+#: The one limit on a context: the request body's size. An SDK's merged context with
+#: a browser's user agent and a dozen attributes is about 1 KB.
+MAX_BODY_BYTES = 64 * 1024
 #: OFREP's context names the job key `targetingKey`; it is not an attribute.
 TARGETING_KEY = "targetingKey"
 
@@ -49,53 +50,62 @@ def invalid_context(details: str) -> OfrepError:
     return OfrepError(400, "INVALID_CONTEXT", details)
 
 
-def read_context(body: Any) -> tuple[str, dict[str, str]]:
-    """(job key, attributes) from an OFREP request body; OfrepError naming what is wrong.
+def read_context(body: Any) -> tuple[str, Mapping[str, Any]]:
+    """(job key, the context's other properties) from an OFREP request body.
 
-    Attribute values that are numbers or booleans become their JSON text (a rule
-    matches the text `"true"` or `"3"`); null is an absent attribute. Nested
-    objects and lists cannot be matched by a rule and are refused, as is a name
-    a rule could not name, a text over 200 characters, or more than 10
-    properties besides targetingKey (`OPENAPI_CONTEXT` says the same).
+    OFREP's context is any JSON object, merged by the SDK from global, client
+    and invocation contexts: every property is accepted as it comes, and
+    `job_attributes` later takes only those a role's rules read. The one
+    refusal about the context is a targeting key that is missing (or not a
+    string or number: nothing to bucket), or one over 500 characters (a job
+    key's limit everywhere). The body's size is limited by the view
+    (MAX_BODY_BYTES), not its shape.
     """
     if not isinstance(body, dict):
         raise parse_error(f"the request body must be a JSON object, got {_kind(body)}")
     context = body.get("context")
-    if context is None:
-        raise OfrepError(400, "TARGETING_KEY_MISSING",
-                         "the request has no context; send {\"context\": {\"targetingKey\": "
-                         "<job key>, ...}}")
     if not isinstance(context, dict):
-        raise invalid_context(f"context must be an object, got {_kind(context)}")
-    key = context.get(TARGETING_KEY)
-    if key is None or key == "":
         raise OfrepError(400, "TARGETING_KEY_MISSING",
-                         "context.targetingKey is missing: it is the job key rolegate buckets")
-    if not isinstance(key, str):
-        raise invalid_context(f"context.targetingKey must be a string, got {_kind(key)}")
+                         "the request has no context object; send {\"context\": "
+                         "{\"targetingKey\": <job key>, ...}}"
+                         + ("" if context is None else f" (context is {_kind(context)})"))
+    key = context.get(TARGETING_KEY)
+    if isinstance(key, bool | int | float) and not isinstance(key, bool):
+        key = json.dumps(key)  # a number keys the job by its JSON text, as ?key= would
+    if not isinstance(key, str) or key == "":
+        raise OfrepError(400, "TARGETING_KEY_MISSING",
+                         "context.targetingKey is missing: it is the job key rolegate buckets"
+                         + ("" if key is None or key == "" else f" (got {_kind(key)})"))
     if len(key) > MAX_KEY_LENGTH:
         raise invalid_context(f"context.targetingKey: at most {MAX_KEY_LENGTH} characters")
-    if len(context) > MAX_ATTRIBUTES + 1:
-        raise invalid_context(f"context: at most {MAX_ATTRIBUTES} properties besides "
-                              "targetingKey")
+    return key, context
+
+
+def job_attributes(context: Mapping[str, Any], rules: Iterable[Rule]) -> dict[str, str] | None:
+    """The job's attributes for `rules`: the context properties they read, coerced to text.
+
+    The documented coercions: a string as it is, a number or boolean as its
+    JSON text (a rule matches `"true"` or `"3"`), and null, a list or an object
+    as absent (a rule compares one text). Properties no rule reads are ignored,
+    whatever their name, shape or length. None when nothing is read.
+    """
     attributes: dict[str, str] = {}
-    for name, value in context.items():
-        if name == TARGETING_KEY or value is None:
-            continue
-        if not ATTRIBUTE_NAME_PATTERN.match(name):
-            raise invalid_context(f"context.{name}: an attribute name is 1-64 letters, digits, "
-                                  "'_', '.', '-'")
-        if isinstance(value, str):
-            if len(value) > MAX_ATTRIBUTE_VALUE:
-                raise invalid_context(f"context.{name}: at most {MAX_ATTRIBUTE_VALUE} "
-                                      "characters")
-            attributes[name] = value
-        elif isinstance(value, bool | int | float):
-            attributes[name] = json.dumps(value)
-        else:
-            raise invalid_context(f"context.{name}: targeting reads strings, numbers and "
-                                  f"booleans, got {_kind(value)}")
-    return key, attributes
+    for rule in rules:
+        for name in rule.when:
+            if name in attributes or name == TARGETING_KEY:
+                continue
+            value = context.get(name)
+            if isinstance(value, str):
+                attributes[name] = value
+            elif isinstance(value, bool | int | float):
+                attributes[name] = json.dumps(value)
+    return attributes or None
+
+
+def too_big(size: int) -> OfrepError:
+    """A request body over MAX_BODY_BYTES: the one limit a context has besides its key."""
+    return invalid_context(f"the request body is {size} bytes; an evaluation request is at "
+                           f"most {MAX_BODY_BYTES}")
 
 
 def reason(resolution: Resolution) -> str:

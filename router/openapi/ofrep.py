@@ -10,23 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from rolegate.trace import MAX_ATTRIBUTES
 from router.api.ofrep import INCLUDE_HEADER
-from router.api.ofrep_shapes import MAX_ATTRIBUTE_VALUE, MAX_KEY_LENGTH
+from router.api.ofrep_shapes import MAX_BODY_BYTES, MAX_KEY_LENGTH
 from router.openapi.paths import json_body, json_response, ref
 
-_SCALAR = {"type": ["string", "number", "boolean", "null"]}
 CONTEXT = {
     "type": "object",
-    "description": "targetingKey is the job key; every other property is a job attribute "
-                   "the role's targeting rules read (numbers and booleans as their JSON "
-                   "text, null as absent).",
+    "description": "Any JSON object, as the SDK merged it. targetingKey is the job key; "
+                   "the properties a role's targeting rules read are the job's attributes "
+                   "(a string as it is, a number or boolean as its JSON text, null, a list "
+                   "or an object as absent); every other property is ignored. The request "
+                   f"body is at most {MAX_BODY_BYTES} bytes.",
     "required": ["targetingKey"],
-    "properties": {"targetingKey": {"type": "string", "minLength": 1,
+    "properties": {"targetingKey": {"type": ["string", "number"], "minLength": 1,
                                     "maxLength": MAX_KEY_LENGTH}},
-    "propertyNames": {"pattern": "^[A-Za-z0-9_.-]{1,64}$"},
-    "additionalProperties": {**_SCALAR, "maxLength": MAX_ATTRIBUTE_VALUE},
-    "maxProperties": MAX_ATTRIBUTES + 1,
+    "additionalProperties": True,
 }
 REQUEST = {"type": "object", "required": ["context"], "properties": {"context": CONTEXT}}
 METADATA = {
