@@ -29,6 +29,7 @@ SNAPSHOT_FILE = "bindings.snapshot.json"
 BLUEPRINT_MODULES = (
     "router.server.logs",
     "router.server.metrics",
+    "router.server.cors",
     "router.openapi.document",
     "router.dashboard.views",
     "router.api.health",

@@ -49,8 +49,6 @@ bp = Blueprint("ofrep", __name__)
 
 #: How an OFREP client asks for the config body (its providers set headers, not queries).
 INCLUDE_HEADER = "X-Rolegate-Include"
-#: The providers poll bulk evaluations at this pace at most (their default is 30 s).
-MIN_POLLING_MS = 1000
 
 
 def _json(payload: Any, status: int = 200) -> Response:
@@ -143,20 +141,6 @@ def evaluate_flags() -> ResponseReturnValue:
         response = current_app.response_class(payload, mimetype="application/json")
     response.headers["ETag"] = tag
     return response
-
-
-@bp.get("/ofrep/v1/configuration")
-@require("caller", "gatekeeper")
-def configuration() -> ResponseReturnValue:
-    """OFREP's optional provider configuration: rolegate's name, and that it answers polling."""
-    return _json({
-        "name": "rolegate",
-        "capabilities": {
-            "cacheInvalidation": {"polling": {"enabled": True,
-                                              "minPollingIntervalMs": MIN_POLLING_MS}},
-            "flagEvaluation": {"supportedTypes": ["string"]},
-        },
-    })
 
 
 @bp.errorhandler(OfrepError)

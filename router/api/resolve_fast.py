@@ -34,7 +34,7 @@ from flask import Flask
 from bindings.models import ROLE_NAME_PATTERN
 from rolegate.routing import new_key, resolve
 from router.api.exposures import count_resolution
-from router.server import hosts, logs, metrics
+from router.server import cors, hosts, logs, metrics
 from router.server.auth import ACTOR_HEADER, OPEN_GATEKEEPER, OPEN_OPERATOR
 
 PREFIX = "/v1/resolve/"
@@ -46,6 +46,8 @@ _PLAIN_KEY = re.compile(r"key=([A-Za-z0-9._~:@-]{1,500})")
 KNOWN_HOOKS = frozenset({
     "router.server.logs._before", "router.server.logs._after",
     "router.server.metrics._observe", "router.dashboard.views._refuse_cross_site_writes",
+    # Preflights are OPTIONS (never fast); answers get the same marks (cors.answer_headers).
+    "router.server.cors._preflight", "router.server.cors._mark",
     "router.server.hosts.init_app.<locals>._check_host",
     "router.api.bodies.refuse_oversized_chunked",
     # Acts on 503 answers only, which the fast paths never give (they hand those on).
@@ -157,13 +159,18 @@ class ResolveFastPath:
         count_resolution(self.app, role, resolution, record.binding)
         body = json.dumps(resolution, separators=(",", ":")).encode()
         request_id = logs.request_id_from(environ.get("HTTP_X_REQUEST_ID"))
-        start_response("200 OK", [
+        headers = [
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(body))),
             ("X-Rolegate-Worker", self._worker if self._worker == str(os.getpid())
              else self._refresh_worker()),
             (logs.REQUEST_ID_HEADER, request_id),
-        ])
+        ]
+        origins = cors.configured(self.app)
+        if origins:
+            headers += cors.answer_headers(environ.get("HTTP_ORIGIN"), environ["PATH_INFO"],
+                                           origins)
+        start_response("200 OK", headers)
         if self._metrics:
             metrics.count_resolve(role, resolution["arm"], stale)
         if self._logs and services.settings.log_resolves:

@@ -34,6 +34,7 @@ from gatekeeper.view.fleet import fleet_report
 from router.api.traces import trace_store
 from router.dashboard.data import overview, role_detail
 from router.dashboard.svg import bar_chart, line_chart
+from router.server import cors
 from router.server.auth import may_act_on, require
 from router.server.errors import BadRequest, Forbidden
 
@@ -81,6 +82,8 @@ def _refuse_cross_site_writes() -> None:
     """Refuse a state-changing request a browser sent on behalf of another site."""
     if request.method in SAFE_METHODS:
         return
+    if cors.listed(request.headers.get("Origin"), request.path):
+        return  # an origin ROLEGATE_CORS_ORIGINS lists, evaluating (router.server.cors)
     if request.headers.get("Sec-Fetch-Site") == "cross-site":
         raise Forbidden("cross-site request refused", reason="Sec-Fetch-Site: cross-site")
     origin = request.headers.get("Origin")

@@ -2,7 +2,8 @@
 
 The schemas follow open-feature/protocol's `service/openapi.yaml` (evaluationRequest,
 evaluationSuccess, evaluationFailure, flagNotFound, bulkEvaluationSuccess,
-bulkEvaluationFailure, configurationResponse), narrowed to what rolegate answers:
+bulkEvaluationFailure; the protocol dropped its configuration endpoint in 2025),
+narrowed to what rolegate answers:
 a string value (the config id), `variant` the arm, flat metadata.
 """
 
@@ -56,9 +57,6 @@ BULK_FAILURE: dict[str, Any] = {"type": "object", "required": ["errorCode", "err
                                "errorDetails": {"type": "string"}}}
 BULK = {"type": "object", "required": ["flags"],
         "properties": {"flags": {"type": "array", "items": SUCCESS}}}
-CONFIGURATION = {"type": "object", "required": ["name", "capabilities"],
-                 "properties": {"name": {"const": "rolegate"},
-                                "capabilities": {"type": "object"}}}
 DETAILS = {"type": "object", "required": ["errorDetails"],
            "properties": {"errorDetails": {"type": "string"}}}
 INCLUDE = [{"name": "include", "in": "query", "required": False,
@@ -112,11 +110,5 @@ OFREP_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                                  BULK_FAILURE),
         },
         "errors": (413,),
-    }},
-    "/ofrep/v1/configuration": {"get": {
-        "summary": "OFREP provider configuration: rolegate answers polling, string flags.",
-        "scopes": SCOPES,
-        "responses": {"200": json_response("The capabilities.", CONFIGURATION),
-                      **AUTH_ANSWERS},
     }},
 }

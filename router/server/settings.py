@@ -37,6 +37,7 @@ ENVIRONMENT = {
     "ROLEGATE_ALLOWED_HOSTS": "allowed_hosts",
     "ROLEGATE_INGEST_QUOTA": "ingest_quota",
     "ROLEGATE_FLEET_BUDGET": "fleet_budget",
+    "ROLEGATE_CORS_ORIGINS": "cors_origins",
 }
 
 
@@ -65,6 +66,9 @@ class Settings(BaseModel):
     tokens_file: str | None = None
     #: Host names served besides the bound address and loopback (comma-separated; `*`: any).
     allowed_hosts: str = ""
+    #: Origins whose browser pages may resolve and evaluate OFREP (comma-separated
+    #: scheme://host[:port]; `router.server.cors`). Empty: no CORS answers.
+    cors_origins: str = ""
     #: Per token per second: "traces=N,bytes=M" (0 turns a limit off).
     ingest_quota: str = ""
     #: How often each worker polls the change counter; a change shows within it.
@@ -103,6 +107,16 @@ class Settings(BaseModel):
     @classmethod
     def _sentinels_parse(cls, value: str) -> str:
         parse_sentinels(value)  # a ValueError names the bad address
+        return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins_parse(cls, value: str) -> str:
+        if value.strip():
+            # Imported here: the settings load without Flask (the CLI reads them).
+            from router.server.cors import parse_origins
+
+            parse_origins(value)  # a ValueError names the bad origin
         return value
 
     @model_validator(mode="after")
