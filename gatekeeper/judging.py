@@ -10,8 +10,9 @@ and counted per criterion key, arm and stage for the gate.
 
 Each ask is one chat completion (`gatekeeper.suite.judge.JudgeClient`, the one
 judge client the offline suite uses too): the messages hold the run's input and
-output text (bounded by the router) and the criteria to judge, each by key and
-wording; the answer's content must be
+output text (bounded by the router), its trajectory when a criterion asks for it
+(`trajectory: true`: each step's tool, arguments, result and error), and the
+criteria to judge, each by key and wording; the answer's content must be
 `{"criteria": {"<key>": {"pass": true|false, "reason": "..."}}}` naming every
 asked key, or it is a judge error. A judge that errs `BREAKER_FAILURES` times in a
 row is left alone for `BREAKER_OPEN_S` (a circuit breaker): its runs wait in the
@@ -54,6 +55,7 @@ CHARS_PER_TOKEN = 4
 
 CRITERIA_INSTRUCTIONS = """You judge one run of an AI agent against a list of criteria.
 You are given the run's input and its output, and the criteria, each with a key and its wording.
+When a TRAJECTORY is given, it lists the run's tool calls in order (tool, arguments, result, error).
 For every criterion decide whether the output meets it.
 Respond with valid JSON only, naming every criterion key given:
 {"criteria": {"<key>": {"pass": true | false, "reason": "<one sentence>"}}}"""
@@ -90,7 +92,10 @@ def parse_criteria(content: str, keys: list[str]) -> dict[str, dict[str, Any]]:
 def criteria_messages(item: Mapping[str, Any]) -> list[dict[str, str]]:
     """The chat messages of one criteria request: instructions, then input, output, criteria."""
     asked = [{"key": c["key"], "criterion": c["description"]} for c in item["criteria"]]
-    user = (f"INPUT:\n{item.get('input_text', '')}\n\nOUTPUT:\n{item.get('output_text', '')}"
+    steps = item.get("trajectory_text")
+    shown = f"TRAJECTORY:\n{steps}\n\n" if steps else ""
+    user = (f"INPUT:\n{item.get('input_text', '')}\n\n{shown}"
+            f"OUTPUT:\n{item.get('output_text', '')}"
             f"\n\nCRITERIA:\n{json.dumps(asked, indent=1)}\n")
     return [{"role": "system", "content": CRITERIA_INSTRUCTIONS},
             {"role": "user", "content": user}]
@@ -141,6 +146,7 @@ class Judges:
 
 def _estimate(item: Mapping[str, Any]) -> int:
     size = len(item.get("input_text", "")) + len(item.get("output_text", ""))
+    size += len(item.get("trajectory_text", ""))
     size += sum(len(c["description"]) + len(c["key"]) for c in item["criteria"])
     return (size + len(CRITERIA_INSTRUCTIONS)) // CHARS_PER_TOKEN
 

@@ -96,6 +96,7 @@ def test_the_trace_is_what_the_run_did(app: Flask) -> None:
         assert client.flush(10)
         stored = trace_store(app).lookup(ROLE, run.run_id).trace
     assert stored.tools == ("search", "lookup", "transfer_to_billing", "delete_account", "refund")
+    assert stored.input == {"prompt": "refund order 7"}  # what the online judge reads
     assert stored.steps is not None
     search, lookup, handoff, delete, refund = stored.steps
     assert search.parallel_group == lookup.parallel_group is not None

@@ -92,6 +92,7 @@ def test_the_trace_is_what_the_run_did(app: Flask) -> None:
         assert client.flush(10)
         stored = trace_store(app).lookup(ROLE, run.run_id).trace
     assert stored.tools == ("search", "lookup", "delete_account", "fail")
+    assert stored.input == {"prompt": "refund order 7"}  # what the online judge reads
     assert stored.steps is not None
     search, lookup, delete, fail = stored.steps
     assert search.args == {"q": "refund"} and search.result == ["refund-policy"]

@@ -60,6 +60,10 @@ class Criterion(BaseModel):
     kind: CheckKind
     #: What the check compares against; a change here is a change of the requirement.
     params: dict[str, Any] = Field(default_factory=dict)
+    #: A judge criterion the judge can only score from what the run did: the online
+    #: judge is shown the run's trajectory (each step's tool, arguments, result and
+    #: error) beside its input and output. Off by default: it costs tokens.
+    trajectory: bool = False
 
     @property
     def deterministic(self) -> bool:
@@ -136,12 +140,12 @@ def generate(spec: Spec) -> list[Criterion]:
         ))
     for item in spec.instructions:
         out.append(Criterion(key=f"instruction:{item.id}", description=_line(item.text),
-                             kind="judge", params={}))
+                             kind="judge", params={}, trajectory=item.trajectory))
     for ref in spec.knowledge:
         out.append(Criterion(
             key=f"knowledge:{ref.id}",
             description=_line(f"answers agree with the knowledge base: {ref.title}"),
-            kind="judge", params={"uri": ref.uri} if ref.uri else {},
+            kind="judge", params={"uri": ref.uri} if ref.uri else {}, trajectory=ref.trajectory,
         ))
     return out
 
@@ -279,7 +283,8 @@ def diff(old: Iterable[Criterion], new: Iterable[Criterion]) -> CriteriaDiff:
     changed, reworded = [], []
     for key in sorted(before.keys() & after.keys()):
         a, b = before[key], after[key]
-        if (a.kind, a.params) != (b.kind, b.params):
+        # What the judge is shown is part of the check: its answers may change with it.
+        if (a.kind, a.params, a.trajectory) != (b.kind, b.params, b.trajectory):
             changed.append(Change(key=key, before=a, after=b))
         elif a.description != b.description:
             reworded.append(Change(key=key, before=a, after=b))

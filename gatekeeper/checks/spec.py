@@ -44,6 +44,8 @@ class Instruction(Frozen):
 
     id: Identity
     text: str = Field(min_length=1, max_length=4000)
+    #: The judge needs the run's steps (tools, arguments, results) to score it.
+    trajectory: bool = False
 
 
 class Tool(Frozen):
@@ -103,6 +105,8 @@ class KnowledgeRef(Frozen):
     id: Identity
     title: str = Field(min_length=1, max_length=500)
     uri: str = Field("", max_length=2000)
+    #: The judge needs the run's steps (what the agent looked up) to score it.
+    trajectory: bool = False
 
 
 class Spec(Frozen):

@@ -150,15 +150,19 @@ class CallLog:
         self.tokens_in += tokens_in or 0
         self.tokens_out += tokens_out or 0
 
-    def fill(self, run: Any, *, output: Any = None, error: BaseException | None = None) -> None:
-        """Write the calls, tokens, output and run error into the recorder `run`, once.
+    def fill(self, run: Any, *, output: Any = None, error: BaseException | None = None,
+             given: Any = None) -> None:
+        """Write the calls, tokens, output, input and run error into the recorder `run`, once.
 
         When the run aborted (`error`), a call that never returned gets NO_RESULT
-        as its error.
+        as its error. `given` is what the run was asked (`run_input`); it becomes
+        the trace's `input` unless the caller set one (`recorder(..., input=...)`).
         """
         if getattr(run, RECORDED, False):
             return
         setattr(run, RECORDED, True)
+        if given is not None and hasattr(run, "input") and run.input is None:
+            run.input = run_input(given)
         if error is not None:
             done = self._done
             for step in self.steps:
@@ -176,6 +180,24 @@ class CallLog:
                        json.dumps(jsonable(output), ensure_ascii=False))
         if error is not None:
             run.fail(error)
+
+
+def run_input(given: Any) -> dict[str, Any] | None:
+    """What a run was asked, as the trace's `input` object: {"prompt": text} for one text,
+    {"messages": [...]} for a list of messages or parts, the mapping itself for a mapping.
+
+    The online judge reads it as the run's INPUT; so does a replay of the case.
+    """
+    if given is None:
+        return None
+    if isinstance(given, str):
+        return {"prompt": given}
+    value = jsonable(given)
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str):
+        return {"prompt": value[0]}
+    return {"messages": value if isinstance(value, list) else [value]}
 
 
 def parse_args(args: Any) -> dict[str, Any]:
@@ -216,6 +238,8 @@ class Active:
     history: Any = None
     #: The agent serving the run, where a hook sees it.
     agent: str | None = None
+    #: What the run was asked, where only a hook sees it (ADK's user content).
+    given: Any = None
     #: Every tool name the agent held before rolegate hid any, where a hook sees the
     #: list (pydantic-ai): a call outside it is unoffered, not refused.
     offered: set[str] | None = None

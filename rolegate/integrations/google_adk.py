@@ -97,7 +97,8 @@ def record(run: Any, events: Iterable[Any], *, error: BaseException | None = Non
             output = "".join(texts)
     if isinstance(active, Active):
         _add_unseen(log, active, parents)
-    log.fill(run, output=output if error is None else None, error=error)
+    given = active.given if isinstance(active, Active) else None
+    log.fill(run, output=output if error is None else None, error=error, given=given)
 
 
 def _add_unseen(log: CallLog, active: Active, parents: dict[str, str]) -> None:
@@ -173,6 +174,16 @@ def _compute_stamps(agent: Any, agent_version: str | None) -> dict[str, str]:
                    agent_version=agent_version or agent.name)
 
 
+def _started(callback_context: Any) -> None:
+    """Note what the invocation was asked: ADK's events do not carry the user's message."""
+    active = ACTIVE.get()
+    content = getattr(callback_context, "user_content", None)
+    if active is not None and active.given is None and content is not None:
+        texts = [part.text for part in content.parts or () if part.text]
+        active.given = ("".join(texts) if texts
+                        else content.model_dump(mode="json", exclude_none=True))
+
+
 def _before(tool: BaseTool, args: dict[str, Any], tool_context: ToolContext) -> Any:
     active = ACTIVE.get()
     if active is None:
@@ -211,6 +222,7 @@ def protect(agent: Any) -> Any:
         each.before_tool_callback = [_before, *_callbacks(each.before_tool_callback)]
         each.after_tool_callback = [_after, *_callbacks(each.after_tool_callback)]
         each.on_tool_error_callback = [_failed, *_callbacks(each.on_tool_error_callback)]
+        each.before_agent_callback = [_started, *_callbacks(each.before_agent_callback)]
         object.__setattr__(each, _PROTECTED, True)
     return agent
 

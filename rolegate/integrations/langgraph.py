@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import BaseTool, StructuredTool
 from langgraph.prebuilt import ToolNode
 
@@ -119,7 +119,18 @@ def record(run: Any, state: Any, *, error: BaseException | None = None) -> None:
             output = message.text if isinstance(message.text, str) else None
     if isinstance(active, Active):
         _seen_calls(log, active)
-    log.fill(run, output=output, error=error)
+    log.fill(run, output=output, error=error, given=_asked(messages or ()))
+
+
+def _asked(messages: Iterable[Any]) -> Any:
+    """The human messages before the model's first answer: the run's prompt."""
+    asked = []
+    for message in messages:
+        if isinstance(message, AIMessage):
+            break
+        if isinstance(message, HumanMessage):
+            asked.append(message.text if isinstance(message.text, str) else message.content)
+    return (asked[0] if len(asked) == 1 else asked) or None
 
 
 def _read(log: CallLog, messages: Iterable[Any], parents: dict[str, str],

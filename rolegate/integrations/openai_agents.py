@@ -143,7 +143,8 @@ def record(run: Any, result: Any, *, error: BaseException | None = None) -> None
                           parent_agent=parents.get(agent_name or ""))
     _add_not_found(log, error, parents)
     final = getattr(result, "final_output", None) if error is None else None
-    log.fill(run, output=final if final is not None else _message_text(output), error=error)
+    log.fill(run, output=final if final is not None else _message_text(output), error=error,
+             given=getattr(result, "input", None))
 
 
 def _offered(agent: Any, offers: dict[int, frozenset[str]]) -> frozenset[str]:

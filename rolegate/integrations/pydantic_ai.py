@@ -32,6 +32,7 @@ from pydantic_ai.messages import (
     RetryPromptPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.tools import ToolDefinition
 
@@ -76,7 +77,17 @@ def record(run: Any, result: Any, *, error: BaseException | None = None,
         elif isinstance(message, ModelRequest):
             _complete(log, message, active if isinstance(active, Active) else None)
     output = getattr(result, "output", None) if error is None else None
-    log.fill(run, output=output, error=error)
+    log.fill(run, output=output, error=error, given=_prompt(messages))
+
+
+def _prompt(messages: Sequence[ModelMessage]) -> Any:
+    """The user prompt of the run: the first request's user parts (text, or their content)."""
+    for message in messages:
+        if isinstance(message, ModelRequest):
+            asked = [part.content for part in message.parts if isinstance(part, UserPromptPart)]
+            if asked:
+                return asked[0] if len(asked) == 1 else asked
+    return None
 
 
 def _issue(log: CallLog, index: int, response: ModelResponse, agent: str | None) -> None:

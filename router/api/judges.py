@@ -7,8 +7,10 @@
                                           "epoch", "verdicts": {key: {"pass", "reason"}},
                                           "tokens"} | {..., "error": "..."}]}
 
-Runs are queued at ingest (`router.api.judge_sampling`). The judge sees input and output only:
-never the config body, the run's stamps, its tools' arguments or a credential.
+Runs are queued at ingest (`router.api.judge_sampling`). The judge sees the run's input and
+output, and its trajectory (each step's tool, arguments, result and error, as the trace stored
+them: masked by the caller's `Client(mask=...)`) only when a criterion asks for it
+(`trajectory: true`); never the config body, the run's stamps or a credential.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from bindings.models import VersionedBinding
 from gatekeeper.store.judge_pairs import PairStore
 from gatekeeper.store.judging import human_agreement
 from gatekeeper.suite.judge import render_trace
-from rolegate.trace import JsonInt
+from rolegate.trace import JsonInt, Trace
 from router.api.bodies import json_body, parse
 from router.api.configs import config_store
 from router.api.feedback import feedback_store
@@ -120,13 +122,21 @@ def _policy(record: VersionedBinding) -> JudgePolicy:
     return policy
 
 
-def judge_criteria(config: str) -> list[dict[str, str]]:
-    """The config's judge criteria (kind judge), key and wording, as the judge is asked them."""
+def judge_criteria(config: str) -> list[dict[str, Any]]:
+    """The config's judge criteria (kind judge), key and wording, as the judge is asked them;
+    `"trajectory": true` on those that need the run's steps."""
     found = config_store().find(config)
     if found is None:
         return []
-    return [{"key": c.key, "description": c.description} for c in found.criteria
-            if not c.deterministic]
+    return [{"key": c.key, "description": c.description, **({"trajectory": True}
+                                                            if c.trajectory else {})}
+            for c in found.criteria if not c.deterministic]
+
+
+def trajectory_text(trace: Trace, limit: int) -> str:
+    """The run's steps as the judge reads them (tool, args, result, error), bounded."""
+    steps = render_trace(trace)["steps"]
+    return _bounded(json.dumps(steps, indent=1, ensure_ascii=False), limit)
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -146,9 +156,12 @@ def _work(role: str, item: dict[str, Any], policy: JudgePolicy) -> dict[str, Any
         return None
     trace = stored.trace
     given = json.dumps(trace.input, sort_keys=True) if trace.input is not None else ""
-    return {**item, "input_text": _bounded(given, policy.max_chars),
+    work = {**item, "input_text": _bounded(given, policy.max_chars),
             "output_text": _bounded(trace.output_text, policy.max_chars),
             "criteria": criteria}
+    if any(c.get("trajectory") for c in criteria):
+        work["trajectory_text"] = trajectory_text(trace, policy.max_chars)
+    return work
 
 
 def _pair_work(role: str, item: dict[str, Any], policy: JudgePolicy) -> dict[str, Any] | None:

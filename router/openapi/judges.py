@@ -15,6 +15,7 @@ _ITEM = {"type": "object", "required": ["run_id", "arm", "config", "epoch"],
          "properties": {"run_id": {"type": "string"}, "reporter": {"type": ["string", "null"]},
                         "arm": _ARM, "config": {"type": "string"}, "epoch": {"type": "string"},
                         "input_text": {"type": "string"}, "output_text": {"type": "string"},
+                        "trajectory_text": {"type": "string"},
                         "criteria": {"type": "array", "items": _OBJECT}}}
 _RESULT = {"type": "object", "additionalProperties": False,
            "required": ["run_id", "arm", "config", "epoch"],
