@@ -53,7 +53,7 @@ def agent() -> Agent[None, str]:
                  capabilities=[rg.Guard()])
 
     @made.tool_plain
-    def lookupOrder(id: int) -> dict[str, Any]:  # noqa: N802 - the spec's tool name
+    def lookupOrder(id: int) -> dict[str, Any]:
         """Fetch the order."""
         return {"id": id, "total": 30, "status": "delivered"}
 
