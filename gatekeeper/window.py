@@ -3,9 +3,8 @@
 The canonical form is a flat `{field: int}` map, the same one the trace store
 keeps with HINCRBY, so a window built in memory from a list of traces (the
 offline suite) and one read back from Redis (the online gate) are the same
-object, computed by the same code (one extractor for both lanes, so they
-cannot drift apart). Adding a
-trace only ever adds integers, so windows merge by summing.
+object, computed by the same code (one extractor, so the lanes cannot drift
+apart). Adding a trace only ever adds integers, so windows merge by summing.
 
 Fields: the scalars in `SCALARS`, and counters under a prefix: `crit_n:<key>`
 and `crit_pass:<key>` per criterion, `steps:<count>` and `cost:<micro-USD
