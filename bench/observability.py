@@ -70,7 +70,7 @@ def caller(app: Any) -> Callable[[int], None]:
             "wsgi.multithread": False, "wsgi.multiprocess": False, "wsgi.run_once": False,
             "HTTP_AUTHORIZATION": f"Bearer {TOKEN}",
         }
-        for chunk in wsgi(environ, start_response):
+        for _chunk in wsgi(environ, start_response):
             pass
 
     return call

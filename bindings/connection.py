@@ -66,11 +66,11 @@ def connect(target: RedisTarget) -> Connection:
         if not target.sentinel_master:
             raise ConnectionSettingsError(
                 "REDIS_SENTINELS is set but REDIS_SENTINEL_MASTER (the monitored name) is not")
-        sentinel = Sentinel(  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+        sentinel = Sentinel(
             list(target.sentinels), sentinel_kwargs=dict(options), **options)
         # health_check_interval: a pooled connection idle past it is PINGed before
         # use, so one that a failover left pointing at a demoted primary is dropped.
-        primary = sentinel.master_for(  # type: ignore[no-untyped-call]
+        primary = sentinel.master_for(
             target.sentinel_master, health_check_interval=30, **options)
         return cast(redis.Redis, primary)
     if is_cluster(target.url, options):

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import redis
-
 from bindings.connection import Connection
 from bindings.store import _redis_errors
 

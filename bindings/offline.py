@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import redis
 from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.connection import Connection
@@ -76,11 +75,10 @@ class OfflineStore:
         """Store `verdict` for (role, verdict.config), replacing any earlier one."""
         stored = StoredOfflineVerdict(role=role, verdict=verdict,
                                       time=time.time() if now is None else now, actor=actor)
-        with _redis_errors():
-            with self.connection.pipeline(transaction=True) as pipe:
-                pipe.set(offline_key(role, verdict.config), stored.model_dump_json())
-                pipe.sadd(offline_index_key(role), verdict.config)
-                pipe.execute()
+        with _redis_errors(), self.connection.pipeline(transaction=True) as pipe:
+            pipe.set(offline_key(role, verdict.config), stored.model_dump_json())
+            pipe.sadd(offline_index_key(role), verdict.config)
+            pipe.execute()
         return stored
 
     def get(self, role: str, config: str) -> StoredOfflineVerdict:

@@ -207,7 +207,8 @@ def test_rollback_reaches_a_subscribed_client_under_a_second(router: LiveRouter)
             started = time.monotonic()
             rollback(router, "r") if _ == 0 else canary(router, "r", 0.1)
             expected = "rolled_back" if _ == 0 else "canary"
-            wait_for(lambda: client.resolve("r", keys[0])["stage"] == expected, step=0.002)
+            wait_for(lambda want=expected: client.resolve("r", keys[0])["stage"] == want,
+                     step=0.002)
             assert time.monotonic() - started < 1.0
         assert client.stale is False
 

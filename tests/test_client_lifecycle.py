@@ -185,7 +185,7 @@ def test_the_refresh_thread_honours_retry_after(app: Flask, router: LiveRouter) 
         return None
 
     put_role(router, "r", current="a")
-    with Client(router.url, CALLER, refresh_interval=0.05, subscribe=False) as client:
+    with Client(router.url, CALLER, refresh_interval=0.05, subscribe=False):
         wait_for(lambda: len(gets) >= 4, timeout=10)
     assert gets[2] - gets[1] >= 1.0  # held for Retry-After, not refresh_interval
     assert gets[3] - gets[2] < 1.0  # then back to the usual interval

@@ -54,10 +54,10 @@ def test_recorder_builds_the_trace_as_the_run_happens(router: LiveRouter,
             run.cost(usd=0.02, tokens=50)
             run.artifact("out/report.md")
             run.output("| a | b |\n|---|---|")
-        with pytest.raises(RuntimeError, match="agent crashed"):
-            with client.recorder(resolution, shadow=True) as crashed:
-                crashed.tool("search")
-                raise RuntimeError("agent crashed")
+        with pytest.raises(RuntimeError, match="agent crashed"), \
+                client.recorder(resolution, shadow=True) as crashed:
+            crashed.tool("search")
+            raise RuntimeError("agent crashed")
         assert client.flush(10)
     trace = run.trace
     assert trace is not None and trace.tools == ("search", "fetch")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from bindings.models import Binding, GatePolicy, Stage, Thresholds, VersionedBinding
+from gatekeeper.machine.decide import Action, Evidence, decide
 from gatekeeper.stats.budget import (
     FLIPS,
     FLOOR,
@@ -14,7 +15,6 @@ from gatekeeper.stats.budget import (
     final_alpha,
     weights,
 )
-from gatekeeper.machine.decide import Action, Evidence, decide
 
 NOW = 1_000_000.0
 POLICY = GatePolicy(thresholds=Thresholds(min_samples=200, min_stage_seconds=600,

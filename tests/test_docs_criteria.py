@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import OPERATOR
-from tests.live import LiveRouter
-from tests.live import router  # noqa: F401  (the pytest fixture the test below takes)
+from tests.live import (
+    LiveRouter,
+    router,  # noqa: F401  (the pytest fixture the test below takes)
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "criteria-and-golden-sets.md"

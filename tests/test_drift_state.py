@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from bindings.models import DriftPolicy, Invariants
+from gatekeeper.checks.invariants import check
 from gatekeeper.stats.drift import (
     FORBIDDEN_CALL,
     METRICS,
@@ -24,7 +25,6 @@ from gatekeeper.stats.drift import (
     params_for,
     replay,
 )
-from gatekeeper.checks.invariants import check
 from gatekeeper.stats.pairing import Run
 from gatekeeper.store.drift_state import DriftStates, Watch, drift_key
 from gatekeeper.store.traces import Checked, TraceStore
@@ -121,7 +121,7 @@ def test_far_behind_catches_up_over_successive_reads(feed: Feed,
                                                      redis_conn: redis.Redis) -> None:
     """With a bound of 10 entries per read, 35 runs take 4 reads, flagged until caught up."""
     states = CountingStates(redis_conn, max_advance=10)
-    feed.add(("..F.E" * 7))
+    feed.add("..F.E" * 7)
     flags = [states.advance(ROLE, EPOCH, [WATCH])[0].caught_up for _ in range(4)]
     assert flags == [False, False, False, True]
     assert states.read_sizes == [10, 10, 10, 5]

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from bindings.models import GatePolicy, Invariants, Thresholds
-from gatekeeper.gate import compare, evaluate
 from gatekeeper.checks.invariants import check
+from gatekeeper.gate import compare, evaluate
 from gatekeeper.stats.statistics import wilson_interval
 from gatekeeper.window import WindowStats, cost_bucket, increments
 from rolegate.trace import Trace

@@ -48,7 +48,7 @@ def webhook_receiver() -> Iterator[tuple[str, list[dict[str, Any]]]]:
 @contextmanager
 def gatekeeper(url: str, holder: str, webhook: str) -> Iterator[subprocess.Popen[bytes]]:
     """`rolegate gatekeeper` as its own process; SIGTERM (then SIGKILL) when done."""
-    log: IO[bytes] = tempfile.TemporaryFile()
+    log: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115  # closed in the finally below
     argv = [sys.executable, "-m", "router.cli", "gatekeeper", "--interval", "0.1",
             "--lease-ttl", str(LEASE_TTL), "--holder", holder, "--webhook", webhook, "-v"]
     env = base_env(ROLEGATE_URL=url, ROLEGATE_TOKEN=GATEKEEPER, ROLEGATE_RETRY_NO_WAIT="1")

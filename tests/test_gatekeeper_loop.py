@@ -12,8 +12,8 @@ import requests
 from click.testing import CliRunner
 from flask import Flask
 
-from gatekeeper.machine.decide import Action, Decision
 from gatekeeper.loop import Gatekeeper, _act, tick
+from gatekeeper.machine.decide import Action, Decision
 from gatekeeper.webhooks import Notifier
 from rolegate.http import ApiClient
 from router.cli import main

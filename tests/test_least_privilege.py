@@ -12,8 +12,8 @@ import redis
 from flask import Flask
 from flask.testing import FlaskClient
 
-from gatekeeper.machine.decide import Action
 from gatekeeper.loop import tick
+from gatekeeper.machine.decide import Action
 from gatekeeper.store.traces import TraceStore
 from rolegate.http import ApiClient
 from router import create_app

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import OPERATOR
-from tests.live import LiveRouter
-from tests.live import router  # noqa: F401  (the pytest fixture the test below takes)
+from tests.live import (
+    LiveRouter,
+    router,  # noqa: F401  (the pytest fixture the test below takes)
+)
 from tests.servers import free_port
 from tests.test_docs_criteria import walkthrough
 

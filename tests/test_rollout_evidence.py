@@ -8,8 +8,8 @@ import random
 import pytest
 
 from bindings.models import Binding, GatePolicy, HistoryEntry, Stage, Thresholds, VersionedBinding
-from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, SEQUENTIAL_SHARE
 from gatekeeper.machine.decide import Action, Evidence, decide
+from gatekeeper.stats.budget import FLIPS, FLOOR, RATE, SEQUENTIAL_SHARE
 from gatekeeper.stats.rollout import (
     Carried,
     EarlierStage,

@@ -236,9 +236,7 @@ def _field_check(params: Mapping[str, Any], output: Any) -> bool | None:
     types: list[str] = params["types"]
     if types and not any(_is_type(node, t) for t in types):
         return False
-    if "enum" in params and node not in params["enum"]:
-        return False
-    return True
+    return "enum" not in params or node in params["enum"]
 
 
 def _is_type(value: Any, json_type: str) -> bool:

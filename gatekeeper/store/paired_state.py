@@ -42,6 +42,7 @@ import redis
 
 from bindings.connection import Connection
 from bindings.store import _redis_errors
+from gatekeeper.checks.trajectory import Change
 from gatekeeper.stats.pair_tally import (
     ARMS,
     CURRENT,
@@ -58,7 +59,6 @@ from gatekeeper.stats.pairing import Run
 from gatekeeper.store.drift_state import run_of_fields
 from gatekeeper.store.trace_keys import stream_key
 from gatekeeper.store.traces import WINDOW_TTL_S
-from gatekeeper.checks.trajectory import Change
 
 PAIRED_KEY_TEMPLATE = "rolegate:{{{role}}}:paired:{current}:{candidate}:{epoch}"
 WAITING_KEY_TEMPLATE = PAIRED_KEY_TEMPLATE + ":waiting:{arm}"

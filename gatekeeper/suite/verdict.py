@@ -14,8 +14,8 @@ from typing import Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.models import GatePolicy, Invariants
-from gatekeeper.gate import evaluate
 from gatekeeper.checks.invariants import TraceVerdict
+from gatekeeper.gate import evaluate
 from gatekeeper.suite.records import RunRecord, SuiteRun
 from gatekeeper.suite.scenario import Scenario
 from gatekeeper.window import WindowStats

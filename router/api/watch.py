@@ -100,7 +100,7 @@ class ChangeNotifier:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            pubsub = self.connection.pubsub(  # type: ignore[no-untyped-call]
+            pubsub = self.connection.pubsub(
                 ignore_subscribe_messages=True)
             try:
                 pubsub.subscribe(CHANGES_CHANNEL)

@@ -217,7 +217,8 @@ class EmbeddedRedis:
                             f"see {self.data_dir / LOG_FILE}")
 
     def _take_lock(self) -> None:
-        handle = open(self.data_dir / LOCK_FILE, "a+")
+        # Held open for the server's life: closing the file would drop the lock.
+        handle = open(self.data_dir / LOCK_FILE, "a+")  # noqa: SIM115
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
