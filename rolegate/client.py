@@ -36,13 +36,14 @@ import math
 import os
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUnavailable
 from rolegate.exposures import EXPOSURES_PATH, Counters, Exposures, Sender, counters_of
 from rolegate.http import ApiClient
+from rolegate.masking import mask_trace
 from rolegate.recorder import Recorder
 from rolegate.refresher import MAX_WATCH_TIMEOUT, SnapshotRefresher
 from rolegate.report_stats import ReportStats
@@ -87,6 +88,7 @@ class Client(SnapshotRefresher):
         start_timeout: float | None = None,
         snapshot_path: str | os.PathLike[str] | None = None,
         linger: float = 0.1,
+        mask: Callable[[Any], Any] | None = None,
     ) -> None:
         """Start refreshing the snapshot in the background; wait for it up to `start_timeout`.
 
@@ -100,6 +102,9 @@ class Client(SnapshotRefresher):
         it is sent (`flush()` and `close()` send at once). `subscribe` (the
         default) holds one watch open to the router; False polls every
         `refresh_interval` instead (docs/client.md says what each costs).
+        `mask(value) -> value` is applied to every reported trace's input, output,
+        tool arguments and results before it is queued (`rolegate.masking`); a
+        raising mask sends "<masking failed>" in place of the value.
         """
         if refresh_interval <= 0:
             raise ValueError("refresh_interval must be positive")
@@ -126,6 +131,7 @@ class Client(SnapshotRefresher):
         self._hold_until = 0.0
         self._closed = False
         self.flush_timeout = flush_timeout
+        self.mask = mask
         self.snapshot_path = Path(snapshot_path) if snapshot_path is not None else None
         # The refresh thread owns this session (requests sessions are not shared
         # across threads); one attempt per call, since the loop is the retry.
@@ -285,7 +291,12 @@ class Client(SnapshotRefresher):
     # -- reporting -----------------------------------------------------------
 
     def report(self, trace: Trace | Mapping[str, Any]) -> None:
-        """Queue `trace` for sending; never blocks (a full queue drops the oldest)."""
+        """Queue `trace` for sending; never blocks (a full queue drops the oldest).
+
+        With a `mask`, the masked trace is what is queued (the raw one never is).
+        """
+        if self.mask is not None:
+            trace = mask_trace(trace, self.mask)
         self._reporter.report(trace)
 
     def recorder(self, resolution: Mapping[str, Any], stamps: Stamps | Mapping[str, Any] | None
