@@ -48,14 +48,14 @@ from router.api import trace_answers as answers
 from router.api.judge_sampling import offer_sampled
 from router.api.resolve_fast import ResolveFastPath, hook_support
 from router.api.trace_limits import body_prefix, refuse_deep
-from router.server import hosts, logs, metrics
-from router.server.auth import ACTOR_HEADER, OPEN_GATEKEEPER, OPEN_OPERATOR, Principal
+from router.server import access, hosts, logs, metrics
 from router.server.errors import BadRequest
 from router.server.quota import refusal, script_charge
+from router.server.tokens import Principal
 
 PATH = "/v1/traces"
 #: Scopes the Flask view allows (router.api.traces: caller, gatekeeper; operator always).
-INGEST_SCOPES = frozenset({"caller", "gatekeeper", "operator"})
+INGEST_SCOPES = access.allowed_scopes(("caller", "gatekeeper"))
 #: Headers that send a request to Flask: browsers' (the cross-site check) and encodings.
 _FLASK_HEADERS = ("HTTP_ORIGIN", "HTTP_SEC_FETCH_SITE", "HTTP_CONTENT_ENCODING",
                   "HTTP_TRANSFER_ENCODING")
@@ -92,22 +92,13 @@ class IngestFastPath:
 
     def _caller(self, environ: dict[str, Any], services: Any) -> Principal | None:
         """Who sends this request, if the Flask view would let them; else None."""
-        host = environ.get("HTTP_HOST")
         if self._hosts is None:
             self._hosts = hosts.parse_allowed(services.settings.allowed_hosts)
-        if host is not None and not hosts.allowed(hosts.hostname(host),
-                                                  environ.get("SERVER_NAME", ""), self._hosts):
+        try:
+            # The Flask decorator's decision (router.server.access); the role comes later.
+            return access.admit(environ, services.tokens, self._hosts, INGEST_SCOPES)
+        except RolegateError:
             return None
-        tokens = services.tokens
-        if tokens.open:
-            declared = environ.get("HTTP_" + ACTOR_HEADER.upper().replace("-", "_"), "")
-            return OPEN_GATEKEEPER if declared == "gatekeeper" else OPEN_OPERATOR
-        scheme, _, presented = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
-        presented = presented.strip()
-        if scheme.lower() != "bearer" or not presented:
-            return None
-        found = tokens.lookup(presented)
-        return found if found is not None and found.scope in INGEST_SCOPES else None
 
     def _body(self, environ: dict[str, Any], limit: int | None) -> bytes | None:
         """The request body, read once and put back for Flask; None if Flask should read it."""

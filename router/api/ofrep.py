@@ -21,22 +21,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flask import Blueprint, Response, current_app, g, request
+from flask import Blueprint, Flask, Response, current_app, g, request
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import Archived, InvalidInput, NotFound, RolegateError, StoreUnavailable
-from rolegate.routing import Resolution, resolve
+from rolegate.routing import Resolution
+from router.api import ofrep_fast
 from router.api.bodies import loads
 from router.api.configs import config_store
-from router.api.exposures import count_resolution
+from router.api.ofrep_eval import (
+    bulk_payload,
+    count_all,
+    evaluate_all,
+    evaluate_one,
+    single_payload,
+)
 from router.api.ofrep_shapes import (
     MAX_BODY_BYTES,
     OfrepError,
-    etag,
     etag_matches,
-    evaluation,
     failure,
-    job_attributes,
     parse_error,
     read_context,
     too_big,
@@ -103,13 +107,12 @@ def evaluate_flag(role: str) -> ResponseReturnValue:
         if not cache.loaded:
             raise StoreUnavailable("bindings not loaded yet and Redis did not answer")
         record = uncached(role)
-    resolution = resolve(role, record.binding, record.version, key, stale=stale,
-                         attributes=job_attributes(context, record.binding.rules))
-    # An assignment like GET /v1/resolve's: counted, so runs that never report show.
-    count_resolution(current_app, role, resolution, record.binding)
+    resolution = evaluate_one(current_app, role, record, key, context, stale)
     # Logged and counted as a resolve, like GET /v1/resolve.
     g.resolution = resolution
-    return _json(evaluation(resolution, _bodies([resolution]) if include else None))
+    return current_app.response_class(
+        single_payload(resolution, _bodies([resolution]) if include else None),
+        mimetype="application/json")
 
 
 @bp.post("/ofrep/v1/evaluate/flags")
@@ -122,22 +125,13 @@ def evaluate_flags() -> ResponseReturnValue:
     records, stale = cache.all()
     if not records and not cache.loaded:
         raise StoreUnavailable("bindings not loaded yet and Redis did not answer")
-    resolutions = [resolve(role, record.binding, record.version, key, stale=stale,
-                           attributes=job_attributes(context, record.binding.rules))
-                   for role, record in sorted(records.items()) if may_act_on(role)]
-    bodies = _bodies(resolutions) if include else None
-    payload = json.dumps({"flags": [evaluation(r, bodies) for r in resolutions]},
-                         separators=(",", ":")).encode()
-    # The tag covers the answer itself, so it changes exactly when a role, a
-    # stage, a share or a rule moves this context's evaluations.
-    tag = etag(payload)
+    resolutions = evaluate_all(records, key, context, stale, may_act_on)
+    payload, tag = bulk_payload(resolutions, _bodies(resolutions) if include else None)
     if etag_matches(request.headers.get("If-None-Match"), tag):
         # The provider keeps the evaluations it has: nothing newly assigned to count.
         response = current_app.response_class(status=304)
     else:
-        for resolution in resolutions:
-            count_resolution(current_app, resolution["role"], resolution,
-                             records[resolution["role"]].binding)
+        count_all(current_app, resolutions, records)
         response = current_app.response_class(payload, mimetype="application/json")
     response.headers["ETag"] = tag
     return response
@@ -169,3 +163,8 @@ def _flag_key() -> str | None:
     args = request.view_args or {}
     role = args.get("role")
     return role if isinstance(role, str) else None
+
+
+def init_app(app: Flask) -> None:
+    """Put the OFREP fast path in front of Flask (router.api.ofrep_fast)."""
+    ofrep_fast.init_app(app)

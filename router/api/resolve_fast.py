@@ -31,15 +31,15 @@ from typing import Any, NamedTuple
 
 from flask import Flask
 
+from bindings.errors import RolegateError
 from bindings.models import ROLE_NAME_PATTERN
 from rolegate.routing import new_key, resolve
 from router.api.exposures import count_resolution
-from router.server import cors, hosts, logs, metrics
-from router.server.auth import ACTOR_HEADER, OPEN_GATEKEEPER, OPEN_OPERATOR
+from router.server import access, cors, hosts, logs, metrics
 
 PREFIX = "/v1/resolve/"
 #: Scopes the Flask view allows (router.api.resolve: caller, gatekeeper; operator always).
-RESOLVE_SCOPES = frozenset({"caller", "gatekeeper", "operator"})
+RESOLVE_SCOPES = access.allowed_scopes(("caller", "gatekeeper"))
 #: The query strings answered here: one plain `key` (the Flask view decodes the rest).
 _PLAIN_KEY = re.compile(r"key=([A-Za-z0-9._~:@-]{1,500})")
 #: The hooks this layer reproduces; any other registered hook turns it off.
@@ -125,25 +125,12 @@ class ResolveFastPath:
         if ROLE_NAME_PATTERN.fullmatch(role) is None:
             return None
         services = self.app.extensions["rolegate"]
-        host = environ.get("HTTP_HOST")
-        if host is not None and not hosts.allowed(hosts.hostname(host),
-                                                  environ.get("SERVER_NAME", ""),
-                                                  self._allowed_hosts(services)):
-            return None  # the Flask app's Host check answers it
-        tokens = services.tokens
-        if tokens.open:
-            declared = environ.get("HTTP_" + ACTOR_HEADER.upper().replace("-", "_"), "")
-            actor = (OPEN_GATEKEEPER if declared == "gatekeeper" else OPEN_OPERATOR).name
-        else:
-            scheme, _, presented = environ.get("HTTP_AUTHORIZATION", "").partition(" ")
-            presented = presented.strip()
-            if scheme.lower() != "bearer" or not presented:
-                return None
-            principal = tokens.lookup(presented)
-            if (principal is None or principal.scope not in RESOLVE_SCOPES
-                    or not principal.may(role)):
-                return None
-            actor = principal.name
+        try:
+            # The Flask decorator's decision (router.server.access); a refusal is Flask's to say.
+            actor = access.admit(environ, services.tokens, self._allowed_hosts(services),
+                                 RESOLVE_SCOPES, role).name
+        except RolegateError:
+            return None
         query: str = environ.get("QUERY_STRING", "")
         if query == "":
             key = new_key()

@@ -22,66 +22,46 @@ from typing import Any, TypeVar
 
 from flask import current_app, g, request
 
-from router.server.errors import Forbidden, Unauthorized
+from router.server import access
+from router.server.access import ACTOR_HEADER, OPEN_GATEKEEPER, OPEN_OPERATOR
 from router.server.tokens import SCOPES, Principal, TokenTable
 
-__all__ = ["ACTOR_HEADER", "SCOPES", "Principal", "TokenTable", "actor", "authenticate",
-           "may_act_on", "principal", "require", "require_role"]
-
-#: The header the gatekeeper process sends, honoured only on an open server.
-ACTOR_HEADER = "X-Rolegate-Actor"
-OPEN_GATEKEEPER = Principal(name="gatekeeper", scope="gatekeeper")
-OPEN_OPERATOR = Principal(name="anonymous", scope="operator")
+__all__ = ["ACTOR_HEADER", "OPEN_GATEKEEPER", "OPEN_OPERATOR", "SCOPES", "Principal",
+           "TokenTable", "actor", "authenticate", "may_act_on", "principal", "require",
+           "require_role"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def authenticate() -> Principal:
-    """The caller of this request, or Unauthorized."""
+    """The caller of this request, or Unauthorized (`router.server.access.identify`)."""
     table: TokenTable = current_app.extensions["rolegate"].tokens
-    if table.open:
-        declared = request.headers.get(ACTOR_HEADER, "")
-        return OPEN_GATEKEEPER if declared == "gatekeeper" else OPEN_OPERATOR
-    presented = bearer_token()
-    if presented is None:
-        raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
-    found = table.lookup(presented)
-    if found is None:
-        raise Unauthorized("unknown token")
-    return found
+    return access.identify(table, request.headers.get("Authorization", ""),
+                           request.headers.get(ACTOR_HEADER, ""))
 
 
 def bearer_token() -> str | None:
     """The token in this request's Authorization header, or None."""
-    header = request.headers.get("Authorization", "")
-    scheme, _, presented = header.partition(" ")
-    if scheme.lower() != "bearer" or not presented.strip():
-        return None
-    return presented.strip()
+    return access.bearer(request.headers.get("Authorization", ""))
 
 
 def require(*scopes: str) -> Callable[[F], F]:
     """Allow the view to tokens of `scopes` (operator is always allowed).
 
     A view with a `role` URL argument is also refused to a token limited to
-    other roles.
+    other roles. The decision is `router.server.access`'s, as the fast paths'.
     """
-    allowed = frozenset(scopes) | {"operator"}
+    allowed = access.allowed_scopes(scopes)
 
     def decorate(view: F) -> F:
         @functools.wraps(view)
         def wrapped(*args: Any, **kwargs: Any) -> Any:
             found = authenticate()
-            if found.scope not in allowed:
-                raise Forbidden(
-                    f"a {found.scope} token may not call this; it needs one of "
-                    f"{', '.join(sorted(allowed))}",
-                    scope=found.scope,
-                )
+            access.permit_scope(found, allowed)
             g.principal = found
             role = kwargs.get("role")
             if isinstance(role, str):
-                require_role(role)
+                access.permit_role(found, role)
             return view(*args, **kwargs)
 
         return wrapped  # type: ignore[return-value]
@@ -104,10 +84,7 @@ def may_act_on(role: str) -> bool:
 
 def require_role(role: str) -> None:
     """Forbidden unless this request's token may act on `role`."""
-    found = principal()
-    if not found.may(role):
-        raise Forbidden(f"token {found.name!r} may not act on role {role!r}; it is limited to "
-                        f"{', '.join(sorted(found.roles or ()))}", role=role)
+    access.permit_role(principal(), role)
 
 
 def actor() -> str:

@@ -53,18 +53,26 @@ def allowed(name: str, server_name: str, extra: tuple[str, ...]) -> bool:
     return False
 
 
+def check(header: str | None, path: str, server_name: str, allowed_hosts: tuple[str, ...]) -> None:
+    """HostNotAllowed unless a request with this Host header, path and SERVER_NAME is served.
+
+    The one Host decision: the Flask hook below and the WSGI fast paths
+    (`router.server.access.admit`) both ask it.
+    """
+    # No Host at all is an HTTP/1.0 client, never a browser (they always send one).
+    if header is None or path in EXEMPT_PATHS:
+        return
+    if not allowed(hostname(header), server_name, allowed_hosts):
+        raise HostNotAllowed(
+            f"Host {header[:200]!r} is not served here; the router answers its own "
+            "address and loopback names, plus the names in ROLEGATE_ALLOWED_HOSTS",
+            host=header[:200])
+
+
 def init_app(app: Flask, allowed_hosts: tuple[str, ...]) -> None:
     """Check every request's Host before anything else runs."""
 
     @app.before_request
     def _check_host() -> None:
-        header = request.headers.get("Host")
-        # No Host at all is an HTTP/1.0 client, never a browser (they always send one).
-        if header is None or request.path in EXEMPT_PATHS:
-            return
-        name = hostname(header)
-        if not allowed(name, request.environ.get("SERVER_NAME", ""), allowed_hosts):
-            raise HostNotAllowed(
-                f"Host {header[:200]!r} is not served here; the router answers its own "
-                "address and loopback names, plus the names in ROLEGATE_ALLOWED_HOSTS",
-                host=header[:200])
+        check(request.headers.get("Host"), request.path,
+              request.environ.get("SERVER_NAME", ""), allowed_hosts)

@@ -1,0 +1,64 @@
+"""OFREP's evaluations, shared by the Flask views (`router.api.ofrep`) and the fast path.
+
+Resolving a context for one role or for every role a token may act on,
+counting what was assigned, and the bulk answer's bytes and ETag: one code
+path, so an evaluation answered in front of Flask (`router.api.ofrep_fast`) is
+the one the views would give.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from flask import Flask
+
+from bindings.models import VersionedBinding
+from rolegate.routing import Resolution, resolve
+from router.api.exposures import count_resolution
+from router.api.ofrep_shapes import etag, evaluation, job_attributes
+
+
+def evaluate_one(app: Flask, role: str, record: VersionedBinding, key: str,
+                 context: Mapping[str, Any], stale: bool) -> Resolution:
+    """Resolve `role` for the context, counted as an exposure like GET /v1/resolve."""
+    resolution = resolve(role, record.binding, record.version, key, stale=stale,
+                         attributes=job_attributes(context, record.binding.rules))
+    # An assignment like GET /v1/resolve's: counted, so runs that never report show.
+    count_resolution(app, role, resolution, record.binding)
+    return resolution
+
+
+def evaluate_all(records: Mapping[str, VersionedBinding], key: str,
+                 context: Mapping[str, Any], stale: bool,
+                 may: Callable[[str], bool]) -> list[Resolution]:
+    """Resolve every role `may` allows, by name; not counted yet (a 304 assigns nothing)."""
+    return [resolve(role, record.binding, record.version, key, stale=stale,
+                    attributes=job_attributes(context, record.binding.rules))
+            for role, record in sorted(records.items()) if may(role)]
+
+
+def count_all(app: Flask, resolutions: list[Resolution],
+              records: Mapping[str, VersionedBinding]) -> None:
+    """Count a bulk answer's evaluations, each role once (when the answer is a 200)."""
+    for resolution in resolutions:
+        count_resolution(app, resolution["role"], resolution,
+                         records[resolution["role"]].binding)
+
+
+def bulk_payload(resolutions: list[Resolution],
+                 bodies: Mapping[str, Any] | None = None) -> tuple[bytes, str]:
+    """The bulk answer's JSON bytes and its ETag.
+
+    The tag covers the answer itself, so it changes exactly when a role, a
+    stage, a share or a rule moves this context's evaluations.
+    """
+    payload = json.dumps({"flags": [evaluation(r, bodies) for r in resolutions]},
+                         separators=(",", ":")).encode()
+    return payload, etag(payload)
+
+
+def single_payload(resolution: Resolution, bodies: Mapping[str, Any] | None = None) -> bytes:
+    """A single evaluation's JSON bytes."""
+    return json.dumps(evaluation(resolution, bodies), separators=(",", ":")).encode()
