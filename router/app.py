@@ -122,6 +122,19 @@ def worker_started(app: Any) -> None:
     found.cache.start()
 
 
+def worker_stopping(app: Any) -> None:
+    """In a gunicorn worker told to stop (SIGTERM): answer every open watch now.
+
+    New watches answer at once from here on (router.api.watch). It waits for
+    the change listener to stop, so the caller runs it off the signal handler.
+    """
+    if not isinstance(getattr(app, "extensions", {}).get("rolegate"), Services):
+        return
+    from router.api.watch import notifier
+
+    notifier(app).stop()
+
+
 def services(app: Flask) -> Services:
     """The app's long-lived clients."""
     found: Services = app.extensions["rolegate"]

@@ -44,8 +44,13 @@ worker_class = _env("ROLEGATE_WORKER_CLASS", "gevent")
 worker_connections = int(_env("ROLEGATE_WORKER_CONNECTIONS", "1000"))
 # gthread only: threads per worker.
 threads = int(_env("ROLEGATE_THREADS", "4"))
-keepalive = int(_env("ROLEGATE_KEEPALIVE", "5"))
+# An idle keep-alive connection holds its worker this long after SIGTERM too:
+# 2 s (gunicorn's own default) keeps a router's stop under 5 s (issue 36).
+keepalive = int(_env("ROLEGATE_KEEPALIVE", "2"))
 timeout = int(_env("ROLEGATE_TIMEOUT", "30"))
+# The longest a stopping worker waits for requests in flight. Open watches are
+# answered at once on SIGTERM (post_worker_init below), so a worker is normally
+# idle within a second or two; this bounds a slow trace write or a hung Redis.
 graceful_timeout = int(_env("ROLEGATE_GRACEFUL_TIMEOUT", "10"))
 # Each worker builds its own app: its binding copy, refresh thread and Redis
 # connection pool must belong to the process that uses them.
@@ -102,10 +107,57 @@ def on_starting(server: Any) -> None:
 
 
 def post_worker_init(worker: Any) -> None:
-    """A worker has its app: load the binding table now (from disk if Redis is down)."""
-    from router.app import worker_started
+    """A worker has its app: load the binding table now (from disk if Redis is down).
+
+    Then chain a step in front of gunicorn's SIGTERM handler: open watches
+    (`GET /v1/bindings/watch` long-polls, up to 25 s each) are answered at once,
+    so the worker is idle within a second and exits; their clients reconnect
+    to another router. Without it a router waited out graceful_timeout.
+    """
+    import signal
+
+    from router.app import worker_started, worker_stopping
 
     worker_started(worker.wsgi)
+    gunicorns = signal.getsignal(signal.SIGTERM)
+
+    def stopping(signum: int, frame: Any) -> None:
+        # A signal handler must not block (under gevent it runs in the event loop
+        # and may not wait at all): release the watches from a green or OS thread.
+        if worker.cfg.worker_class_str == "gevent":
+            import gevent
+
+            gevent.spawn(worker_stopping, worker.wsgi)
+        else:
+            import threading
+
+            threading.Thread(target=worker_stopping, args=(worker.wsgi,),
+                             name="rolegate-watch-release", daemon=True).start()
+        if callable(gunicorns):
+            gunicorns(signum, frame)
+
+    signal.signal(signal.SIGTERM, stopping)
+
+
+def worker_exit(server: Any, worker: Any) -> None:
+    """A worker leaves cleanly: run the exit handlers (log lines) and end the process now.
+
+    Python's own teardown of a worker (every module of Flask, pydantic, redis,
+    prometheus) took 1-2 s after the worker was done, most of the 5 s a stopping
+    router may take. A worker that failed (a boot error's exit code tells the
+    master to halt) exits the ordinary way.
+    """
+    import atexit
+    import os
+    import sys
+
+    leaving = sys.exc_info()[1]  # called from gunicorn's `finally`, after sys.exit(...)
+    if not isinstance(leaving, SystemExit) or leaving.code not in (0, None):
+        return
+    atexit._run_exitfuncs()  # the queued log lines, logging's own flush
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
 
 
 def child_exit(server: Any, worker: Any) -> None:
