@@ -29,6 +29,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "router.cli.suite",
     "router.cli.traces",
     "router.cli.tokens",
+    "router.cli.mcp",
 )
 
 
