@@ -83,7 +83,8 @@ class Step(BaseModel):
     `parent_agent` that handed off to it), `parallel_group` (calls issued together
     share an id; their completion order carries no meaning, so pairing compares
     a group as a set), the tokens of the model turn that issued the call, the
-    call's own `latency_s` and the `model` that chose it.
+    call's own `latency_s` and the `model` that chose it; `offered: false` marks
+    a call to a tool the agent did not offer.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
@@ -100,6 +101,11 @@ class Step(BaseModel):
     tokens_out: JsonInt | None = Field(None, ge=0, le=MAX_TOKENS)
     latency_s: float | None = Field(None, ge=0.0, le=MAX_LATENCY_S, strict=True)
     model: str | None = Field(None, min_length=1, max_length=MAX_NAME)
+    #: False for a call to a tool the agent did not offer the model (it made the
+    #: name up, or the config no longer offers it); the integrations mark it. The
+    #: gate counts it as a call the run may not make, as a forbidden one: on a
+    #: candidate or shadow run it trips the wire. None (absent): not said.
+    offered: bool | None = Field(None, strict=True)
 
 
 class RunError(BaseModel):

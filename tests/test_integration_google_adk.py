@@ -132,7 +132,7 @@ def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: F
 
 
 def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> None:
-    """The model calls tools the agent lacks: each is a failed step, the run goes on, it trips."""
+    """The model calls a tool the agent lacks (no role rule names it): a failed step; it trips."""
     executed: list[str] = []
 
     def search(q: str) -> list[str]:
@@ -142,17 +142,17 @@ def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> No
 
     agent = rg.protect(LlmAgent(name="support", tools=[search], model=ScriptedLlm(
         model="scripted", script=[[call("search", {"q": "refund"}, "c1"),
-                                   call("delete_account", {"id": 7}, "c2"),
-                                   call("wipe_cache", {}, "c3")],
+                                   call("wipe_cache", {"older_than": 7}, "c2")],
                                   [types.Part(text="done")]])))
     with live_client(app) as (url, client):
         run = run_once(client, agent, candidate_key())
         assert client.flush(10)
         stored = trace_store(app).lookup(ROLE, run.run_id).trace
         assert binding_stage(url) == "rolled_back"
-    assert stored.tools == ("search", "delete_account", "wipe_cache") and stored.steps
-    assert [s.error for s in stored.steps] == [None, UNOFFERED, UNOFFERED]
-    assert stored.steps[1].args == {"id": 7} and stored.output_text == "done"
+    assert stored.tools == ("search", "wipe_cache") and stored.steps
+    assert [s.error for s in stored.steps] == [None, UNOFFERED]
+    assert [s.offered for s in stored.steps] == [None, False]  # the wire trips on this mark
+    assert stored.steps[1].args == {"older_than": 7} and stored.output_text == "done"
     assert executed == ["search"] and stored.error is None
 
 

@@ -173,7 +173,7 @@ def test_an_async_graph_is_guarded_too(app: Flask) -> None:
 
 
 def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> None:
-    """The model calls tools the node lacks: each is a failed step, the run goes on, it trips."""
+    """The model calls a tool the node lacks (no role rule names it): a failed step; it trips."""
     executed: list[str] = []
 
     @tool
@@ -183,8 +183,7 @@ def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> No
         return [q]
 
     model = ScriptedChatModel(messages=iter([
-        ai(("search", {"q": "refund"}, "c1"), ("delete_account", {"id": 7}, "c2"),
-           ("wipe_cache", {}, "c3")),
+        ai(("search", {"q": "refund"}, "c1"), ("wipe_cache", {"older_than": 7}, "c2")),
         ai(text="done")]))
     graph = StateGraph(MessagesState)
     graph.add_node("agent", lambda state: {"messages": [model.invoke(state["messages"])]})
@@ -201,9 +200,10 @@ def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> No
         assert client.flush(10)
         stored = trace_store(app).lookup(ROLE, run.run_id).trace
         assert binding_stage(url) == "rolled_back"
-    assert stored.tools == ("search", "delete_account", "wipe_cache") and stored.steps
-    assert [s.error for s in stored.steps] == [None, UNOFFERED, UNOFFERED]
-    assert stored.steps[1].args == {"id": 7} and stored.output_text == "done"
+    assert stored.tools == ("search", "wipe_cache") and stored.steps
+    assert [s.error for s in stored.steps] == [None, UNOFFERED]
+    assert [s.offered for s in stored.steps] == [None, False]  # the wire trips on this mark
+    assert stored.steps[1].args == {"older_than": 7} and stored.output_text == "done"
     assert executed == ["search"] and stored.error is None
 
 

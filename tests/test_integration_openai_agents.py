@@ -125,7 +125,7 @@ def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: F
 
 
 def unoffered_agent(executed: list[str]) -> Agent[Any]:
-    """An agent offering only search, whose model also calls delete_account and wipe_cache."""
+    """An agent offering only search, whose model also calls wipe_cache (not offered)."""
 
     @function_tool
     def search(q: str) -> list[str]:
@@ -135,13 +135,12 @@ def unoffered_agent(executed: list[str]) -> Agent[Any]:
 
     return rg.protect(Agent(name="support", tools=[search], model=ScriptedModel([
         ModelStep(output=[function_call("search", {"q": "refund"}, call_id="c1"),
-                          function_call("delete_account", {"id": 7}, call_id="c2"),
-                          function_call("wipe_cache", {}, call_id="c3")]),
+                          function_call("wipe_cache", {"older_than": 7}, call_id="c2")]),
         ModelStep(output=[assistant_message("done")])])))
 
 
 def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> None:
-    """Under rg.run_config() the run goes on; each unoffered call is a failed step; it trips."""
+    """Under rg.run_config() the run goes on; the unoffered call is a failed step; it trips."""
     with live_client(app) as (url, client):
         executed: list[str] = []
         agent = unoffered_agent(executed)
@@ -151,9 +150,10 @@ def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> No
         assert client.flush(10)
         stored = trace_store(app).lookup(ROLE, run.run_id).trace
         assert binding_stage(url) == "rolled_back"
-    assert stored.tools == ("search", "delete_account", "wipe_cache") and stored.steps
-    assert [s.error for s in stored.steps] == [None, rg.UNOFFERED, rg.UNOFFERED]
-    assert stored.steps[1].args == {"id": 7} and stored.output_text == "done"
+    assert stored.tools == ("search", "wipe_cache") and stored.steps
+    assert [s.error for s in stored.steps] == [None, rg.UNOFFERED]
+    assert [s.offered for s in stored.steps] == [None, False]  # the wire trips on this mark
+    assert stored.steps[1].args == {"older_than": 7} and stored.output_text == "done"
     assert executed == ["search"] and stored.error is None
 
 
@@ -169,8 +169,9 @@ def test_under_the_sdk_default_the_unoffered_call_still_trips(app: Flask) -> Non
         assert client.flush(10)
         stored = trace_store(app).lookup(ROLE, run.run_id).trace
         assert binding_stage(url) == "rolled_back"
-    assert stored.tools == ("delete_account",) and stored.steps
+    assert stored.tools == ("wipe_cache",) and stored.steps
     assert stored.steps[0].error == rg.UNOFFERED and stored.steps[0].agent == "support"
+    assert stored.steps[0].offered is False
     assert stored.error is not None and stored.error.type == "ModelBehaviorError"
     assert executed == []
 

@@ -124,13 +124,12 @@ def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: F
 
 
 def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> None:
-    """The model calls tools the agent lacks: each is a failed step; the forbidden one trips."""
+    """The model calls a tool the agent lacks (no role rule names it): a failed step; it trips."""
 
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if len(messages) == 1:
             return ModelResponse(parts=[ToolCallPart("search", {"q": "refund"}),
-                                        ToolCallPart("delete_account", {"id": 7}),
-                                        ToolCallPart("wipe_cache", {})])
+                                        ToolCallPart("wipe_cache", {"older_than": 7})])
         return ModelResponse(parts=[TextPart("done")])
 
     agent = Agent(FunctionModel(script, model_name="scripted"), name="support",
@@ -150,9 +149,10 @@ def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> No
         assert client.flush(10)
         stored = trace_store(app).lookup(ROLE, run.run_id).trace
         assert binding_stage(url) == "rolled_back"
-    assert stored.tools == ("search", "delete_account", "wipe_cache") and stored.steps
-    assert [s.error for s in stored.steps] == [None, UNOFFERED, UNOFFERED]
-    assert stored.steps[1].args == {"id": 7} and stored.output_text == "done"
+    assert stored.tools == ("search", "wipe_cache") and stored.steps
+    assert [s.error for s in stored.steps] == [None, UNOFFERED]
+    assert [s.offered for s in stored.steps] == [None, False]  # the wire trips on this mark
+    assert stored.steps[1].args == {"older_than": 7} and stored.output_text == "done"
     assert executed == ["search"]
 
 

@@ -160,3 +160,18 @@ def test_verdict_json_round_trip() -> None:
     verdict = check(trace(tools=["w"]), inv)
     assert TraceVerdict.from_json(verdict.to_json()) == verdict
     assert verdict.to_json()["blocking"] is True
+
+
+def test_a_call_the_agent_did_not_offer_is_a_forbidden_call() -> None:
+    """A step marked offered: false blocks, whatever the role's lists say; unmarked ones do not."""
+    steps = [{"tool": "search"}, {"tool": "wipe_cache", "offered": False,
+                                  "error": "not offered: the agent does not offer this tool"}]
+    verdict = check(trace(steps=steps, output_text="done"), Invariants())
+    assert verdict.blocking and verdict.forbidden == ("wipe_cache",)
+    assert verdict.criteria["forbidden_tools"] is False and not verdict.passed
+    listed = check(trace(steps=steps, output_text="done"),
+                   Invariants(forbidden_tools=("drop_table",)))
+    assert listed.forbidden == ("wipe_cache",)
+    plain = check(trace(steps=[{"tool": "wipe_cache", "error": "boom"}], output_text="done"),
+                  Invariants())
+    assert not plain.blocking and "forbidden_tools" not in plain.criteria

@@ -59,8 +59,9 @@ _DELIMITER_ROW = re.compile(
 class TraceVerdict:
     """What one trace's invariants said.
 
-    `forbidden` lists each tool called that is on the forbidden list or outside
-    the allowlist (first-call order); `required_lost` each required tool never
+    `forbidden` lists each tool called that is on the forbidden list, outside
+    the allowlist, or called without the agent offering it (a step marked
+    `offered: false`), in first-call order; `required_lost` each required tool never
     called. Either makes the verdict `blocking`: a zero-tolerance breach that no
     pass rate may average away.
     """
@@ -223,8 +224,11 @@ def check(trace: Trace, invariants: Invariants) -> TraceVerdict:
     lost: tuple[str, ...] = ()
     if reported:
         called = dict.fromkeys(trace.tools)  # first-call order, no repeats
-        if policy.forbidden:
-            hits = [t for t in called if t in policy.forbidden]
+        unoffered = _unoffered(trace)
+        if policy.forbidden or unoffered:
+            # A call to a tool the agent did not offer is one the run may not make,
+            # whatever the role lists (issue 37): the model went outside its tools.
+            hits = [t for t in called if t in policy.forbidden or t in unoffered]
             criteria[FORBIDDEN_TOOLS] = not hits
             forbidden.extend(hits)
         if policy.allowed is not None:
@@ -249,6 +253,14 @@ def check(trace: Trace, invariants: Invariants) -> TraceVerdict:
         missing_artifacts=missing,
         tools_reported=reported,
     )
+
+
+def _unoffered(trace: Trace) -> frozenset[str]:
+    """The tools of the steps marked `offered: false` (most traces: none, and no steps walk)."""
+    steps = trace.steps
+    if not steps:
+        return frozenset()
+    return frozenset([step.tool for step in steps if step.offered is False])
 
 
 def offered_breaches(invariants: Invariants, offered: tuple[str, ...]) -> tuple[str, ...]:

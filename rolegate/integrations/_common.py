@@ -139,6 +139,8 @@ class CallLog:
         self._done.add(id(step))
         if error is not None:
             step["error"] = error or "error"
+            if error == UNOFFERED:  # the integrations' own answer: the agent lacks the tool
+                step["offered"] = False
         else:
             value = jsonable(result)
             if value is not None:

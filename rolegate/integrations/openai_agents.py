@@ -169,7 +169,7 @@ def _add_not_found(log: CallLog, error: BaseException | None, parents: dict[str,
         return
     agent = found["agent"]
     log.issue(None, found["tool"], None, agent=agent, parent_agent=parents.get(agent))
-    log.steps[-1]["error"] = UNOFFERED
+    log.steps[-1].update(error=UNOFFERED, offered=False)
 
 
 def run_config(base: RunConfig | None = None) -> RunConfig:
