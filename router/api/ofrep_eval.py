@@ -19,6 +19,9 @@ from rolegate.routing import Resolution, resolve
 from router.api.exposures import count_resolution
 from router.api.ofrep_shapes import etag, evaluation, job_attributes
 
+#: One encoder for every answer: json.dumps with separators builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
 
 def evaluate_one(app: Flask, role: str, record: VersionedBinding, key: str,
                  context: Mapping[str, Any], stale: bool) -> Resolution:
@@ -54,11 +57,10 @@ def bulk_payload(resolutions: list[Resolution],
     The tag covers the answer itself, so it changes exactly when a role, a
     stage, a share or a rule moves this context's evaluations.
     """
-    payload = json.dumps({"flags": [evaluation(r, bodies) for r in resolutions]},
-                         separators=(",", ":")).encode()
+    payload = _encode({"flags": [evaluation(r, bodies) for r in resolutions]}).encode()
     return payload, etag(payload)
 
 
 def single_payload(resolution: Resolution, bodies: Mapping[str, Any] | None = None) -> bytes:
     """A single evaluation's JSON bytes."""
-    return json.dumps(evaluation(resolution, bodies), separators=(",", ":")).encode()
+    return _encode(evaluation(resolution, bodies)).encode()

@@ -101,7 +101,11 @@ def on_starting(server: Any) -> None:
         monkey.patch_ssl()
     from router.cli.serve import master_starting
     from router.server.metrics import clear_multiproc_dir
+    from router.server.one_send import install
 
+    # Headers and body of each answer in one send (ROLEGATE_ONE_SEND=0: gunicorn's two);
+    # set here, in the master, so every worker forks with it.
+    install()
     clear_multiproc_dir()
     master_starting(server.log)
 
