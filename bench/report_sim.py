@@ -20,8 +20,8 @@ import argparse
 from collections import Counter
 from collections.abc import Sequence
 
-from bench.rollout_sim import NEVER, policy_for, runs_to_rollback, wilson_upper
 from bench.sim_core import Outcome, World
+from bench.sim_measure import NEVER, policy_for, runs_to_rollback, wilson_upper
 from bench.sim_runner import Batch, Runner
 
 #: (current's report rate, the candidate's) of the healthy rows and the regressed ones.

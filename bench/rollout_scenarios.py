@@ -11,7 +11,7 @@ reads), `decide()`, `stages.apply`. The gatekeeper reads **after every run**
 every run; `bench.sim_view.Reader` calls decide() only when what it reads
 changed, and is held to the literal reading by `tests/test_rollout_sim.py`)
 and, for the healthy scenarios, also on its schedule (every --interval
-seconds). Shipped policy (`bench.rollout_sim.policy_for`: the floor under the
+seconds). Shipped policy (`bench.sim_measure.policy_for`: the floor under the
 base rate), 1 job a second, the holdback 0.05 in `full`, the power hold on.
 Rollout i of a row is seeded by (seed, row name, i), the same whatever --jobs.
 
@@ -44,7 +44,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 
 from bench import report_sim
-from bench.rollout_sim import NEVER, floor_for, policy_for, runs_to_rollback, wilson_upper
 from bench.sim_bounds import (
     ROLLOUT_ALPHA,
     one_sample_bound,
@@ -53,6 +52,7 @@ from bench.sim_bounds import (
     two_sample_bound,
 )
 from bench.sim_core import Outcome, Shock, Tenant, World
+from bench.sim_measure import NEVER, floor_for, policy_for, runs_to_rollback, wilson_upper
 from bench.sim_runner import Batch, Runner
 from bindings.models import DEFAULT_HOLDBACK, Binding, Stage
 from gatekeeper.stats import budget, concurrent, sequential
