@@ -11,7 +11,8 @@ Flask, gunicorn or redis-py, so it imports cleanly beside an application's own
 `router.py`. The service imports the shared pieces from here: the bucketing
 function (`rolegate.routing`), the trace schema (`rolegate.trace`), config
 bodies (`rolegate.body`) and the HTTP client with its retries (`rolegate.http`).
-In asyncio code use `AsyncClient` (`await AsyncClient.create(...)`): it never
+Every option may also be given as one value, `Client(config=ClientConfig(url, token,
+...))`. In asyncio code use `AsyncClient` (`await AsyncClient.create(...)`): it never
 blocks the event loop.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from rolegate.async_client import AsyncClient
 from rolegate.client import Client
+from rolegate.client_config import ClientConfig
 from rolegate.errors import (
     InvalidToken,
     NotFound,
@@ -31,6 +33,6 @@ from rolegate.report_stats import ReportStats
 from rolegate.routing import Resolution, Stage
 from rolegate.trace import RunError, Stamps, Step, Trace
 
-__all__ = ["AsyncClient", "Client", "InvalidToken", "NotFound", "Recorder", "ReportStats", "Resolution",
+__all__ = ["AsyncClient", "Client", "ClientConfig", "InvalidToken", "NotFound", "Recorder", "ReportStats", "Resolution",
            "RolegateError", "RunError", "SnapshotTooOld", "SnapshotUnavailable", "Stage",
            "Stamps", "Step", "Trace"]

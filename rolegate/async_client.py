@@ -15,23 +15,33 @@ bootstrap or the saved `snapshot_path`, or raises `SnapshotUnavailable`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 from rolegate.client import Client
+from rolegate.client_config import ClientConfig
 from rolegate.errors import SnapshotUnavailable
 
 
 class AsyncClient(Client):
     """`Client` for asyncio: construction never blocks; waiting methods are awaitable."""
 
-    def __init__(self, url: str, token: str | None = None, **options: Any) -> None:
-        """Start the client without waiting for its first snapshot (`start_timeout` is 0)."""
-        if options.get("start_timeout"):
+    def __init__(self, url: str | None = None, token: str | None = None, **options: Any) -> None:
+        """Start the client without waiting for its first snapshot (`start_timeout` is 0).
+
+        `config=ClientConfig(...)` as for `Client`; its `start_timeout` is left unset or 0.
+        """
+        config: ClientConfig | None = options.get("config")
+        if options.get("start_timeout") or (config is not None and config.start_timeout):
             raise ValueError("AsyncClient never waits in its constructor; await ready() instead")
-        super().__init__(url, token, **{**options, "start_timeout": 0})
+        if config is not None:
+            options["config"] = dataclasses.replace(config, start_timeout=0)
+        else:
+            options["start_timeout"] = 0
+        super().__init__(url, token, **options)
 
     @classmethod
-    async def create(cls, url: str, token: str | None = None, *,
+    async def create(cls, url: str | None = None, token: str | None = None, *,
                      ready_timeout: float | None = 5.0, **options: Any) -> AsyncClient:
         """Construct, then await the first snapshot for up to `ready_timeout` seconds.
 

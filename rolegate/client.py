@@ -40,6 +40,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rolegate.client_config import OPTIONS, ClientConfig, config_of
 from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUnavailable
 from rolegate.exposures import EXPOSURES_PATH, Counters, Exposures, Sender, counters_of
 from rolegate.http import ApiClient
@@ -52,7 +53,7 @@ from rolegate.routing import Resolution, bucket, new_key
 from rolegate.snapshot import Entry, Snapshot, ToolGate, starting_snapshot
 from rolegate.trace import Stamps, Trace
 
-__all__ = ["Client", "SnapshotTooOld", "SnapshotUnavailable"]
+__all__ = ["Client", "ClientConfig", "SnapshotTooOld", "SnapshotUnavailable"]
 
 log = logging.getLogger("rolegate.client")
 
@@ -69,9 +70,10 @@ class Client(SnapshotRefresher):
 
     def __init__(
         self,
-        url: str,
+        url: str | None = None,
         token: str | None = None,
         *,
+        config: ClientConfig | None = None,
         refresh_interval: float = 2.0,
         max_age: float | None = 300.0,
         bootstrap: str | os.PathLike[str] | Mapping[str, Any] | None = None,
@@ -105,22 +107,30 @@ class Client(SnapshotRefresher):
         `mask(value) -> value` is applied to every reported trace's input, output,
         tool arguments and results before it is queued (`rolegate.masking`); a
         raising mask sends "<masking failed>" in place of the value.
+
+        `config=ClientConfig(url, token, ...)` gives all of these as one value instead
+        (`rolegate.client_config`); then no other argument is given.
         """
-        if refresh_interval <= 0:
-            raise ValueError("refresh_interval must be positive")
-        if max_age is not None and max_age <= 0:
-            raise ValueError("max_age must be positive (or None)")
+        options = {name: value for name, value in locals().items() if name in OPTIONS}
+        #: The options this client runs with, whichever form they were given in.
+        self.config = cfg = config_of(config, url, token, options)
+        self._start(cfg)
+
+    def _start(self, cfg: ClientConfig) -> None:
+        url, token, timeout, max_age = cfg.url, cfg.token, cfg.timeout, cfg.max_age
+        flush_timeout = cfg.flush_timeout
         self.url = url.rstrip("/")
-        self.refresh_interval = refresh_interval
+        self.refresh_interval = cfg.refresh_interval
         self.max_age = max_age
-        self.subscribe = subscribe
-        self.watch_timeout = max(0.5, min(watch_timeout, MAX_WATCH_TIMEOUT))
+        self.subscribe = cfg.subscribe
+        self.watch_timeout = max(0.5, min(cfg.watch_timeout, MAX_WATCH_TIMEOUT))
         if max_age is not None:
             # A quiet watch is what confirms the snapshot: keep it well inside max_age.
             self.watch_timeout = max(0.5, min(self.watch_timeout, max_age / 3))
+        stamps = cfg.stamps
         self.stamps = Stamps.model_validate(stamps) if isinstance(stamps, Mapping) else stamps
         #: Stamps a run with, beside what its config's body decides (see recorder()).
-        self.agent_version = agent_version or (self.stamps.agent_version if self.stamps else None)
+        self.agent_version = cfg.agent_version or (self.stamps.agent_version if self.stamps else None)
         self.last_error: str | None = None
         self._stale = True
         self._confirmed = _monotonic()
@@ -131,8 +141,8 @@ class Client(SnapshotRefresher):
         self._hold_until = 0.0
         self._closed = False
         self.flush_timeout = flush_timeout
-        self.mask = mask
-        self.snapshot_path = Path(snapshot_path) if snapshot_path is not None else None
+        self.mask = cfg.mask
+        self.snapshot_path = Path(cfg.snapshot_path) if cfg.snapshot_path is not None else None
         # The refresh thread owns this session (requests sessions are not shared
         # across threads); one attempt per call, since the loop is the retry.
         self._refresh_api = functools.partial(ApiClient, url, token, timeout=timeout, attempts=1)
@@ -141,14 +151,14 @@ class Client(SnapshotRefresher):
         #: and sent on its own thread (the router cannot see these resolves).
         self._exposures = Exposures()
         self._counted: dict[str, Counters] = {}
-        starting = starting_snapshot(bootstrap, self.snapshot_path)
+        starting = starting_snapshot(cfg.bootstrap, self.snapshot_path)
         if starting is not None:
             self._install(starting, confirmed=False)
         self._reporter = TraceReporter(
-            functools.partial(ApiClient, url, token, timeout=timeout, attempts=report_attempts,
-                              max_delay=min(10.0, flush_timeout)),
-            max_queue=max_queue, batch_size=batch_size, max_batch_bytes=max_batch_bytes,
-            flush_timeout=flush_timeout, linger=linger)
+            functools.partial(ApiClient, url, token, timeout=timeout,
+                              attempts=cfg.report_attempts, max_delay=min(10.0, flush_timeout)),
+            max_queue=cfg.max_queue, batch_size=cfg.batch_size,
+            max_batch_bytes=cfg.max_batch_bytes, flush_timeout=flush_timeout, linger=cfg.linger)
         # An agent that exits without close() still gets its traces sent: atexit
         # runs while daemon threads are alive (bounded by flush_timeout).
         atexit.register(self._reporter.close)
@@ -160,7 +170,7 @@ class Client(SnapshotRefresher):
         # so the hook, which cannot be unregistered, never keeps a client alive).
         os.register_at_fork(after_in_child=functools.partial(_restart_in_child,
                                                              weakref.ref(self)))
-        wait = timeout if start_timeout is None else start_timeout
+        wait = timeout if cfg.start_timeout is None else cfg.start_timeout
         if wait > 0 and not self.wait_ready(wait):
             self.close(timeout=0)
             raise SnapshotUnavailable(
