@@ -39,6 +39,8 @@ from bindings.store import (
 RESTORE_ACTION = "restore_snapshot"
 #: The history action of a lost role archived instead of written back (`--discard`).
 DISCARD_ACTION = "discard_snapshot"
+#: The history action of a role whose Redis record was taken over the routers' (`accept-redis`).
+ACCEPT_ACTION = "accept_redis"
 
 # KEYS: binding hash, history list (one role: one slot)
 # ARGV: the version the writer found (0: no record), the new version, record JSON,
@@ -98,7 +100,7 @@ def read_table(store: BindingStore, also: Iterable[str] = ()) -> Table:
 
 @dataclass(frozen=True)
 class WriteBack:
-    """What `write_back` did, role by role."""
+    """What `write_back` or `accept_redis` did, role by role."""
 
     written: dict[str, int]
     skipped: dict[str, str]
@@ -113,42 +115,90 @@ def write_back(store: BindingStore, kept: Mapping[str, VersionedBinding], *, act
     kept table's; the change hint is raised above it so no router mistakes the
     restored table for an older one.
     """
-    script = store.connection.register_script(_WRITE_BACK)
     written: dict[str, int] = {}
     skipped: dict[str, str] = {}
-    now = store.clock()
     for role, record in sorted(kept.items()):
-        with redis_errors():
-            found = store.connection.hget(binding_key(role), "version")
-        current = int(found or 0)
+        current = _found(store, role)[0]
         if current >= record.version:
             skipped[role] = f"Redis already has version {current}"
             continue
-        version = record.version + 1
-        action = DISCARD_ACTION if discard else RESTORE_ACTION
         details = {"kept_version": record.version, "found_version": current,
                    "kept_generation": generation}
-        entry = HistoryEntry(role=role, version=version, time=now, actor=actor, action=action,
-                             reason=reason, binding=record.binding, details=details)
-        note = "" if not discard else ArchiveNote(
-            reason=reason, actor=actor, time=now, version=version).model_dump_json()
-        restored = VersionedBinding(role=role, version=version, binding=record.binding,
-                                    updated_at=now, updated_by=actor)
-        if not discard:
-            with redis_errors():
-                store.connection.sadd(ROLES_KEY, role)
-        with write_errors():
-            result = script(keys=[binding_key(role), history_key(role)],
-                            args=[current, version, restored.model_dump_json(),
-                                  entry.model_dump_json(), note])
-        if int(result[0]) != 1:
-            raise Conflict(f"role {role!r} changed during the restore (now version "
-                           f"{int(result[1])}); run it again", role=role,
-                           current_version=int(result[1]))
-        written[role] = version
-        store.announce(role)
+        written[role] = _write(store, role, current, record, above=record.version,
+                               actor=actor, reason=reason,
+                               action=DISCARD_ACTION if discard else RESTORE_ACTION,
+                               archived=discard, details=details)
     _raise_hint(store, generation)
     return WriteBack(written, skipped)
+
+
+def accept_redis(store: BindingStore, kept: Mapping[str, VersionedBinding], *, actor: str,
+                 reason: str, generation: int = 0) -> WriteBack:
+    """Make Redis's own state of each kept role the newest, so every router takes it.
+
+    After Redis is restored from a backup on purpose, the routers hold newer
+    records than Redis and (rightly) refuse its table. For each role they
+    hold: Redis's record (live, or archived) is written again one version above
+    the held one, with an `accept_redis` history entry; a role Redis has no
+    record of (made after the backup) is written archived, so it leaves every
+    table. A role Redis already holds at or above the kept version is left alone.
+    """
+    written: dict[str, int] = {}
+    skipped: dict[str, str] = {}
+    for role, held in sorted(kept.items()):
+        current, record, archived = _found(store, role)
+        if current >= held.version:
+            skipped[role] = f"Redis already has version {current}"
+            continue
+        if record is None:
+            found = "no record"
+        else:
+            found = f"version {current}" + (" (archived)" if archived else "")
+        details = {"kept_version": held.version, "found": found,
+                   "kept_generation": generation}
+        written[role] = _write(store, role, current, record or held, above=held.version,
+                               actor=actor, reason=reason, action=ACCEPT_ACTION,
+                               archived=record is None or archived, details=details)
+    _raise_hint(store, generation)
+    return WriteBack(written, skipped)
+
+
+def _found(store: BindingStore, role: str) -> tuple[int, VersionedBinding | None, bool]:
+    """Redis's version of `role` (0: no record), its record, and whether it is archived."""
+    with redis_errors():
+        raw, note, version = store.connection.hmget(binding_key(role),
+                                                    ["record", "archived", "version"])
+    record = None if raw is None else load_stored(VersionedBinding, raw,
+                                                  "stored binding record")
+    return int(version or 0), record, note is not None
+
+
+def _write(store: BindingStore, role: str, current: int, record: VersionedBinding, *,
+           above: int, actor: str, reason: str, action: str, archived: bool,
+           details: Mapping[str, object]) -> int:
+    """Write `record`'s binding as version `above` + 1 in one compare-and-set on `current`."""
+    script = store.connection.register_script(_WRITE_BACK)
+    now = store.clock()
+    version = max(above, current) + 1
+    entry = HistoryEntry(role=role, version=version, time=now, actor=actor, action=action,
+                         reason=reason, binding=record.binding, details=dict(details))
+    note = "" if not archived else ArchiveNote(
+        reason=reason, actor=actor, time=now, version=version).model_dump_json()
+    written = VersionedBinding(role=role, version=version, binding=record.binding,
+                               updated_at=now, updated_by=actor)
+    if not archived:
+        with redis_errors():
+            store.connection.sadd(ROLES_KEY, role)
+    with write_errors():
+        result = script(keys=[binding_key(role), history_key(role)],
+                        args=[current, version, written.model_dump_json(),
+                              entry.model_dump_json(), note])
+    if int(result[0]) != 1:
+        raise Conflict(f"role {role!r} changed during the restore (now version "
+                       f"{int(result[1])}); run it again", role=role,
+                       current_version=int(result[1]))
+    store.announce(role)
+    return version
 
 
 def _raise_hint(store: BindingStore, generation: int) -> None:

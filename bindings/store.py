@@ -213,11 +213,13 @@ class BindingStore:
             raw = self.connection.lindex(history_key(role), version - 1)
         entry = None if raw is None else _load_entry(raw)
         if entry is None or entry.version != version:
-            # Only a history written back after Redis lost data (bindings.recovery)
-            # starts above version 1; look for the entry by its own number there.
+            # Only a history written back after Redis lost data, or accepted after a
+            # restore (bindings.recovery), skips versions: there, look for the entry
+            # by its own number. A contiguous history ends at its length.
             with _redis_errors():
-                first = self.connection.lindex(history_key(role), 0)
-                raws = [] if first is None or _load_entry(first).version == 1 else \
+                length = self.connection.llen(history_key(role))
+                last = self.connection.lindex(history_key(role), -1)
+                raws = [] if last is None or _load_entry(last).version == length else \
                     self.connection.lrange(history_key(role), 0, -1)
             entry = next((e for e in map(_load_entry, raws) if e.version == version), None)
         if entry is None:

@@ -60,4 +60,30 @@ def summary(lost: Mapping[str, str], limit: int = 5) -> str:
     tail = f" and {more} more" if more > 0 else ""
     return (f"Redis lost data: {len(lost)} role(s) it should hold are gone or older: "
             f"{'; '.join(shown)}{tail}. Serving the last good binding of each, marked stale; "
-            "run `rolegate bindings restore-snapshot` to write them back")
+            "run `rolegate bindings restore-snapshot` to write them back, or, if Redis was "
+            "restored from a backup on purpose, `rolegate bindings accept-redis` to serve "
+            "Redis's table")
+
+
+def newest_copies(copies: Mapping[str, Mapping[str, VersionedBinding]]
+                  ) -> tuple[dict[str, VersionedBinding], dict[str, str]]:
+    """Per role, the highest version any worker holds; and the roles workers disagree on.
+
+    `copies` is each worker's kept records (by worker name). Two workers
+    holding the same version of a role with different bindings is a
+    disagreement no version can settle: named, and that role left out.
+    """
+    newest: dict[str, VersionedBinding] = {}
+    holder: dict[str, str] = {}
+    disagree: dict[str, str] = {}
+    for worker, records in sorted(copies.items()):
+        for role, record in records.items():
+            known = newest.get(role)
+            if known is None or record.version > known.version:
+                newest[role], holder[role] = record, worker
+            elif record.version == known.version and record.binding != known.binding:
+                disagree[role] = (f"workers {holder[role]} and {worker} both hold version "
+                                  f"{record.version} with different bindings")
+    for role in disagree:
+        newest.pop(role, None)
+    return newest, disagree

@@ -37,6 +37,7 @@ BLUEPRINT_MODULES = (
     "router.api.bindings",
     "router.api.archive",
     "router.api.restore_snapshot",
+    "router.api.accept_redis",
     "router.api.traces",
     "router.api.gate",
     "router.api.fleet",

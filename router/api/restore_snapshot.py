@@ -4,8 +4,11 @@ When Redis loses data (router.server.cache, bindings.table_guard) every router
 keeps serving its last good binding of each lost role, marked stale, and
 /healthz says `redis_data_lost`. This is the operator's one step out
 (`rolegate bindings restore-snapshot`): the worker that answers writes each
-lost role's kept record back into Redis one version above the kept one, with a
+lost role's newest kept record, over its own copy and those every other worker
+published (bindings.kept_copies), back into Redis one version above it, with a
 `restore_snapshot` history entry, and every router takes it at its next poll.
+Two workers holding one version with different bindings is refused (409)
+naming the roles, with nothing written.
 With `"discard": true` the lost roles are written back archived instead
 (`discard_snapshot`), so they leave every router's table as an archive would.
 Nothing lost answers 200 with nothing written.
@@ -17,6 +20,7 @@ from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
+from bindings import kept_copies
 from bindings.recovery import write_back
 from router.api.bodies import json_body, parse
 from router.server.auth import actor, principal, require
@@ -47,7 +51,9 @@ def restore_snapshot() -> ResponseReturnValue:
                         "token not limited to some roles")
     cache = current_app.extensions["rolegate"].cache
     generation, records, lost = cache.guarded()
-    kept = {role: records[role] for role in lost}
+    kept = kept_copies.newest(cache.store.connection, {role: records[role] for role in lost})
+    lost.update({role: f"held at version {rec.version} by another worker"
+                 for role, rec in kept.items() if role not in lost})
     done = write_back(cache.store, kept, actor=actor(), reason=body.reason,
                       discard=body.discard,
                       generation=max(cache.kept_generation, cache.generation, generation))

@@ -1,6 +1,6 @@
 """Operator commands over the binding table, all through the HTTP API.
 
-`rolegate bindings list|show|history|import|export|restore-snapshot`, and the rollout
+`rolegate bindings list|show|history|import|export|restore-snapshot|accept-redis`, and the rollout
 moves `canary`, `rollback`, `promote`, `pause`, `resume`, `approve`, plus `resolve` to ask the
 router what a job key gets. Exit codes: see `router.cli.common`.
 """
@@ -277,6 +277,33 @@ def restore_snapshot(api: ApiClient, reason: str | None, discard: bool) -> None:
         click.echo("Redis holds every role of the router's table: nothing to restore")
     for role, version in sorted(done.items()):
         click.echo(f"{role}: {verb} as version {version} ({answer['lost'][role]})")
+    for role, why in sorted(answer["skipped"].items()):
+        click.echo(f"{role}: left alone: {why}")
+    if answer["still_lost"]:
+        click.echo(f"still lost: {', '.join(answer['still_lost'])}", err=True)
+        sys.exit(EXIT_REFUSED)
+
+
+@bindings.command("accept-redis")
+@click.option("--reason", default=None, help="Recorded in each role's history.")
+@api_command
+def accept_redis(api: ApiClient, reason: str | None) -> None:
+    """After Redis was restored from a backup on purpose, make every router serve its table.
+
+    Routers hold newer records than the restored Redis and report
+    `redis_data_lost`. Each role they hold above Redis gets Redis's own record
+    (archived where Redis has none) one version above the held one, with an
+    `accept_redis` history entry; every router takes it at its next poll.
+    """
+    body: dict[str, Any] = {}
+    if reason:
+        body["reason"] = reason
+    answer = api.post("/v1/accept-redis", body)
+    if not answer["lost"]:
+        click.echo("the routers hold nothing above Redis's table: nothing to accept")
+    for role, version in sorted(answer["accepted"].items()):
+        click.echo(f"{role}: Redis's record taken as version {version} "
+                   f"({answer['lost'][role]})")
     for role, why in sorted(answer["skipped"].items()):
         click.echo(f"{role}: left alone: {why}")
     if answer["still_lost"]:

@@ -23,6 +23,7 @@ from bindings.offline import OfflineVerdict, StoredOfflineVerdict
 from gatekeeper.checks.criteria import CriteriaDiff
 from gatekeeper.store.configs import ConfigRecord
 from rolegate.config_ids import CONFIG_ID_PATTERN, MAX_CONFIG_ID
+from router.api.accept_redis import AcceptRequest
 from router.api.archive import ArchiveRequest
 from router.api.bindings import CanaryRequest, PutRequest, RollbackRequest
 from router.api.bindings import _Action as ActionRequest
@@ -67,6 +68,7 @@ MODELS: list[tuple[type[BaseModel], Any]] = [
     (ReleaseRequest, "validation"),
     (HeartbeatRequest, "validation"),
     (RestoreRequest, "validation"),
+    (AcceptRequest, "validation"),
 ]
 #: Every described operation: {path: {method: operation}}.
 OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {}

@@ -61,6 +61,23 @@ OPERATOR_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                 "still_lost": {"type": "array", "items": {"type": "string"}}}})},
         "errors": (400, *AUTH, 409, 413, 422, 503, 504),
     }},
+    "/v1/accept-redis": {"post": {
+        "summary": "After Redis was restored from a backup on purpose, make every router "
+                   "serve Redis's table: each role the routers hold above Redis gets Redis's "
+                   "record (archived if it has none) one version above the held one, with "
+                   "an accept_redis history entry.",
+        "scopes": (),
+        "requestBody": json_body(ref("AcceptRequest")),
+        "responses": {"200": json_response("What was written, role by role.", {
+            "type": "object",
+            "required": ["accepted", "skipped", "lost", "still_lost"],
+            "properties": {
+                "accepted": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "skipped": {"type": "object", "additionalProperties": {"type": "string"}},
+                "lost": {"type": "object", "additionalProperties": {"type": "string"}},
+                "still_lost": {"type": "array", "items": {"type": "string"}}}})},
+        "errors": (400, *AUTH, 409, 413, 422, 503, 504),
+    }},
 }
 
 

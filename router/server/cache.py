@@ -35,7 +35,8 @@ from pathlib import Path
 import redis
 from pydantic import ValidationError
 
-from bindings.errors import CorruptRecord, StoreUnavailable
+from bindings import kept_copies
+from bindings.errors import CorruptRecord, RolegateError, StoreUnavailable
 from bindings.models import VersionedBinding
 from bindings.recovery import read_table
 from bindings.store import BindingStore
@@ -44,6 +45,8 @@ from bindings.table_guard import kept_table, lost_roles, summary
 log = logging.getLogger("rolegate.cache")
 #: How often a loss of Redis's data is logged again while it lasts.
 LOST_LOG_INTERVAL_S = 30.0
+#: How often a worker serving lost roles publishes its kept copies again (bindings.kept_copies).
+KEPT_PUBLISH_INTERVAL_S = 10.0
 
 
 class BindingCache:
@@ -66,6 +69,9 @@ class BindingCache:
         #: The generation of the table held when the loss was found (a restore goes above it).
         self.kept_generation = -1
         self._lost_logged = 0.0
+        #: What this worker last published of its kept records (bindings.kept_copies), and when.
+        self._published: dict[str, int] = {}
+        self._published_at = 0.0
         self.last_refresh = 0.0
         self._lock = threading.Lock()
         #: Held while a process loads its first copy and starts its polling thread.
@@ -162,6 +168,7 @@ class BindingCache:
         if self.loaded and generation == held_generation:
             self._repair_lost_hint(held, bindings)
         self._report_lost(lost, held_generation)
+        self._share_kept({role: bindings[role] for role in lost})
         with self._lock:
             # Swap the whole dict: readers never see a half-built table.
             self.bindings = bindings
@@ -182,6 +189,28 @@ class BindingCache:
             log.error("%s (kept table: generation %d)", summary(lost), self.kept_generation)
         elif not lost and self.lost:
             log.warning("Redis holds every role of the kept table again: serving its table")
+
+    def _share_kept(self, kept: dict[str, VersionedBinding]) -> None:
+        """Publish this worker's kept records of the lost roles; withdraw them when none are.
+
+        The worker answering `restore-snapshot` or `accept-redis` acts on the
+        newest copy any worker holds, which it can only learn from Redis.
+        """
+        versions = {role: rec.version for role, rec in kept.items()}
+        now = time.monotonic()
+        if versions == self._published and (
+                not versions or now - self._published_at < KEPT_PUBLISH_INTERVAL_S):
+            return
+        try:
+            if versions:
+                kept_copies.publish(self.store.connection, kept_copies.worker_name(), kept)
+            else:
+                kept_copies.withdraw(self.store.connection, kept_copies.worker_name())
+        except RolegateError as exc:
+            log.warning("could not share this worker's kept copies of the lost roles: %s",
+                        exc.message)
+            return
+        self._published, self._published_at = versions, now
 
     def _repair_lost_hint(self, held: dict[str, VersionedBinding],
                           loaded: dict[str, VersionedBinding]) -> None:

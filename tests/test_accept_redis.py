@@ -1,0 +1,151 @@
+"""A restore that takes (issue 36): Redis restored from an RDB backup under running routers,
+then `rolegate bindings accept-redis` makes every router serve Redis's table, in history."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import requests
+from click.testing import CliRunner
+
+from router import create_app
+from router.cli import main
+from tests.conftest import CALLER, OPERATOR, TOKENS, auth
+from tests.servers import OwnRedis, base_env, gunicorn, wait_for
+
+CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.5}
+
+
+def _resolve(url: str, role: str, key: str = "job-1") -> requests.Response:
+    # A new connection each time: over two workers, both answer some.
+    return requests.get(f"{url}/v1/resolve/{role}?key={key}",
+                        headers={**auth(CALLER), "Connection": "close"}, timeout=5)
+
+
+def _every_answer(url: str, role: str, check: Any, times: int = 8) -> bool | None:
+    return all(check(_resolve(url, role, f"k-{i}")) for i in range(times)) or None
+
+
+def _health(url: str) -> dict[str, Any]:
+    found: dict[str, Any] = requests.get(f"{url}/healthz", headers=auth(OPERATOR),
+                                         timeout=5).json()
+    return found
+
+
+@pytest.fixture
+def own() -> Iterator[OwnRedis]:
+    """A private redis-server this test restores from a backup."""
+    server = OwnRedis(persist=False)
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.mark.slow
+def test_a_restore_from_an_rdb_backup_takes_on_running_routers(own: OwnRedis,
+                                                              tmp_path: Path) -> None:
+    """Back up, change the table, restore the RDB under two running routers (2 workers each):
+    they keep their newer copies and /healthz names accept-redis; after it every worker of
+    both serves Redis's table (fresh, a role made after the backup gone), with history, and
+    a restarted router does too."""
+    def env(name: str) -> dict[str, str]:
+        return base_env(REDIS_URL=own.url, ROLEGATE_TOKENS=TOKENS,
+                        ROLEGATE_DATA_DIR=str(tmp_path / name),
+                        ROLEGATE_REFRESH_INTERVAL="0.05")
+
+    op = auth(OPERATOR)
+    with gunicorn(env("a"), workers=2) as a, gunicorn(env("b"), workers=2) as b:
+        assert requests.put(f"{a}/v1/bindings/summarizer", json=CANARY, headers=op,
+                            timeout=5).status_code == 201
+        # The backup, as docs/maintenance.md takes it (SAVE: BGSAVE, waited for).
+        admin = redis.Redis.from_url(own.url)
+        admin.save()
+        backup = tmp_path / "backup.rdb"
+        shutil.copy(Path(own.dir.name) / "dump.rdb", backup)
+        # After the backup: a canary move and a new role.
+        r = requests.post(f"{a}/v1/bindings/summarizer/canary",
+                          json={"share": 0.25, "reason": "after the backup"}, headers=op,
+                          timeout=5)
+        assert r.status_code == 200, r.text
+        assert requests.put(f"{b}/v1/bindings/late", json={"current": "cfg_l"}, headers=op,
+                            timeout=5).status_code == 201
+        for url in (a, b):
+            wait_for(lambda url=url: _every_answer(url, "summarizer",
+                                                   lambda r: r.json()["version"] == 2),
+                     10, "every worker on version 2")
+            wait_for(lambda url=url: _every_answer(url, "late",
+                                                   lambda r: r.status_code == 200),
+                     10, "every worker serving the new role")
+        admin.close()
+
+        # The restore, as docs/maintenance.md does it: stop, put the RDB in place, start.
+        own.stop()
+        shutil.copy(backup, Path(own.dir.name) / "dump.rdb")
+        own.start()
+        assert redis.Redis.from_url(own.url).hget("rolegate:{summarizer}:binding",
+                                                  "version") == b"1"
+        for url in (a, b):
+            check = wait_for(lambda url=url: (_health(url)["checks"]["bindings"].get(
+                "condition") == "redis_data_lost") and _health(url)["checks"]["bindings"],
+                10, "health to report the routers' newer tables")
+            assert check["lost_roles"] == ["late", "summarizer"]
+            assert "rolegate bindings accept-redis" in check["message"]
+            assert "rolegate bindings restore-snapshot" in check["message"]
+            answer = _resolve(url, "summarizer")
+            assert answer.json()["version"] == 2 and answer.json()["stale"] is True
+
+        result = CliRunner().invoke(main, ["bindings", "accept-redis", "--url", a, "--token",
+                                           OPERATOR, "--reason", "restored Monday's backup"],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert "summarizer: Redis's record taken as version 3" in result.output
+        assert "late: Redis's record taken as version 2" in result.output
+
+        for url in (a, b):
+            wait_for(lambda url=url: _every_answer(
+                url, "summarizer", lambda r: r.json()["version"] == 3
+                and r.json()["share"] == 0.5 and r.json()["stale"] is False),
+                10, "every worker serving Redis's summarizer")
+            wait_for(lambda url=url: _every_answer(url, "late",
+                                                   lambda r: r.status_code == 410),
+                     10, "every worker dropping the role Redis has no record of")
+            wait_for(lambda url=url: _health(url)["status"] == "ok" or None, 10,
+                     "health ok again")
+        [entry, *_] = requests.get(f"{a}/v1/bindings/summarizer/history", headers=op,
+                                   timeout=5).json()["entries"]
+        assert entry["action"] == "accept_redis" and entry["version"] == 3
+        assert entry["reason"] == "restored Monday's backup"
+        assert entry["details"]["kept_version"] == 2 and entry["details"]["found"] == "version 1"
+        # Nothing left to accept: a second run says so and writes nothing.
+        again = CliRunner().invoke(main, ["bindings", "accept-redis", "--url", b, "--token",
+                                          OPERATOR], catch_exceptions=False)
+        assert again.exit_code == 0 and "nothing to accept" in again.output
+    with gunicorn(env("a"), workers=1) as a:
+        # Restarted on the same data dir: its file is the accepted table.
+        answer = _resolve(a, "summarizer")
+        assert answer.json()["version"] == 3 and answer.json()["stale"] is False
+        assert _health(a)["status"] == "ok"
+
+
+def test_accept_redis_needs_an_operator_for_every_role(redis_url: str) -> None:
+    """A caller, or an operator limited to some roles, is refused; a bad body is a 4xx."""
+    app = create_app({"redis_url": redis_url, "tokens": f"{TOKENS},lim=lim-secret:operator:x",
+                      "testing": True})
+    client = app.test_client()
+    try:
+        assert client.post("/v1/accept-redis", json={}, headers=auth(CALLER)).status_code == 403
+        assert client.post("/v1/accept-redis", json={},
+                           headers=auth("lim-secret")).status_code == 403
+        bad = client.post("/v1/accept-redis", json={"reason": 5}, headers=auth(OPERATOR))
+        assert 400 <= bad.status_code < 500 and "reason" in bad.get_data(as_text=True)
+        ok = client.post("/v1/accept-redis", json={}, headers=auth(OPERATOR))
+        assert ok.status_code == 200 and ok.json == {"accepted": {}, "skipped": {},
+                                                     "lost": {}, "still_lost": []}
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
