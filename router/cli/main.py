@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "router.cli.traces",
     "router.cli.tokens",
     "router.cli.mcp",
+    "router.cli.export",
 )
 
 

@@ -28,6 +28,7 @@ from bindings.models import BindingFile
 from bindings.store import BindingStore
 from router.cli.bindings import load_bindings_or_exit
 from router.server.embedded import EmbeddedRedis
+from router.server.export_process import ExportProcess
 from router.server.settings import load_settings
 
 #: The factory gunicorn imports in each worker.
@@ -37,6 +38,7 @@ SEED_ACTOR = "rolegate-serve"
 SEED_RETRY_S = 1.0
 
 _embedded: EmbeddedRedis | None = None
+_exporter: ExportProcess | None = None
 
 
 def default_config() -> Path:
@@ -68,8 +70,10 @@ def seed_bindings(store: BindingStore, bindings: BindingFile, source: str) -> li
 
 
 def master_starting(log: logging.Logger | Any) -> None:
-    """Gunicorn `on_starting`: start the embedded Redis if needed, then seed."""
-    global _embedded
+    """Gunicorn `on_starting`: start the embedded Redis if needed, seed, start the exporter."""
+    global _embedded, _exporter
+    # A bad export setting stops the boot here, naming it, not in a restarting child.
+    exporting = bool(load_settings().export_otlp_endpoint)
     if not os.environ.get("REDIS_URL") and not os.environ.get("REDIS_SENTINELS"):
         data_dir = os.environ.get("ROLEGATE_DATA_DIR") or ".rolegate"
         _embedded = EmbeddedRedis(data_dir)
@@ -77,6 +81,11 @@ def master_starting(log: logging.Logger | Any) -> None:
         _embedded.supervise(log)
         log.info("REDIS_URL is unset: embedded valkey-server at %s, data in %s",
                  _embedded.url, _embedded.data_dir)
+    if exporting:
+        _exporter = ExportProcess(log)
+        _exporter.start()
+        log.info("exporting stored runs to the OTLP collector at %s",
+                 os.environ.get("ROLEGATE_EXPORT_OTLP_ENDPOINT"))
     seed = os.environ.get("ROLEGATE_SEED_FILE")
     if not seed:
         return
@@ -132,8 +141,11 @@ class _Quiet:
 
 
 def master_exiting(log: logging.Logger | Any) -> None:
-    """Gunicorn `on_exit`: stop the embedded Redis this master started, if any."""
-    global _embedded
+    """Gunicorn `on_exit`: stop the exporter and the embedded Redis this master started."""
+    global _embedded, _exporter
+    if _exporter is not None:
+        _exporter.stop()
+        _exporter = None
     if _embedded is not None:
         _embedded.stop()
         log.info("embedded valkey-server stopped")

@@ -50,7 +50,7 @@ def valkey_executable() -> str:
     return executable
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: get SIGTERM when the starting process dies (Linux).
 
     If the master is killed outright, the server still stops and flushes,
@@ -137,7 +137,7 @@ class EmbeddedRedis:
         self.process = subprocess.Popen(self._command, stdin=subprocess.DEVNULL,
                                         stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL, start_new_session=True,
-                                        preexec_fn=_die_with_parent)
+                                        preexec_fn=die_with_parent)
 
     def supervise(self, log: Any, interval: float = 0.5) -> None:
         """Restart the server whenever it dies, same port and data directory (a daemon thread).

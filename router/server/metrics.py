@@ -318,6 +318,11 @@ def scrape_registry(app: Flask) -> CollectorRegistry:
         registry.register(_Forward(REGISTRY))
     registry.register(BindingCollector(app))
     registry.register(GatekeeperCollector(app))
+    if app.extensions["rolegate"].settings.export_otlp_endpoint:
+        # Imported here: only routers that export read the exporter's state.
+        from router.server.export_metrics import ExportCollector
+
+        registry.register(ExportCollector(app))
     return registry
 
 

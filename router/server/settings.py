@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -38,6 +39,8 @@ ENVIRONMENT = {
     "ROLEGATE_INGEST_QUOTA": "ingest_quota",
     "ROLEGATE_FLEET_BUDGET": "fleet_budget",
     "ROLEGATE_CORS_ORIGINS": "cors_origins",
+    "ROLEGATE_EXPORT_OTLP_ENDPOINT": "export_otlp_endpoint",
+    "ROLEGATE_EXPORT_OTLP_HEADERS": "export_otlp_headers",
 }
 
 
@@ -92,6 +95,12 @@ class Settings(BaseModel):
     #: state changes and failures `warning`, so `warning` keeps only those.
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     testing: bool = False
+    #: An OTLP/HTTP collector that gets every stored run as a span (`rolegate export-otlp`,
+    #: which `rolegate serve` starts when this is set); its base URL or its /v1/traces URL.
+    export_otlp_endpoint: str = ""
+    #: Headers sent with each export, `name=value,...` (values URL-encoded), as
+    #: OTEL_EXPORTER_OTLP_HEADERS: a collector's credentials.
+    export_otlp_headers: str = ""
     #: Expected false rollbacks a day the team accepts across the roles served: shown
     #: with the alpha it asks of each rollout and the roles over it (advice, never
     #: applied: `gatekeeper.stats.fleet_budget`). None: no budget.
@@ -117,6 +126,25 @@ class Settings(BaseModel):
             from router.server.cors import parse_origins
 
             parse_origins(value)  # a ValueError names the bad origin
+        return value
+
+    @field_validator("export_otlp_endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            parts = urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"ROLEGATE_EXPORT_OTLP_ENDPOINT must be an http(s) URL, "
+                                 f"not {value!r}")
+        return value
+
+    @field_validator("export_otlp_headers")
+    @classmethod
+    def _headers_parse(cls, value: str) -> str:
+        from gatekeeper.export.otlp_send import parse_headers
+
+        parse_headers(value)  # a ValueError names the bad pair
         return value
 
     @model_validator(mode="after")
