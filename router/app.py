@@ -13,6 +13,7 @@ from flask import Flask
 
 from bindings.clock import redis_clock
 from bindings.connection import Connection, connect
+from bindings.identity import describe
 from bindings.store import BindingStore
 from router.api.bodies import refuse_oversized_chunked
 from router.server import breaker, errors, hosts
@@ -92,7 +93,8 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
         redis=connection,
         store=store,
         cache=BindingCache(store, settings.refresh_interval_s,
-                           settings.full_reload_interval_s),
+                           settings.full_reload_interval_s,
+                           address=describe(settings.redis_target())),
         tokens=tokens,
         quota=parse_quota(settings.ingest_quota),
         breaker=guard if installed else None,

@@ -19,12 +19,12 @@ replica promoted before it synced). Such roles keep their held record, marked
 stale, the file on disk is left as it was, the loss is logged as an error and
 shown in /healthz and the metrics (`lost`), until an operator writes the kept
 table back (bindings.recovery) or Redis has the roles again. A worker that
-starts afresh guards the table kept on disk the same way.
+starts afresh guards the table kept on disk the same way, if it came from the
+same Redis (bindings.identity; router.server.kept_file sets any other aside).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -33,14 +33,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import redis
-from pydantic import ValidationError
 
 from bindings import kept_copies
 from bindings.errors import CorruptRecord, RolegateError, StoreUnavailable
+from bindings.identity import ensure_identity, read_identity, same_redis
 from bindings.models import VersionedBinding
 from bindings.recovery import read_table
 from bindings.store import BindingStore
 from bindings.table_guard import kept_table, lost_roles, summary
+from router.server import kept_file
 
 log = logging.getLogger("rolegate.cache")
 #: How often a loss of Redis's data is logged again while it lasts.
@@ -53,8 +54,11 @@ class BindingCache:
     """A refreshed, read-mostly copy of the binding table."""
 
     def __init__(self, store: BindingStore, interval: float,
-                 full_reload_interval: float = 5.0, snapshot_path: Path | None = None) -> None:
+                 full_reload_interval: float = 5.0, snapshot_path: Path | None = None,
+                 address: str = "") -> None:
         self.store = store
+        #: Which Redis (and database) this is, as the kept file records it (bindings.identity).
+        self.address = address
         self.interval = interval
         #: Where the last good table is kept on disk (None: nowhere).
         self.snapshot_path = snapshot_path
@@ -69,6 +73,8 @@ class BindingCache:
         #: The generation of the table held when the loss was found (a restore goes above it).
         self.kept_generation = -1
         self._lost_logged = 0.0
+        #: Whether this worker said its kept file came from another Redis (said once).
+        self._foreign_said = False
         #: What this worker last published of its kept records (bindings.kept_copies), and when.
         self._published: dict[str, int] = {}
         self._published_at = 0.0
@@ -159,7 +165,7 @@ class BindingCache:
             held, held_generation = self.bindings, self.generation
         else:
             # A worker starting afresh guards the table its router kept on disk.
-            held, held_generation = self._read_saved() or ({}, -1)
+            held, held_generation = self._saved_here()
         table = read_table(self.store, held.keys())
         self._last_full = time.monotonic()
         lost = lost_roles(held, table.bindings, table.archived)
@@ -240,42 +246,48 @@ class BindingCache:
         self._ensure_thread()
 
     def _save(self, generation: int, bindings: dict[str, VersionedBinding]) -> None:
-        """Keep `bindings` on disk, atomically (a reader never sees half a file)."""
+        """Keep `bindings` on disk with the Redis they came from (router.server.kept_file)."""
         if self.snapshot_path is None:
             return
-        payload = {"generation": generation, "saved_at": time.time(),
-                   "roles": {role: rec.model_dump(mode="json") for role, rec in bindings.items()}}
-        # Each worker writes its own temporary file; the rename is atomic.
-        temporary = self.snapshot_path.with_name(f".{self.snapshot_path.name}.{os.getpid()}")
         try:
-            self.snapshot_path.parent.mkdir(parents=True, exist_ok=True)
-            temporary.write_text(json.dumps(payload, separators=(",", ":")))
-            os.replace(temporary, self.snapshot_path)
-        except OSError as exc:
-            log.warning("could not keep the binding table in %s: %s", self.snapshot_path, exc)
+            identity = ensure_identity(self.store.connection)
+        except RolegateError:
+            identity = ""  # a read-only replica: the address alone says where it came from
+        kept_file.save(self.snapshot_path, generation, bindings,
+                       {"address": self.address, "identity": identity})
 
-    def _read_saved(self) -> tuple[dict[str, VersionedBinding], int] | None:
-        """The table kept on disk and its generation, or None (no file, or unreadable)."""
-        if self.snapshot_path is None:
-            return None
-        try:
-            payload = json.loads(self.snapshot_path.read_text())
-            bindings = {role: VersionedBinding.model_validate(rec)
-                        for role, rec in payload["roles"].items()}
-            generation = int(payload["generation"])
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError, KeyError, TypeError, ValidationError) as exc:
-            log.error("the binding table kept in %s is unreadable: %s", self.snapshot_path, exc)
-            return None
-        return bindings, generation
+    def _saved_here(self) -> tuple[dict[str, VersionedBinding], int]:
+        """The table kept on disk if it came from this Redis; else set aside, and nothing."""
+        kept = None if self.snapshot_path is None else kept_file.read(self.snapshot_path)
+        if kept is None:
+            return {}, -1
+        identity = None
+        if kept.redis is not None and kept.redis.get("address") != self.address:
+            identity = read_identity(self.store.connection)
+        if not same_redis(kept.redis, self.address, identity):
+            assert self.snapshot_path is not None
+            kept_file.set_aside(self.snapshot_path, kept, self.address)
+            return {}, -1
+        return kept.bindings, kept.generation
 
     def _load_saved(self) -> None:
-        """Serve the table kept on disk (stale) when Redis cannot give us one."""
-        saved = self._read_saved()
+        """Serve the table kept on disk (stale) when Redis cannot give us one.
+
+        Not one kept from another address: with Redis silent nothing shows it
+        is this one under another name, and another Redis's table is not ours.
+        """
+        saved = None if self.snapshot_path is None else kept_file.read(self.snapshot_path)
         if saved is None:
             return
-        bindings, generation = saved
+        if saved.redis is not None and saved.redis.get("address") != self.address:
+            if self._foreign_said:
+                return
+            self._foreign_said = True
+            log.warning("Redis unreachable at start, and the binding table kept in %s came "
+                        "from %s, not %s: not serving it", self.snapshot_path,
+                        saved.redis.get("address"), self.address)
+            return
+        bindings, generation = saved.bindings, saved.generation
         with self._lock:
             self.bindings = bindings
             self.generation = generation

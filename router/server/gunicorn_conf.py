@@ -77,7 +77,7 @@ if not control_socket_disable:
 # read when prometheus_client is first imported, so it is set here, in the
 # master, before any worker imports the app; on_starting empties it, so a
 # restart does not add the last run's counts. Two routers on one host need two
-# data directories anyway (each has its own embedded Redis there).
+# data directories: on_starting refuses a directory another live router holds.
 os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR",
                       os.path.join(_env("ROLEGATE_DATA_DIR", ".rolegate"), "prometheus"))
 
@@ -100,9 +100,14 @@ def on_starting(server: Any) -> None:
 
         monkey.patch_ssl()
     from router.cli.serve import master_starting
+    from router.server.data_dir import claim_for_router
     from router.server.metrics import clear_multiproc_dir
     from router.server.one_send import install
 
+    # One router per data directory, claimed before its metrics files are emptied:
+    # a second router on it refuses to start (router.server.data_dir).
+    claim_for_router(_env("ROLEGATE_DATA_DIR", ".rolegate"),
+                     os.environ.get("PROMETHEUS_MULTIPROC_DIR"))
     # Headers and body of each answer in one send (ROLEGATE_ONE_SEND=0: gunicorn's two);
     # set here, in the master, so every worker forks with it.
     install()

@@ -34,6 +34,7 @@ from prometheus_client.registry import Collector
 from bindings.errors import RolegateError
 from bindings.models import Stage
 from gatekeeper.store.heartbeat import HeartbeatStore
+from router.server.data_dir import LOCK_FILE
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -350,6 +351,8 @@ def clear_multiproc_dir() -> None:
         return
     os.makedirs(path, exist_ok=True)
     for name in os.listdir(path):
+        if name == LOCK_FILE:
+            continue  # the lock this router holds on the directory (router.server.data_dir)
         target = os.path.join(path, name)
         if os.path.isdir(target):
             shutil.rmtree(target)
