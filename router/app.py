@@ -5,21 +5,21 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from flask import Flask
 
 from bindings.clock import redis_clock
-from bindings.connection import Connection, connect
+from bindings.connection import connect
 from bindings.identity import describe
 from bindings.store import BindingStore
 from router.api.bodies import refuse_oversized_chunked
 from router.server import breaker, errors, hosts
 from router.server.cache import BindingCache
-from router.server.quota import Quota, parse_quota
-from router.server.settings import Settings, load_settings
+from router.server.quota import parse_quota
+from router.server.services import EXTENSION, Services
+from router.server.settings import load_settings
 from router.server.tokens import TokenTable
 
 log = logging.getLogger("rolegate")
@@ -55,20 +55,6 @@ BLUEPRINT_MODULES = (
 )
 
 
-@dataclass
-class Services:
-    """The long-lived clients one app holds, in `app.extensions["rolegate"]`."""
-
-    settings: Settings
-    redis: Connection
-    store: BindingStore
-    cache: BindingCache
-    tokens: TokenTable
-    quota: Quota
-    #: The circuit breaker on `redis`'s pool (None when it could not be put there: Cluster).
-    breaker: breaker.Breaker | None = None
-
-
 def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
     """Build the router: settings, then Redis and the binding cache, then the blueprints."""
     settings = load_settings(test_config)
@@ -88,7 +74,7 @@ def create_app(test_config: Mapping[str, Any] | None = None) -> Flask:
             "ROLEGATE_TOKENS and ROLEGATE_TOKENS_FILE are unset: rolegate is running OPEN, "
             "every request acts as an operator. Set tokens before exposing it."
         )
-    app.extensions["rolegate"] = Services(
+    app.extensions[EXTENSION] = Services(
         settings=settings,
         redis=connection,
         store=store,
@@ -118,7 +104,7 @@ def worker_started(app: Any) -> None:
     does not answer as it starts, serves the one kept there, marked stale.
     Only served workers do this, not every app a test builds.
     """
-    found = getattr(app, "extensions", {}).get("rolegate")
+    found = getattr(app, "extensions", {}).get(EXTENSION)
     if not isinstance(found, Services):
         return  # not the router (a bench's bare app under the same config)
     found.cache.snapshot_path = Path(found.settings.data_dir) / SNAPSHOT_FILE
@@ -131,14 +117,12 @@ def worker_stopping(app: Any) -> None:
     New watches answer at once from here on (router.api.watch). It waits for
     the change listener to stop, so the caller runs it off the signal handler.
     """
-    if not isinstance(getattr(app, "extensions", {}).get("rolegate"), Services):
+    if not isinstance(getattr(app, "extensions", {}).get(EXTENSION), Services):
         return
     from router.api.watch import notifier
 
     notifier(app).stop()
 
 
-def services(app: Flask) -> Services:
-    """The app's long-lived clients."""
-    found: Services = app.extensions["rolegate"]
-    return found
+__all__ = ["BLUEPRINT_MODULES", "SNAPSHOT_FILE", "Services", "create_app", "worker_started",
+           "worker_stopping"]

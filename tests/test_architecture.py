@@ -7,6 +7,7 @@ finds file-level import circles, which no contract type covers.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -93,3 +94,13 @@ def test_the_sdk_imports_beside_an_apps_own_router_py(tmp_path: Path) -> None:
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_router_reaches_its_services_through_the_typed_getter() -> None:
+    """Only router.server.services names the app's Services slot: every view, hook and fast
+    path calls services_of(app), so mypy types each field where it is read."""
+    slot = re.compile(r"""extensions(\[|\.get\()\s*["']rolegate["']""")
+    reaching = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "router").rglob("*.py")
+                      if slot.search(path.read_text()))
+    assert reaching == []
+    assert "EXTENSION" in (ROOT / "router" / "server" / "services.py").read_text()

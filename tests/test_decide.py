@@ -118,28 +118,46 @@ def test_current_drift_raises_alert() -> None:
 
 # -- the stage table ------------------------------------------------------------
 
-def _binding_in(stage: Stage) -> Binding:
+def _binding_in(stage: Stage, event: Event | None = None) -> Binding:
+    """A binding in `stage` that `event` can act on if the table lets it: paused for a resume,
+    standing on steps that ask for approval for an approve."""
     share = {Stage.CANARY: 0.1, Stage.FULL: 1.0}.get(stage, 0.0)
+    steps = ({"share": 0.1, "approval": True}, 0.5, {"share": 1.0, "approval": True})
     return Binding(current="cfg-a", candidate="cfg-b", stage=stage, share=share,
-                   stage_since=0.0)
+                   stage_since=0.0, paused=event is Event.RESUME,
+                   **({"steps": steps} if event is Event.APPROVE else {}))
 
 
-MOVES = [Event.ADVANCE, Event.ROLLBACK, Event.SET_SHARE]
-
-
-@pytest.mark.parametrize(("stage", "event"), list(itertools.product(Stage, MOVES)))
+@pytest.mark.parametrize(("stage", "event"), list(itertools.product(Stage, Event)))
 def test_stage_table_walk(stage: Stage, event: Event) -> None:
-    """Every (stage, event): a legal move lands in the table's targets; an illegal one raises."""
-    binding = _binding_in(stage)
+    """Every (stage, event), pause, resume and approve included: a legal move lands in the
+    table's targets; one the table does not list raises, whatever the binding."""
+    binding = _binding_in(stage, event)
     allowed = TRANSITIONS.get((stage, event))
     if allowed is None:
         with pytest.raises(IllegalTransition):
-            apply(binding, event, 5.0, share=0.5)
+            apply(binding, event, 5.0, share=0.5, actor="alice", reason="ok")
         return
-    move = apply(binding, event, 5.0, share=0.5)
+    move = apply(binding, event, 5.0, share=0.5, actor="alice", reason="ok")
     assert move.binding.stage in allowed
-    assert move.binding.stage_since == 5.0
+    if event in (Event.PAUSE, Event.RESUME, Event.APPROVE):
+        assert (move.binding.share, move.binding.stage_since) == (binding.share, 0.0)
+        assert move.binding.paused is (event is Event.PAUSE)
+        assert (move.binding.approved is not None) is (event is Event.APPROVE)
+    else:
+        assert move.binding.stage_since == 5.0
     assert binding.stage is stage  # the input is untouched
+
+
+def test_every_event_is_in_the_table_and_the_table_decides(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each event has at least one row; removing a row makes the move illegal, pause included."""
+    assert {event for _, event in TRANSITIONS} == set(Event)
+    monkeypatch.delitem(TRANSITIONS, (Stage.CANARY, Event.PAUSE))
+    with pytest.raises(IllegalTransition, match="cannot pause a role in stage 'canary'"):
+        apply(_binding_in(Stage.CANARY), Event.PAUSE, 5.0)
+    monkeypatch.setitem(TRANSITIONS, (Stage.FULL, Event.APPROVE), frozenset({Stage.CANARY}))
+    with pytest.raises(IllegalTransition, match="to 'full'"):
+        apply(_binding_in(Stage.FULL, Event.APPROVE), Event.APPROVE, 5.0)
 
 
 def test_ladder_walk_shadow_to_stable() -> None:

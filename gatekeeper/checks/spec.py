@@ -183,13 +183,9 @@ def lookup(data: Any, path: str | list[str]) -> tuple[bool, Any]:
     return True, node
 
 
-def clause_holds(clause: Clause, data: dict[str, Any]) -> bool:
-    """Whether one clause holds for the job input `data` (a missing field never matches)."""
-    return holds(clause.field, clause.op, clause.value, data)
-
-
 def holds(field: str, op: str, expected: Any, data: dict[str, Any]) -> bool:
-    """`clause_holds` on a clause's parts, as stored in a criterion's params."""
+    """Whether a clause, given as its parts (as a criterion's params store them), holds for
+    the job input `data` (a missing field never matches)."""
     found, value = lookup(data, field)
     if op == "exists":
         return found if expected in (None, True) else not found

@@ -41,11 +41,6 @@ CRITERION_PREFIX = "criterion:"
 HELD = "held by policy"
 
 
-def valid_key(key: str) -> bool:
-    """Whether `key` names a rule of decide() (or one criterion key)."""
-    return key in RULES or (key.startswith(CRITERION_PREFIX) and len(key) > len(CRITERION_PREFIX))
-
-
 class Responder:
     """What one decide() call does with each rule that would roll back; collects warnings."""
 

@@ -1,10 +1,12 @@
 """The rollout stage machine: a table of legal moves, and a pure function applying one.
 
 shadow → canary at each step of the role's ladder → full → stable, one step per
-`advance`; any live stage → rolled_back on `rollback`; `approve` records an
-operator's approval of a step that asks for one (`{"share": 0.5, "approval": true}`). The table below is the
-whole truth about which move is legal from where; `apply` consults it and either
-returns a new binding or raises IllegalTransition leaving the old one untouched.
+`advance`; any live stage → rolled_back on `rollback`; `pause` and `resume` flip the
+role's pause flag in any stage; `approve` records an operator's approval of a canary
+or full step that asks for one (`{"share": 0.5, "approval": true}`). The table below
+is the whole truth about which move is legal from where, for every event: `apply`
+looks the (stage, event) up, makes the move, and checks it landed where the table
+says, or raises IllegalTransition leaving the old binding untouched.
 
 Two holds sit on top of the table and bind every writer alike (the gatekeeper, an
 operator's token, the CLI, the dashboard): a paused role moves forward for nobody
@@ -33,8 +35,11 @@ class Event(str, enum.Enum):
     APPROVE = "approve"        # an operator lets a step that asks for approval advance
 
 
-#: The legal moves, as data. `None` as a source means "any stage".
+#: The legal moves, as data: (stage, event) -> the stages the move may land in.
 #: advance from canary lands on canary (next step) or full (ladder exhausted).
+#: Pause and resume leave any stage where it is (the flag is the move); approve
+#: leaves a canary or full step where it is (the approval is the move): a step of
+#: shadow, stable or rolled_back never asks for one.
 TRANSITIONS: dict[tuple[Stage, Event], frozenset[Stage]] = {
     (Stage.STABLE, Event.ADVANCE): frozenset({Stage.SHADOW}),
     (Stage.ROLLED_BACK, Event.ADVANCE): frozenset({Stage.SHADOW}),
@@ -49,10 +54,14 @@ TRANSITIONS: dict[tuple[Stage, Event], frozenset[Stage]] = {
     (Stage.CANARY, Event.SET_SHARE): frozenset({Stage.CANARY, Stage.FULL}),
     (Stage.FULL, Event.SET_SHARE): frozenset({Stage.CANARY, Stage.FULL}),
     (Stage.ROLLED_BACK, Event.SET_SHARE): frozenset({Stage.CANARY, Stage.FULL}),
+    **{(stage, flag): frozenset({stage}) for stage in Stage
+       for flag in (Event.PAUSE, Event.RESUME)},
+    (Stage.CANARY, Event.APPROVE): frozenset({Stage.CANARY}),
+    (Stage.FULL, Event.APPROVE): frozenset({Stage.FULL}),
 }
 
-#: Events that flip the pause flag and leave the stage where it is.
-FLAG_EVENTS = frozenset({Event.PAUSE, Event.RESUME})
+#: Events that act on the candidate: without one they have nothing to move.
+CANDIDATE_EVENTS = frozenset({Event.ADVANCE, Event.ROLLBACK, Event.SET_SHARE})
 
 #: Events that change the candidate's share or stage forward, so pause and approval hold them.
 HELD_EVENTS = frozenset({Event.ADVANCE, Event.SET_SHARE})
@@ -96,21 +105,29 @@ def preview(binding: Binding, event: Event, now: float, *, share: float | None =
     For telling where a held role goes once freed (`next_step.destination`); every
     write goes through `apply`.
     """
-    if event in FLAG_EVENTS:
-        return _flip_pause(binding, event, now)
-    if event is Event.APPROVE:
-        return _approve(binding, now, actor or "anonymous", reason or "approved")
     allowed = TRANSITIONS.get((binding.stage, event))
     if allowed is None:
-        raise IllegalTransition(
-            f"cannot {event.value} a role in stage {binding.stage.value!r}",
-            stage=binding.stage.value, event=event.value,
-        )
-    if binding.candidate is None:
+        raise _illegal(binding, event)
+    if event in CANDIDATE_EVENTS and binding.candidate is None:
         raise IllegalTransition(
             f"cannot {event.value}: the role has no candidate config",
             stage=binding.stage.value, event=event.value,
         )
+    move = _move(binding, event, now, share, actor, reason)
+    if move.binding.stage not in allowed:  # the table is the whole truth, the code its servant
+        raise IllegalTransition(
+            f"cannot {event.value} a role in stage {binding.stage.value!r} "
+            f"to {move.binding.stage.value!r}", stage=binding.stage.value, event=event.value)
+    return move
+
+
+def _move(binding: Binding, event: Event, now: float, share: float | None,
+          actor: str | None, reason: str | None) -> Move:
+    """What `event` does to `binding`, once the table allowed it from the binding's stage."""
+    if event in (Event.PAUSE, Event.RESUME):
+        return _flip_pause(binding, event)
+    if event is Event.APPROVE:
+        return _approve(binding, now, actor or "anonymous", reason or "approved")
     if event is Event.ROLLBACK:
         new = binding.with_changes(stage=Stage.ROLLED_BACK, share=0.0, stage_since=now)
         return Move(new, f"rolled back {binding.candidate}: share {binding.share:g} -> 0")
@@ -119,6 +136,16 @@ def preview(binding: Binding, event: Event, now: float, *, share: float | None =
             raise InvalidInput(f"share: must be within (0, 1], got {share}", field="share")
         return _to_share(binding, share, now)
     return _advance(binding, now)
+
+
+def _illegal(binding: Binding, event: Event) -> IllegalTransition:
+    """The refusal of a move the table does not list from the binding's stage."""
+    if event is Event.APPROVE:
+        return IllegalTransition(
+            f"nothing to approve: the step {binding.stage.value} asks for no approval",
+            stage=binding.stage.value, event=event.value)
+    return IllegalTransition(f"cannot {event.value} a role in stage {binding.stage.value!r}",
+                             stage=binding.stage.value, event=event.value)
 
 
 def check_holds(binding: Binding, moved: Binding, what: str) -> None:
@@ -180,7 +207,7 @@ def _to_share(binding: Binding, share: float, now: float) -> Move:
     return Move(new, f"{binding.candidate}: {binding.stage.value} {binding.share:g} -> {where}")
 
 
-def _flip_pause(binding: Binding, event: Event, now: float) -> Move:
+def _flip_pause(binding: Binding, event: Event) -> Move:
     want = event is Event.PAUSE
     if binding.paused == want:
         raise IllegalTransition(

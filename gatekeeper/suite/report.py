@@ -222,14 +222,6 @@ def _write(out_dir: Path, files: dict[str, str]) -> dict[str, Path]:
     return written
 
 
-def summary_line(result: SuiteResult) -> str:
-    """One line for the terminal."""
-    runs = [r for r in result.runs]
-    passed = sum(r.passed for r in runs)
-    verdict = "PASSED" if result.passed else "FAILED"
-    return f"{result.config}: {verdict} ({passed}/{len(runs)} runs passed)"
-
-
 def as_json(value: Any) -> str:
     """Indented JSON with sorted keys."""
     return json.dumps(value, indent=2, sort_keys=True, default=str)

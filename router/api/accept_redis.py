@@ -23,6 +23,7 @@ from bindings.recovery import accept_redis as accept
 from router.api.bodies import json_body, parse
 from router.server.auth import actor, principal, require
 from router.server.errors import Forbidden
+from router.server.services import services_of
 
 bp = Blueprint("accept_redis", __name__)
 
@@ -45,7 +46,7 @@ def accept_redis() -> ResponseReturnValue:
     if principal().roles is not None:
         raise Forbidden("accepting Redis's table writes every role the routers hold: it "
                         "needs an operator token not limited to some roles")
-    cache = current_app.extensions["rolegate"].cache
+    cache = services_of(current_app).cache
     generation, records, lost = cache.guarded()
     kept = kept_copies.newest(cache.store.connection, {role: records[role] for role in lost})
     lost.update({role: f"held at version {rec.version} by another worker"

@@ -18,6 +18,7 @@ from bindings.store import ArchiveNote, BindingStore
 from router.api.bodies import json_body, parse
 from router.api.params import if_match, role_param
 from router.server.auth import actor, require
+from router.server.services import services_of
 
 bp = Blueprint("archive", __name__)
 
@@ -31,7 +32,7 @@ class ArchiveRequest(BaseModel):
 
 
 def _store() -> BindingStore:
-    store: BindingStore = current_app.extensions["rolegate"].store
+    store: BindingStore = services_of(current_app).store
     return store
 
 
@@ -65,7 +66,7 @@ def archive(role: str) -> ResponseReturnValue:
                        version=expected + 1)
     record = store.write(role, current.binding, expected_version=expected, actor=note.actor,
                          action="archive", reason=body.reason, archive=note)
-    current_app.extensions["rolegate"].cache.drop(role)
+    services_of(current_app).cache.drop(role)
     return jsonify({**record.model_dump(mode="json"), "archived": note.model_dump()})
 
 
@@ -86,7 +87,7 @@ def restore(role: str) -> ResponseReturnValue:
     record = store.write(role, binding, expected_version=expected, actor=actor(),
                          action="unarchive", reason=body.reason, archive="restore",
                          details={"archived": note.model_dump()})
-    current_app.extensions["rolegate"].cache.put(record)
+    services_of(current_app).cache.put(record)
     response = jsonify(record.model_dump(mode="json"))
     response.headers["ETag"] = f'"{record.version}"'
     return response

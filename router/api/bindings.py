@@ -23,6 +23,7 @@ from router.api.idempotency import idempotent
 from router.api.offline import guard_live_candidate
 from router.api.params import if_match, int_arg, role_param
 from router.server.auth import actor, may_act_on, require
+from router.server.services import services_of
 
 bp = Blueprint("bindings", __name__)
 
@@ -57,7 +58,7 @@ class PutRequest(BaseModel):
 
 
 def _store() -> Any:
-    return current_app.extensions["rolegate"].store
+    return services_of(current_app).store
 
 
 def _now() -> float:
@@ -67,7 +68,7 @@ def _now() -> float:
 
 
 def _cache() -> Any:
-    return current_app.extensions["rolegate"].cache
+    return services_of(current_app).cache
 
 
 def _record_json(record: VersionedBinding) -> Response:

@@ -29,6 +29,7 @@ from rolegate.trace import Trace
 from router.api.bodies import json_body, parse
 from router.api.params import if_match, version_param
 from router.server.auth import actor, require
+from router.server.services import services_of
 
 bp = Blueprint("configs", __name__)
 
@@ -75,7 +76,7 @@ class CheckRequest(BaseModel):
 
 def init_app(app: Flask) -> None:
     """Give the app a config store on its Redis connection."""
-    app.extensions["rolegate_configs"] = ConfigStore(app.extensions["rolegate"].redis)
+    app.extensions["rolegate_configs"] = ConfigStore(services_of(app).redis)
 
 
 def config_store() -> ConfigStore:

@@ -17,6 +17,7 @@ from router.api.traces import trace_store
 from router.server.auth import require
 from router.server.errors import BadRequest
 from router.server.offload import off_loop
+from router.server.services import services_of
 
 bp = Blueprint("drift", __name__)
 
@@ -41,7 +42,7 @@ def _float(raw: str, name: str, low: float, high: float) -> float:
 def calibrate_view(role: str) -> ResponseReturnValue:
     """False alarms per h over the newest `runs` stored runs of (config, arm)."""
     role = role_param(role)
-    record = current_app.extensions["rolegate"].store.get(role)
+    record = services_of(current_app).store.get(role)
     args = request.args
     config = args.get("config") or record.binding.current
     arm = args.get("arm", "current")

@@ -30,6 +30,7 @@ from rolegate.routing import Resolution
 from rolegate.trace import ROLE_PATTERN, JsonInt
 from router.api.bodies import json_body, parse
 from router.server.auth import may_act_on, require
+from router.server.services import services_of
 
 bp = Blueprint("exposures", __name__)
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ class ExposureBatch(BaseModel):
 
 
 def _store() -> ExposureStore:
-    return ExposureStore(current_app.extensions["rolegate"].redis)
+    return ExposureStore(services_of(current_app).redis)
 
 
 @bp.post("/v1/exposures")
@@ -118,7 +119,7 @@ class WorkerExposures:
         if not rows:
             return
         try:
-            ExposureStore(self.app.extensions["rolegate"].redis).add(
+            ExposureStore(services_of(self.app).redis).add(
                 Exposure(**row) for row in rows)
         except Exception as exc:  # noqa: BLE001 - keep the counts for the next flush
             log.warning("could not add %d exposure counts: %s", len(rows), exc)

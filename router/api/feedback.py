@@ -32,6 +32,7 @@ from router.api.params import role_param, seconds_arg
 from router.api.traces import trace_store
 from router.server.auth import actor, may_act_on, require, require_role
 from router.server.errors import BadRequest
+from router.server.services import services_of
 
 bp = Blueprint("feedback", __name__)
 
@@ -53,7 +54,7 @@ class FeedbackRequest(BaseModel):
 
 def init_app(app: Flask) -> None:
     """Give the app a feedback store on its Redis connection."""
-    app.extensions[EXTENSION] = FeedbackStore(app.extensions["rolegate"].redis)
+    app.extensions[EXTENSION] = FeedbackStore(services_of(app).redis)
 
 
 def feedback_store() -> FeedbackStore:
@@ -74,7 +75,7 @@ def role_of_run(run_id: str, role: str | None) -> str:
         trace_store().location(role, run_id)  # NotFound when the run is unknown
         return role
     # Only among the roles this token may act on: another role's run is "not found".
-    roles = [r for r in current_app.extensions["rolegate"].store.roles() if may_act_on(r)]
+    roles = [r for r in services_of(current_app).store.roles() if may_act_on(r)]
     return feedback_store().find_role(run_id, roles)
 
 
@@ -140,7 +141,7 @@ def golden_sample(role: str) -> ResponseReturnValue:
     window = seconds_arg("window", golden.DEFAULT_WINDOW_S)
     seed = request.args.get("seed", "golden")
     now = time.time()
-    record = current_app.extensions["rolegate"].store.get(role)
+    record = services_of(current_app).store.get(role)
     config = record.binding.current
     registered = config_store().find(config)
     policy_since = registered.policy_since if registered is not None else None

@@ -15,6 +15,7 @@ from flask.typing import ResponseReturnValue
 from gatekeeper.view.fleet import fleet_report
 from router.api.traces import trace_store
 from router.server.auth import may_act_on, require
+from router.server.services import services_of
 
 bp = Blueprint("fleet", __name__)
 
@@ -23,6 +24,6 @@ bp = Blueprint("fleet", __name__)
 @require("caller", "reviewer", "gatekeeper")
 def fleet() -> ResponseReturnValue:
     """The fleet's outlook and, with a budget set, the advice."""
-    services = current_app.extensions["rolegate"]
+    services = services_of(current_app)
     return jsonify(fleet_report(services.store, trace_store(), services.store.clock(),
                                 services.settings.fleet_budget, visible=may_act_on))

@@ -14,6 +14,7 @@ from gatekeeper.view.by_rule import rule_view
 from router.api.params import role_param
 from router.api.traces import trace_store
 from router.server.auth import require
+from router.server.services import services_of
 
 bp = Blueprint("gate", __name__)
 
@@ -25,7 +26,7 @@ def gate(role: str) -> ResponseReturnValue:
 
     `?rule=R`: over the runs targeting rule R routed (`gatekeeper.view.by_rule`).
     """
-    store = current_app.extensions["rolegate"].store
+    store = services_of(current_app).store
     # The view's `time` is the one clock stage ages are read on (Redis TIME, bindings.clock).
     now = store.clock()
     rule = request.args.get("rule")
@@ -39,5 +40,5 @@ def gate(role: str) -> ResponseReturnValue:
 def tools(role: str) -> ResponseReturnValue:
     """The tool tally per config: every tool each config's runs called, and how often."""
     role = role_param(role)
-    current_app.extensions["rolegate"].store.get(role)  # 404 for an unknown role
+    services_of(current_app).store.get(role)  # 404 for an unknown role
     return jsonify({"role": role, "configs": trace_store().tally(role)})

@@ -41,6 +41,7 @@ from bindings.table_guard import DATA_LOST
 from bindings.table_guard import summary as lost_summary
 from gatekeeper.store.heartbeat import HeartbeatStore
 from router.server.auth import bearer_token
+from router.server.services import services_of
 from router.server.tokens import TokenTable
 
 bp = Blueprint("health", __name__)
@@ -52,7 +53,7 @@ REFUSALS_KEY = "rolegate.refusals"
 
 
 def _may_see_details() -> bool:
-    table: TokenTable = current_app.extensions["rolegate"].tokens
+    table: TokenTable = services_of(current_app).tokens
     if table.open:
         return True
     presented = bearer_token()
@@ -63,7 +64,7 @@ def _gatekeeper_check() -> dict[str, Any]:
     """Whether a gatekeeper is judging. Informational: it never fails the router's probe
     (a router with no gatekeeper still serves every resolve), so alert on it instead."""
     try:
-        summary = HeartbeatStore(current_app.extensions["rolegate"].redis).summary()
+        summary = HeartbeatStore(services_of(current_app).redis).summary()
     except RolegateError as exc:
         return {"ok": False, "status": "unknown", "error": exc.message}
     return {"ok": summary["status"] == "ok", "status": summary["status"],
@@ -111,7 +112,7 @@ def init_app(app: Flask) -> None:
 @bp.get("/healthz")
 def healthz() -> ResponseReturnValue:
     """Ping Redis (every master of a Cluster), make one small write; with a token, details."""
-    services = current_app.extensions["rolegate"]
+    services = services_of(current_app)
     started = time.perf_counter()
     status = "ok"
     try:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from flask import current_app, g, request
 
 from router.server.errors import BadRequest
+from router.server.services import services_of
 
 HEADER = "Idempotency-Key"
 REPLAYED_HEADER = "Idempotent-Replayed"
@@ -59,7 +60,7 @@ def idempotent(render: Callable[[Any], Any]) -> Callable[[F], F]:
             idempotency = requested()
             g.idempotency = idempotency
             if idempotency is not None:
-                store = current_app.extensions["rolegate"].store
+                store = services_of(current_app).store
                 record = store.replay(role, *idempotency)
                 if record is not None:
                     response, status = render(record)

@@ -51,6 +51,7 @@ from router.api.trace_limits import body_prefix, refuse_deep
 from router.server import access, hosts, logs, metrics
 from router.server.errors import BadRequest
 from router.server.quota import refusal, script_charge
+from router.server.services import services_of
 from router.server.tokens import Principal
 
 PATH = "/v1/traces"
@@ -118,7 +119,7 @@ class IngestFastPath:
     def _ingest(self, environ: dict[str, Any],
                 start_response: Callable[..., Any]) -> list[bytes] | None:
         started = time.perf_counter()
-        services = self.app.extensions["rolegate"]
+        services = services_of(self.app)
         caller = self._caller(environ, services)
         if caller is None:
             return None

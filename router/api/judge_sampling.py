@@ -22,6 +22,7 @@ from gatekeeper.store.judge_pairs import PairStore
 from gatekeeper.store.judging import JudgeStore
 from rolegate.trace import Trace
 from router.server import metrics
+from router.server.services import services_of
 
 log = logging.getLogger("rolegate.judges")
 
@@ -30,7 +31,7 @@ EXTENSION = "rolegate.judges"
 
 def init_app(app: Flask) -> None:
     """Give the app a judge store on its Redis connection."""
-    app.extensions[EXTENSION] = JudgeStore(app.extensions["rolegate"].redis)
+    app.extensions[EXTENSION] = JudgeStore(services_of(app).redis)
 
 
 def judge_store(app: Flask | None = None) -> JudgeStore:
@@ -53,7 +54,7 @@ def offer_sampled(app: Flask, stored: Iterable[tuple[Trace, str]], now: float) -
 
     Roles without a judge cost one attribute read per trace.
     """
-    services = app.extensions["rolegate"]
+    services = services_of(app)
     for trace, epoch in stored:
         record, _ = services.cache.get(trace.role)
         if record is None or record.binding.gate.judge is None:
@@ -85,7 +86,7 @@ def _offer_pair(app: Flask, trace: Trace, item: dict[str, str | None], policy: J
                 now: float) -> None:
     """Park the run for its shadow mate; the second of the two queues the pair."""
     try:
-        pair = PairStore(app.extensions["rolegate"].redis).mate(trace.role, trace.key, item)
+        pair = PairStore(services_of(app).redis).mate(trace.role, trace.key, item)
         if pair is not None:
             outcome = judge_store(app).offer(
                 trace.role, pair, queue_max=policy.queue_max,

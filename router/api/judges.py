@@ -38,6 +38,7 @@ from router.api.params import role_param
 from router.api.traces import trace_store
 from router.server import metrics
 from router.server.auth import require
+from router.server.services import services_of
 
 bp = Blueprint("judges", __name__)
 __all__ = ["bp", "init_app"]
@@ -189,7 +190,7 @@ def claim(role: str) -> ResponseReturnValue:
     """Hand out up to `max` sampled runs, within the day's budget, with what to judge."""
     role = role_param(role)
     body = parse(ClaimRequest, json_body(allow_empty=True) or {})
-    record = current_app.extensions["rolegate"].store.get(role)
+    record = services_of(current_app).store.get(role)
     policy = _policy(record)
     now = time.time()
     taken = judge_store().claim(role, body.max, max_calls=policy.max_calls_per_day,
@@ -206,7 +207,7 @@ def verdicts(role: str) -> ResponseReturnValue:
     """Store each judged run's verdicts with the trace and count them; count the errors."""
     role = role_param(role)
     body = parse(VerdictsRequest, json_body(allow_empty=False))
-    _policy(current_app.extensions["rolegate"].store.get(role))
+    _policy(services_of(current_app).store.get(role))
     store, now = judge_store(), time.time()
     pairs = PairStore(store.connection)
     judged = errors = 0

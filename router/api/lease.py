@@ -23,6 +23,7 @@ from gatekeeper.store.heartbeat import HeartbeatStore
 from rolegate.trace import JsonNumber
 from router.api.bodies import json_body, parse
 from router.server.auth import require
+from router.server.services import services_of
 
 bp = Blueprint("lease", __name__)
 
@@ -65,8 +66,8 @@ class HeartbeatRequest(BaseModel):
 
 def init_app(app: Flask) -> None:
     """Keep one LeaseStore and one HeartbeatStore on the app's Redis connection."""
-    app.extensions[EXTENSION] = LeaseStore(app.extensions["rolegate"].redis)
-    app.extensions[HEARTBEAT_EXTENSION] = HeartbeatStore(app.extensions["rolegate"].redis)
+    app.extensions[EXTENSION] = LeaseStore(services_of(app).redis)
+    app.extensions[HEARTBEAT_EXTENSION] = HeartbeatStore(services_of(app).redis)
 
 
 def heartbeats() -> HeartbeatStore:

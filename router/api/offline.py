@@ -26,12 +26,13 @@ from gatekeeper.store.configs import ConfigStore
 from router.api.bodies import json_body, parse
 from router.api.params import role_param
 from router.server.auth import actor, require
+from router.server.services import services_of
 
 bp = Blueprint("offline", __name__)
 
 
 def _store() -> OfflineStore:
-    return OfflineStore(current_app.extensions["rolegate"].redis)
+    return OfflineStore(services_of(current_app).redis)
 
 
 @bp.post("/v1/roles/<role>/offline")
@@ -67,7 +68,7 @@ def get_verdict(role: str, config: str) -> ResponseReturnValue:
 
 def refuse_stray_verdict(role: str, config: str) -> None:
     """Raise Conflict (409) unless `config` is the role's current or candidate (404: no role)."""
-    binding = current_app.extensions["rolegate"].store.get(role).binding
+    binding = services_of(current_app).store.get(role).binding
     arms = {"current": binding.current, "candidate": binding.candidate}
     if config in arms.values():
         return

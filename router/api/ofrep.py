@@ -48,6 +48,7 @@ from router.api.ofrep_shapes import (
 from router.api.resolve import uncached
 from router.server.auth import may_act_on, require
 from router.server.errors import BadRequest
+from router.server.services import services_of
 
 bp = Blueprint("ofrep", __name__)
 
@@ -101,7 +102,7 @@ def evaluate_flag(role: str) -> ResponseReturnValue:
     """OFREP single evaluation: which config serves `role` for the context's targeting key."""
     key, context = read_context(_body())
     include = _wants_body()
-    cache = current_app.extensions["rolegate"].cache
+    cache = services_of(current_app).cache
     record, stale = cache.get(role)
     if record is None:
         if not cache.loaded:
@@ -121,7 +122,7 @@ def evaluate_flags() -> ResponseReturnValue:
     """OFREP bulk evaluation: every role this token may act on, with an ETag for polling."""
     key, context = read_context(_body())
     include = _wants_body()
-    cache = current_app.extensions["rolegate"].cache
+    cache = services_of(current_app).cache
     records, stale = cache.all()
     if not records and not cache.loaded:
         raise StoreUnavailable("bindings not loaded yet and Redis did not answer")

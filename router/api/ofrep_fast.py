@@ -42,6 +42,7 @@ from router.api.ofrep_eval import (
 from router.api.ofrep_shapes import MAX_BODY_BYTES, OfrepError, etag_matches, read_context
 from router.api.resolve_fast import ResolveFastPath, hook_support
 from router.server import access, cors, hosts, logs, metrics
+from router.server.services import services_of
 from router.server.tokens import Principal
 
 BULK = "/ofrep/v1/evaluate/flags"
@@ -96,7 +97,7 @@ class OfrepFastPath:
         if (origin is not None and origin not in origins) or (
                 origin is None and environ.get("HTTP_SEC_FETCH_SITE") == "cross-site"):
             return None  # the dashboard's cross-site check decides
-        services = self.app.extensions["rolegate"]
+        services = services_of(self.app)
         principal = self._admit(environ, services, role)
         if principal is None:
             return None

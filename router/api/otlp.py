@@ -45,6 +45,7 @@ from router.api.otlp_decode import PROTOBUF, BadOtlp
 from router.api.trace_answers import MAY_BE_APPLIED
 from router.app import Services
 from router.server.errors import BadRequest
+from router.server.services import services_of
 
 #: Where router.api.traces.init_app keeps the app's PendingSpans.
 EXTENSION = "rolegate.otlp_pending"
@@ -93,7 +94,7 @@ def ingest(body: Any, store_traces: StoreTraces) -> ResponseReturnValue:
     except BadOtlp as exc:
         raise BadRequest(str(exc)) from exc
     now = time.time()
-    services: Services = current_app.extensions["rolegate"]
+    services: Services = services_of(current_app)
     pending: PendingSpans = current_app.extensions[EXTENSION]
     rejected = 0
     reasons: list[str] = []

@@ -24,6 +24,7 @@ from router.api.configs import config_store
 from router.api.exposures import count_resolution
 from router.server.auth import require
 from router.server.errors import BadRequest
+from router.server.services import services_of
 
 bp = Blueprint("resolve", __name__)
 
@@ -62,7 +63,7 @@ def resolve_role(role: str) -> ResponseReturnValue:
         key = new_key()
     elif len(key) > MAX_KEY_LENGTH:
         raise BadRequest(f"key: at most {MAX_KEY_LENGTH} characters", field="key")
-    cache = current_app.extensions["rolegate"].cache
+    cache = services_of(current_app).cache
     record, stale = cache.get(role)
     if record is None:
         if not cache.loaded:
@@ -106,7 +107,7 @@ def uncached(role: str) -> VersionedBinding:
     """A role this worker's copy lacks: Archived (410) or NotFound, read from Redis."""
     try:
         validate_role_name(role)
-        record: VersionedBinding = current_app.extensions["rolegate"].store.get(role)
+        record: VersionedBinding = services_of(current_app).store.get(role)
     except (ValueError, StoreUnavailable):
         # An unusable name, or no Redis to ask: the copy's answer stands.
         raise NotFound(f"no binding for role {role!r}", role=role) from None

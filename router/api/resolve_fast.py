@@ -36,6 +36,7 @@ from bindings.models import ROLE_NAME_PATTERN
 from rolegate.routing import new_key, resolve
 from router.api.exposures import count_resolution
 from router.server import access, cors, hosts, logs, metrics
+from router.server.services import services_of
 
 PREFIX = "/v1/resolve/"
 #: Scopes the Flask view allows (router.api.resolve: caller, gatekeeper; operator always).
@@ -124,7 +125,7 @@ class ResolveFastPath:
         started = time.perf_counter()
         if ROLE_NAME_PATTERN.fullmatch(role) is None:
             return None
-        services = self.app.extensions["rolegate"]
+        services = services_of(self.app)
         try:
             # The Flask decorator's decision (router.server.access); a refusal is Flask's to say.
             actor = access.admit(environ, services.tokens, self._allowed_hosts(services),

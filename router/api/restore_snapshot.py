@@ -25,6 +25,7 @@ from bindings.recovery import write_back
 from router.api.bodies import json_body, parse
 from router.server.auth import actor, principal, require
 from router.server.errors import Forbidden
+from router.server.services import services_of
 
 bp = Blueprint("restore_snapshot", __name__)
 
@@ -49,7 +50,7 @@ def restore_snapshot() -> ResponseReturnValue:
     if principal().roles is not None:
         raise Forbidden("restoring the table writes every lost role: it needs an operator "
                         "token not limited to some roles")
-    cache = current_app.extensions["rolegate"].cache
+    cache = services_of(current_app).cache
     generation, records, lost = cache.guarded()
     kept = kept_copies.newest(cache.store.connection, {role: records[role] for role in lost})
     lost.update({role: f"held at version {rec.version} by another worker"

@@ -29,6 +29,7 @@ from router.api.params import int_arg, role_param
 from router.api.traces import trace_store
 from router.server.auth import principal, require
 from router.server.errors import BadRequest
+from router.server.services import services_of
 
 bp = Blueprint("trace_reads", __name__)
 
@@ -86,7 +87,7 @@ def _streams(role: str) -> list[tuple[str, str]]:
             raise BadRequest(f"config: 1 to {MAX_CONFIG} characters", field="config")
         configs = [config]
     else:
-        binding = current_app.extensions["rolegate"].store.get(role).binding
+        binding = services_of(current_app).store.get(role).binding
         configs = [binding.current] + ([binding.candidate] if binding.candidate else [])
     arms = [arm] if arm is not None else list(ARMS)
     return [(c, a) for c in dict.fromkeys(configs) for a in arms]

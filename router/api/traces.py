@@ -81,6 +81,7 @@ from router.app import Services
 from router.server.auth import principal, require
 from router.server.offload import off_loop
 from router.server.quota import Refusal, refusal, script_charge
+from router.server.services import services_of
 
 bp = Blueprint("traces", __name__)
 
@@ -96,7 +97,7 @@ OFF_LOOP_BYTES = 256 * 1024
 
 def init_app(app: Flask) -> None:
     """Give the app a TraceStore (with the configured retention) and the OTLP pending spans."""
-    services = app.extensions["rolegate"]
+    services = services_of(app)
     # The store's kept connections skip the pool, and so its breaker hook: it is passed on.
     guard = services.breaker
     app.extensions[EXTENSION] = TraceStore(services.redis,
@@ -221,7 +222,7 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
     OTLP path (router.api.otlp) sends its assembled runs through here too.
     """
     extensions = current_app.extensions
-    services: Services = extensions["rolegate"]
+    services = services_of(current_app)
     store: TraceStore = extensions[EXTENSION]
     reporter = principal()
     # Counted on the body as received (trace JSON or OTLP spans), before anything is stored.

@@ -23,14 +23,15 @@ import os
 import threading
 import time
 
-import redis
 from flask import Blueprint, Flask, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 
+from bindings.connection import Connection
 from bindings.store import CHANGES_CHANNEL
 from router.api.configs import snapshot_json
 from router.server.auth import may_act_on, require
 from router.server.errors import BadRequest
+from router.server.services import services_of
 
 bp = Blueprint("watch", __name__)
 log = logging.getLogger("rolegate.watch")
@@ -52,7 +53,7 @@ class ChangeNotifier:
     read cannot be missed.
     """
 
-    def __init__(self, connection: redis.Redis) -> None:
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.ticks = 0
         self.subscribed = False
@@ -124,7 +125,7 @@ class ChangeNotifier:
 
 def init_app(app: Flask) -> None:
     """Give the app its change notifier (its thread starts on the first watch)."""
-    app.extensions[EXTENSION_KEY] = ChangeNotifier(app.extensions["rolegate"].redis)
+    app.extensions[EXTENSION_KEY] = ChangeNotifier(services_of(app).redis)
 
 
 def notifier(app: Flask) -> ChangeNotifier:
@@ -139,7 +140,7 @@ def watch() -> ResponseReturnValue:
     """Answer with every binding once the generation differs from `?generation=`."""
     known = _generation_arg()
     timeout = _timeout_arg()
-    store = current_app.extensions["rolegate"].store
+    store = services_of(current_app).store
     changes = notifier(current_app)
     deadline = time.monotonic() + timeout
     since = changes.ticks
@@ -154,7 +155,7 @@ def watch() -> ResponseReturnValue:
             return _not_modified(generation)
         generation = store.generation()
     # Roles Redis lost keep their last good record, marked stale (router.server.cache).
-    generation, records, lost = current_app.extensions["rolegate"].cache.guarded()
+    generation, records, lost = services_of(current_app).cache.guarded()
     body = snapshot_json(generation, {role: rec for role, rec in records.items()
                                       if may_act_on(role)})
     if lost:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bindings.errors import NotFound, RolegateError
+from bindings.errors import RolegateError
 from bindings.models import HistoryEntry, Stage, VersionedBinding
 from bindings.store import BindingStore
 from gatekeeper.stats.drift import METRICS, baseline, derived_h
@@ -229,12 +229,3 @@ def role_detail(store: BindingStore, traces: TraceStore, role: str, now: float) 
         "cusum": cusum,
         "trajectory": paired.get("trajectory") if isinstance(paired, dict) else None,
     }
-
-
-def known_role(store: BindingStore, role: str) -> bool:
-    """True when `role` has a binding."""
-    try:
-        store.get(role)
-    except NotFound:
-        return False
-    return True

@@ -37,6 +37,7 @@ from router.dashboard.svg import bar_chart, line_chart
 from router.server import cors
 from router.server.auth import may_act_on, require
 from router.server.errors import BadRequest, Forbidden
+from router.server.services import services_of
 
 bp = Blueprint("dashboard", __name__, template_folder="templates", static_folder="static",
                static_url_path="/ui/static")
@@ -111,7 +112,7 @@ def _html(body: str, status: int = 200) -> Response:
 
 
 def _open() -> bool:
-    return bool(current_app.extensions["rolegate"].tokens.open)
+    return bool(services_of(current_app).tokens.open)
 
 
 def _role(role: str) -> str:
@@ -136,7 +137,7 @@ def actions(binding: Any) -> list[tuple[str, str]]:
 
 
 def _overview_fragment() -> str:
-    services = current_app.extensions["rolegate"]
+    services = services_of(current_app)
     rows = overview(services.store, trace_store(), services.store.clock(), visible=may_act_on)
     try:
         keeper = HeartbeatStore(services.redis).summary()
@@ -150,7 +151,7 @@ def _overview_fragment() -> str:
 
 
 def _role_fragment(role: str) -> str:
-    services = current_app.extensions["rolegate"]
+    services = services_of(current_app)
     detail = role_detail(services.store, trace_store(), role, services.store.clock())
     binding = detail["binding"]
     policy = binding.gate

@@ -218,7 +218,6 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
     }},
 }
 
-CONFIG_PARAM = {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_.-]{0,199}$"}
 PATHS.update({
     "/v1/configs": {"get": {
         "summary": "Every config with a registered spec.",

@@ -24,6 +24,7 @@ from flask import current_app, g, request
 
 from router.server import access
 from router.server.access import ACTOR_HEADER, OPEN_GATEKEEPER, OPEN_OPERATOR
+from router.server.services import services_of
 from router.server.tokens import SCOPES, Principal, TokenTable
 
 __all__ = ["ACTOR_HEADER", "OPEN_GATEKEEPER", "OPEN_OPERATOR", "SCOPES", "Principal",
@@ -35,7 +36,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def authenticate() -> Principal:
     """The caller of this request, or Unauthorized (`router.server.access.identify`)."""
-    table: TokenTable = current_app.extensions["rolegate"].tokens
+    table: TokenTable = services_of(current_app).tokens
     return access.identify(table, request.headers.get("Authorization", ""),
                            request.headers.get(ACTOR_HEADER, ""))
 

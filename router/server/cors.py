@@ -19,9 +19,11 @@ so a cache never hands one origin's marked answer to another.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from urllib.parse import urlsplit
 
 from flask import Blueprint, Flask, Response, current_app, request
+
+from router.server.services import services_of
+from router.server.settings import parse_origins
 
 #: Where browsers may come from another origin: resolving and OFREP's evaluations.
 CORS_PATHS = ("/v1/resolve/", "/ofrep/v1/evaluate/flags")
@@ -35,23 +37,6 @@ MAX_AGE = "600"
 SETTINGS_EXTENSION = "rolegate_cors"
 
 bp = Blueprint("cors", __name__)
-
-
-def parse_origins(spec: str) -> frozenset[str]:
-    """ROLEGATE_CORS_ORIGINS -> origins as browsers send them; ValueError naming a bad one."""
-    origins = set()
-    for item in spec.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        parts = urlsplit(item)
-        if (parts.scheme not in ("http", "https") or not parts.netloc
-                or parts.path not in ("", "/") or parts.query or parts.fragment
-                or "@" in parts.netloc):
-            raise ValueError(f"ROLEGATE_CORS_ORIGINS: {item!r} is not an origin; give "
-                             "scheme://host[:port], e.g. https://app.example.com")
-        origins.add(f"{parts.scheme}://{parts.netloc}".lower())
-    return frozenset(origins)
 
 
 def applies(path: str) -> bool:
@@ -120,4 +105,4 @@ bp.after_app_request(_mark)
 def init_app(app: Flask) -> None:
     """Read the listed origins once (the hooks come with `bp`)."""
     app.extensions[SETTINGS_EXTENSION] = parse_origins(
-        app.extensions["rolegate"].settings.cors_origins)
+        services_of(app).settings.cors_origins)

@@ -19,6 +19,7 @@ from bindings.errors import RolegateError
 from bindings.lease import LeaseStore
 from gatekeeper.export.exporter import LEASE_NAME
 from gatekeeper.store.export_cursor import ExportCursors
+from router.server.services import services_of
 
 #: Why runs were dropped (the `reason` label): trimmed past the retention unexported,
 #: refused by the collector (400, or partialSuccess), too large alone (413), unreadable.
@@ -29,7 +30,7 @@ class ExportCollector(Collector):
     """Per role lag (runs, seconds), and the export's totals, drops by reason."""
 
     def __init__(self, app: Flask) -> None:
-        services = app.extensions["rolegate"]
+        services = services_of(app)
         self.cache = services.cache
         self.cursors = ExportCursors(services.redis)
         self.leases = LeaseStore(services.redis, LEASE_NAME)

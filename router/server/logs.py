@@ -29,6 +29,7 @@ from typing import Any
 from flask import Blueprint, Flask, Response, current_app, g, has_app_context, request
 
 from router.server.log_batch import LineBatcher
+from router.server.services import services_of
 
 #: The logger every JSON line goes to; it has its own handler so lines stay pure JSON.
 LOGGER_NAME = "rolegate.events"
@@ -173,7 +174,7 @@ def _after(response: Response) -> Response:
     if not log.isEnabledFor(logging.WARNING):
         return response
     resolution = ctx.get("resolution")
-    if resolution is not None and not current_app.extensions["rolegate"].settings.log_resolves:
+    if resolution is not None and not services_of(current_app).settings.log_resolves:
         return response
     principal = ctx.get("principal")
     actor = principal.name if principal is not None else None
@@ -239,7 +240,7 @@ bp.after_app_request(_after)
 
 def init_app(app: Flask) -> None:
     """Give the JSON lines somewhere to go, at the configured level and resolve sample."""
-    settings = app.extensions["rolegate"].settings
+    settings = services_of(app).settings
     configure()
     log.setLevel(LEVELS[settings.log_level])
     resolve_sample.rate = settings.log_sample

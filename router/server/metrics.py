@@ -35,6 +35,7 @@ from bindings.errors import RolegateError
 from bindings.models import Stage
 from gatekeeper.store.heartbeat import HeartbeatStore
 from router.server.data_dir import LOCK_FILE
+from router.server.services import services_of
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -235,7 +236,7 @@ class BindingCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         """Yield the gauges for every role in the scraping worker's copy."""
-        cache = self.app.extensions["rolegate"].cache
+        cache = services_of(self.app).cache
         bindings, stale = cache.all()
         stage = GaugeMetricFamily("rolegate_stage", "1 for the stage each role is in.",
                                   labels=["role", "stage"])
@@ -276,7 +277,7 @@ class GatekeeperCollector(Collector):
     """
 
     def __init__(self, app: Flask) -> None:
-        self.store = HeartbeatStore(app.extensions["rolegate"].redis)
+        self.store = HeartbeatStore(services_of(app).redis)
 
     def collect(self) -> Iterator[Metric]:
         """Yield the heartbeat gauges; nothing when Redis cannot be read."""
@@ -319,7 +320,7 @@ def scrape_registry(app: Flask) -> CollectorRegistry:
         registry.register(_Forward(REGISTRY))
     registry.register(BindingCollector(app))
     registry.register(GatekeeperCollector(app))
-    if app.extensions["rolegate"].settings.export_otlp_endpoint:
+    if services_of(app).settings.export_otlp_endpoint:
         # Imported here: only routers that export read the exporter's state.
         from router.server.export_metrics import ExportCollector
 
@@ -362,7 +363,7 @@ def clear_multiproc_dir() -> None:
 
 def init_app(app: Flask) -> None:
     """Count the binding copy's failed refreshes as Redis errors."""
-    cache = app.extensions["rolegate"].cache
+    cache = services_of(app).cache
     listeners = getattr(cache, "error_listeners", None)
     if listeners is not None:
         listeners.append(lambda exc: count_redis_error("refresh"))

@@ -122,9 +122,6 @@ class Settings(BaseModel):
     @classmethod
     def _origins_parse(cls, value: str) -> str:
         if value.strip():
-            # Imported here: the settings load without Flask (the CLI reads them).
-            from router.server.cors import parse_origins
-
             parse_origins(value)  # a ValueError names the bad origin
         return value
 
@@ -170,3 +167,24 @@ def load_settings(test_config: Mapping[str, Any] | None = None,
             values[field] = env[variable]
     values.update(test_config or {})
     return Settings.model_validate(values)
+
+
+def parse_origins(spec: str) -> frozenset[str]:
+    """ROLEGATE_CORS_ORIGINS -> origins as browsers send them; ValueError naming a bad one.
+
+    Here, not in `router.server.cors`: the settings check it as they load, and load without
+    Flask (the CLI reads them).
+    """
+    origins = set()
+    for item in spec.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        parts = urlsplit(item)
+        if (parts.scheme not in ("http", "https") or not parts.netloc
+                or parts.path not in ("", "/") or parts.query or parts.fragment
+                or "@" in parts.netloc):
+            raise ValueError(f"ROLEGATE_CORS_ORIGINS: {item!r} is not an origin; give "
+                             "scheme://host[:port], e.g. https://app.example.com")
+        origins.add(f"{parts.scheme}://{parts.netloc}".lower())
+    return frozenset(origins)
