@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.errors import Conflict, NotFound, PreconditionRequired
 from bindings.models import Binding, VersionedBinding
+from bindings.store import archived_error
+from bindings.table_guard import DATA_LOST, lost_roles
 from gatekeeper.machine.stages import Event, apply, check_holds
 from rolegate.trace import JsonNumber, PositiveJsonInt
 from router.api.bodies import json_body, parse
@@ -26,6 +28,8 @@ from router.server.auth import actor, may_act_on, require
 from router.server.services import services_of
 
 bp = Blueprint("bindings", __name__)
+#: Set on a read answered from a router's kept record because Redis lost the role.
+STALE_HEADER = "X-Rolegate-Stale"
 
 
 class _Action(BaseModel):
@@ -108,6 +112,7 @@ def list_bindings() -> ResponseReturnValue:
                                       if may_act_on(role)})
     if lost:
         body["stale"] = True
+        body["lost"] = {role: why for role, why in lost.items() if may_act_on(role)}
     response = jsonify(body)
     response.headers["ETag"] = etag
     return response
@@ -116,8 +121,30 @@ def list_bindings() -> ResponseReturnValue:
 @bp.get("/v1/bindings/<role>")
 @require("caller", "reviewer", "gatekeeper")
 def get_binding(role: str) -> ResponseReturnValue:
-    """One role's binding with its version (also the ETag)."""
-    return _record_json(_store().get(role_param(role)))
+    """One role's binding with its version (also the ETag).
+
+    While Redis lost the role (bindings.table_guard) it is the kept record the
+    table and resolves serve, marked `X-Rolegate-Stale: redis_data_lost`: one
+    read must not say 404 while the list shows the role.
+    """
+    role = role_param(role)
+    held, _ = _cache().get(role)
+    try:
+        record, note = _store().get_any(role)
+    except NotFound:
+        record, note = None, None
+    if held is not None:
+        live = {} if record is None or note is not None else {role: record}
+        archived = {} if record is None or note is None else {role: record.version}
+        if lost_roles({role: held}, live, archived):
+            response = _record_json(held)
+            response.headers[STALE_HEADER] = DATA_LOST
+            return response
+    if record is None:
+        raise NotFound(f"no binding for role {role!r}", role=role)
+    if note is not None:
+        raise archived_error(role, note)
+    return _record_json(record)
 
 
 @bp.put("/v1/bindings/<role>")

@@ -154,7 +154,8 @@ class _Bindings:
         try:
             record = self.services.store.get(role)
         except NotFound:
-            if role not in self.services.cache.lost:
+            # Held here but gone from Redis: the loss, even before the poll notices it.
+            if role not in self.services.cache.lost and role not in self.services.cache.bindings:
                 raise
             # Not the sender's mistake (a 422 would have it drop the trace): Redis
             # lost the role; it can be counted once the table is written back.

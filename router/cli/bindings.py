@@ -199,7 +199,9 @@ def import_file(api: ApiClient, path: str, reason: str | None, dry_run: bool) ->
     """
     wanted = load_bindings_or_exit(path)
     why = reason or f"imported from {Path(path).name}"
-    stored = api.get("/v1/bindings")["roles"]
+    table = api.get("/v1/bindings")
+    stored = table["roles"]
+    _refuse_a_stale_table(table.get("lost") or {}, dry_run)
     for role, binding in wanted.roles.items():
         body = {"binding": binding.model_dump(mode="json", exclude=set(SERVER_FIELDS)),
                 "reason": why}
@@ -216,6 +218,24 @@ def import_file(api: ApiClient, path: str, reason: str | None, dry_run: bool) ->
                 # If-Match: the version we compared against; a change in between is a 409.
                 api.put(role_path(role), body, version=record["version"])
         click.echo(f"{role}: {outcome}{' (dry run)' if dry_run and outcome != 'unchanged' else ''}")
+
+
+def _refuse_a_stale_table(lost: dict[str, str], dry_run: bool) -> None:
+    """While Redis lost roles, say what an import would do (nothing useful) and stop.
+
+    The router's table is then its kept copy: a role the file matches would
+    be left lost (no write), another refused (its version is not Redis's).
+    """
+    if not lost:
+        return
+    named = "; ".join(f"{role} ({why})" for role, why in sorted(lost.items()))
+    click.echo(f"Redis lost data: {named}. The router serves its kept copies, so an import "
+               "now compares the file against them and would leave those roles lost. "
+               "First run `rolegate bindings restore-snapshot` (write the routers' table "
+               "back) or `rolegate bindings accept-redis` (keep Redis's, after a restore), "
+               "then import again." + ("" if dry_run else " Nothing written."), err=True)
+    if not dry_run:
+        sys.exit(EXIT_REFUSED)
 
 
 @bindings.command("export")

@@ -56,6 +56,12 @@ SNAPSHOT = {
         "bodies": {"type": "object", "additionalProperties": {"type": "object"},
                    "description": "Config bodies by config id: each role's current and "
                                   "candidate that have one."},
+        "stale": {"type": "boolean",
+                  "description": "Present (true) while Redis lost some role this router "
+                                 "serves from its kept table (/healthz: redis_data_lost)."},
+        "lost": {"type": "object", "additionalProperties": {"type": "string"},
+                 "description": "With stale: each role Redis lost, and what Redis shows "
+                                "of it instead."},
     },
 }
 HEALTH = {
