@@ -101,12 +101,15 @@ def collector() -> Iterator[Collector]:
                 status, headers, out = 404, {}, b"no such path"
             else:
                 status, headers, out = state.answer(body)
-            self.send_response(status)
-            for name, text in headers.items():
-                self.send_header(name, text)
-            self.send_header("Content-Length", str(len(out)))
-            self.end_headers()
-            self.wfile.write(out)
+            try:
+                self.send_response(status)
+                for name, text in headers.items():
+                    self.send_header(name, text)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the exporter gave up waiting (a hung request): nothing to answer
 
         def log_message(self, *args: Any) -> None:
             return None

@@ -17,6 +17,7 @@ refused (`partialSuccess`), or unreadable in Redis.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -157,7 +158,7 @@ class OtlpExporter:
              fields: dict[bytes, bytes]) -> ExportedRun | None:
         try:
             trace = load_stored(Trace, fields[b"t"], f"stored trace {ident}")
-            verdict = TraceVerdict.from_json(json.loads(fields[b"v"]))
+            verdict = _verdict(fields[b"v"])
         except (KeyError, ValueError, RolegateError) as exc:
             log.error("otlp export: run %s of %s unreadable, dropped: %s", ident,
                       stream.role, exc)
@@ -231,3 +232,9 @@ class OtlpExporter:
             self.leases.release(self.holder)
         except RolegateError:
             pass  # it expires on its own
+
+
+@functools.lru_cache(maxsize=1024)
+def _verdict(raw: bytes) -> TraceVerdict:
+    # Most runs of a role share one of a few verdicts: each is read once.
+    return TraceVerdict.from_json(json.loads(raw))
