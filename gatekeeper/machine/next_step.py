@@ -39,13 +39,19 @@ AWAITING_APPROVAL = "awaiting_approval"
 #: gate.responses held the rollout: a rule would have rolled it back.
 HELD = "held"
 STABLE, ROLLED_BACK, NOT_STARTED = "stable", "rolled_back", "not_started"
+#: Every state `next.state` takes: the OpenAPI enum is this tuple (router.openapi.more).
+STATES = (WAITING, ADVANCING, ROLLING_BACK, PAUSED, AWAITING_APPROVAL, HELD, STABLE,
+          ROLLED_BACK, NOT_STARTED)
+#: Every kind of Wait, in the order waits_of lists them ("approval" on its own; "other":
+#: a hold decide() explains only in its reason). A Wait of another kind is refused.
+WAIT_KINDS = ("runs", "pairs", "time", "power", "approval", "other")
 
 
 @dataclass(frozen=True)
 class Wait:
     """One condition a stage still waits for before it may advance."""
 
-    #: "runs", "pairs" or "time" (or "other": a hold decide() explains in its reason).
+    #: One of WAIT_KINDS.
     kind: str
     #: The binding setting that asks for it: min_samples, min_stage_seconds, ...
     setting: str | None
@@ -54,6 +60,10 @@ class Wait:
     text: str
     #: For "time": when the wait ends, in epoch seconds.
     until: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in WAIT_KINDS:  # the OpenAPI enum is WAIT_KINDS: keep them one list
+            raise ValueError(f"Wait kind {self.kind!r} is not one of {WAIT_KINDS}")
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready."""

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from router.openapi.paths import AUTH, json_body, json_response
+from rolegate.trace import TraceArm
+from router.openapi.paths import AUTH, enum_of, json_body, json_response
 
 _OBJECT: dict[str, Any] = {"type": "object"}
-_ARM = {"enum": ["current", "candidate", "shadow"]}
+_ARM = enum_of(TraceArm)
 _ITEM = {"type": "object", "required": ["run_id", "arm", "config", "epoch"],
          "properties": {"run_id": {"type": "string"}, "reporter": {"type": ["string", "null"]},
                         "arm": _ARM, "config": {"type": "string"}, "epoch": {"type": "string"},

@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from bindings.models import RESPONSE_RULES, Stage, Thresholds
+from gatekeeper.heartbeat import ABSENT, LATE, OK
+from gatekeeper.machine.deadline import DEADLINE
+from gatekeeper.machine.decide import Action
+from gatekeeper.machine.next_step import STATES, WAIT_KINDS
+from gatekeeper.machine.responses import RESPONSES
+from gatekeeper.stats.drift import METRICS
 from rolegate.config_ids import CONFIG_ID_PATTERN, MAX_CONFIG_ID
-from rolegate.trace import ROLE_PATTERN
+from rolegate.trace import ROLE_PATTERN, TraceArm
 from router.api.exposures import MAX_ROWS
 from router.api.feedback import QUOTA_PATTERN
 from router.api.trace_parse import MAX_BATCH
-from router.openapi.paths import AUTH, HTML, json_body, json_response, ref
+from router.openapi.paths import AUTH, HTML, enum_of, json_body, json_response, ref
 
 OBJECT: dict[str, Any] = {"type": "object"}
 
@@ -44,7 +51,7 @@ _EXPOSURE = {**_obj("role", "config", "arm", "epoch", "bucket", "count",
                           "pattern": ROLE_PATTERN},
                     config={"type": "string", "minLength": 1, "maxLength": MAX_CONFIG_ID,
                             "pattern": CONFIG_ID_PATTERN.pattern},
-                    arm={"enum": ["current", "candidate", "shadow"]},
+                    arm=enum_of(TraceArm),
                     epoch={"type": "string", "pattern": r"^(0|\d{1,12}\.\d{6})$"},
                     bucket={"type": "integer", "minimum": 0, "maximum": 10**10},
                     count={"type": "integer", "minimum": 1, "maximum": 10**7}),
@@ -59,7 +66,7 @@ FEEDBACK = _obj("role", "run_id", "tier", "feedback",
 LEASE = _obj("holder", "ttl_ms", holder={"type": ["string", "null"]},
              ttl_ms={"type": ["integer", "null"]})
 HEARTBEAT = _obj("status", "leader", "last_tick", "age_s", "text",
-                 status={"enum": ["ok", "late", "absent"]}, leader={"type": ["string", "null"]},
+                 status=enum_of((OK, LATE, ABSENT)), leader={"type": ["string", "null"]},
                  last_tick={"type": ["number", "null"]}, age_s={"type": ["number", "null"]},
                  text={"type": "string"})
 #: `gatekeeper.view.fleet.fleet_report`: the outlook and, with a fleet budget, the advice.
@@ -75,21 +82,30 @@ STORED_TRACE = _obj("id", "received", "role", "trace", "verdict",
                     id={"type": "string"}, received={"type": "number"},
                     role={"type": "string"}, trace=ref("Trace"), verdict=OBJECT)
 WAIT = _obj("kind", "setting", "have", "need", "until", "text",
-            kind={"enum": ["runs", "pairs", "time", "other"]},
+            kind=enum_of(WAIT_KINDS),
             setting={"type": ["string", "null"]}, have={"type": "number"},
             need={"type": "number"}, until={"type": ["number", "null"]}, text={"type": "string"})
+#: `gatekeeper.machine.responses.response_details`: the graded response decide() applied,
+#: for one of its rules or for the stage's deadline (`gatekeeper.machine.deadline`).
+RESPONSE = _obj("rule", "applied", "policy", rule=enum_of((*RESPONSE_RULES, DEADLINE)),
+                applied=enum_of(RESPONSES), policy={"type": "string"})
+#: `gatekeeper.machine.deadline.Deadline.as_dict()`.
+DEADLINE_AT = _obj("at", "action", "seconds", at={"type": "number"},
+                   action=enum_of(Thresholds.model_fields["deadline_action"].annotation),
+                   seconds={"type": "number"})
 #: `gatekeeper.machine.next_step.NextStep.as_dict()`: decide()'s action on this view, explained.
 NEXT = _obj("action", "state", "summary", "then", "waits", "reason", "lines",
-            action={"enum": ["advance", "rollback", "hold", "skip"]},
-            state={"enum": ["waiting", "advancing", "rolling_back", "paused", "stable",
-                            "rolled_back", "not_started"]},
+            action=enum_of(Action), state=enum_of(STATES),
             summary={"type": "string"}, then={"type": ["string", "null"]},
             waits={"type": "array", "items": WAIT}, reason={"type": "string"},
-            lines={"type": "array", "items": {"type": "string"}})
+            lines={"type": "array", "items": {"type": "string"}},
+            warnings={"type": "array", "items": {"type": "string"}},
+            response={"anyOf": [RESPONSE, {"type": "null"}]},
+            deadline={"anyOf": [DEADLINE_AT, {"type": "null"}]})
 GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", "arms",
             "comparison", "next", next={"anyOf": [NEXT, {"type": "null"}]},
             previous={"type": ["object", "null"]}, rule=OBJECT, role={"type": "string"}, version={"type": "integer"},
-            stage={"type": "string"}, share={"type": "number"}, paused={"type": "boolean"},
+            stage=enum_of(Stage), share={"type": "number"}, paused={"type": "boolean"},
             current={"type": "string"}, candidate={"type": ["string", "null"]},
             window=OBJECT, policy=OBJECT, arms=OBJECT, comparison=OBJECT,
             paired={"type": ["object", "null"]}, drift=OBJECT,
@@ -175,7 +191,7 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
             {"name": "config", "in": "query", "required": False,
              "schema": {"type": "string", "minLength": 1, "maxLength": 200}},
             {"name": "arm", "in": "query", "required": False,
-             "schema": {"enum": ["current", "candidate", "shadow"]}},
+             "schema": enum_of(TraceArm)},
         ],
         "responses": {"200": json_response("Stored traces, oldest first.", _obj(
             "role", "traces", "last_id", role={"type": "string"},
@@ -227,9 +243,9 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                         "minItems": 1, "maxItems": 50}},
             {"name": "config", "in": "query", "required": False, "schema": {"type": "string"}},
             {"name": "arm", "in": "query", "required": False,
-             "schema": {"enum": ["current", "candidate", "shadow"]}},
+             "schema": enum_of(TraceArm)},
             {"name": "metric", "in": "query", "required": False,
-             "schema": {"enum": ["run_failure", "tool_error", "forbidden_call"]}},
+             "schema": enum_of(METRICS)},
             {"name": "shift", "in": "query", "required": False,
              "schema": {"type": "number", "exclusiveMinimum": 0, "maximum": 1}},
             {"name": "p0", "in": "query", "required": False,

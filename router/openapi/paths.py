@@ -8,11 +8,27 @@ scopes allowed (None: no token needed). Schemas refer to the components that
 
 from __future__ import annotations
 
-from typing import Any
+import enum
+from collections.abc import Iterable
+from typing import Any, get_args
+
+from bindings.models import Stage
+from rolegate.routing import Arm
 
 #: Every error status some operation answers; each becomes a shared response.
 ERROR_STATUSES = (400, 401, 403, 404, 409, 410, 413, 422, 428, 429, 503, 504)
 AUTH = (401, 403)
+
+
+def enum_of(values: Any) -> dict[str, list[str]]:
+    """An enum schema read from the code that makes the values: a tuple of constants, an
+    Enum class (its values) or a Literal type (its arguments). Never a list written here
+    by hand: a value added in the code is in the schema, and the live-view test
+    (tests/test_gate_view_openapi.py) fails on one that is not."""
+    if isinstance(values, type) and issubclass(values, enum.Enum):
+        return {"enum": [member.value for member in values]}
+    found: Iterable[str] = get_args(values) or values
+    return {"enum": list(found)}
 
 
 def ref(name: str) -> dict[str, str]:
@@ -87,8 +103,8 @@ RESOLUTION = {
     "properties": {
         "role": {"type": "string"},
         "config": {"type": "string"},
-        "arm": {"enum": ["current", "candidate"]},
-        "stage": {"enum": ["stable", "shadow", "canary", "full", "rolled_back"]},
+        "arm": enum_of(Arm),
+        "stage": enum_of(Stage),
         "share": {"type": "number", "minimum": 0, "maximum": 1},
         "shadow": {"type": ["string", "null"]},
         "version": {"type": "integer", "minimum": 1},
