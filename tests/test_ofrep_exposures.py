@@ -148,8 +148,8 @@ def _report(url: str, role: str, arms: dict[str, str], when: float) -> None:
             continue
         config = "cfg_b" if arm == "candidate" else "cfg_a"
         traces.append({"run_id": f"{role}-{key}", "role": role, "arm": arm, "config": config,
-                       "key": key, "tools": ["read"], "stamps": STAMPS, "time": when,
-                       "latency_s": 2.0})
+                       "key": key, "tools": ["read"], "stamps": STAMPS, "time": when + 2.0,
+                       "latency_s": 2.0})  # started at `when`: the exposures' bucket
     r = requests.post(f"{url}/v1/traces", json={"traces": traces}, headers=auth(CALLER),
                       timeout=10)
     assert r.status_code == 200, r.text

@@ -91,7 +91,7 @@ def _post(client: FlaskClient, path: str, body: Any, headers: dict[str, str]) ->
 
 def _counted(app: Flask) -> dict[str, float]:
     """The exposures, resolves and requests counted since the last call."""
-    rows = exposure_counter(app).exposures.drain(0.0)
+    rows = exposure_counter(app).drain(0.0)
     now: dict[str, float] = {f"resolves.{arm}": metrics.RESOLVES.labels("summarizer", arm)
                              ._value.get() for arm in ("current", "candidate")}
     now.update({status: metrics.REQUESTS.labels(status)._value.get()

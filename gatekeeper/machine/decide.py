@@ -209,11 +209,12 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
             "sequential", _rejected(combined, evidence, paired),
             sequential={**combined.as_dict(), "p0": rate_p0(evidence)})):
         return failed
-    if reported := report_decision(evidence.reports, fail, functools.partial(make, Action.HOLD)):
-        return reported  # type: ignore[no-any-return]
     if rejected and (failed := fail("criteria", "; ".join(v.reason() for v in rejected),
                                     [v.counts.key for v in rejected], **_criteria_details(rejected))):
         return failed
+    # After every test that rolls back: a report-rate hold (both_short) never hides one.
+    if reported := report_decision(evidence.reports, fail, functools.partial(make, Action.HOLD)):
+        return reported  # type: ignore[no-any-return]
     hold = _hold(binding, evidence, paired, rated, now)
     if hold is not None:
         reason, extra = hold

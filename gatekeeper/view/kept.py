@@ -79,9 +79,18 @@ def reports(ctx: GateContext, counts: ReportCounts | None) -> dict[str, Any] | N
     if counts is None:
         return None
     grace = ctx.record.binding.gate.reports.grace_seconds
-    groups = [counts[0][0], counts[0][1], counts[1][0], counts[1][1]]
+    # Four groups (each arm's assigned and reported), keyed by (reporter, bucket).
+    groups: list[dict[tuple[str, int], int]] = [{}, {}, {}, {}]
+    for name, arms in counts.items():
+        for i, part in enumerate((arms[0][0], arms[0][1], arms[1][0], arms[1][1])):
+            groups[i].update(((name, bucket), n) for bucket, n in part.items())
     return _section(ctx, ("reports", cells.BUCKET_S), None, mature_before(ctx.now, grace),
-                    groups, int, lambda: reports_section(ctx, counts))
+                    groups, _second, lambda: reports_section(ctx, counts))
+
+
+def _second(key: tuple[str, int]) -> int:
+    """The time bucket of a (reporter, bucket) count."""
+    return key[1]
 
 
 def _cell_bucket(name: str) -> int:

@@ -3,8 +3,12 @@
 Also what the `missing_runs` policy (`gate.reports`, `gatekeeper.stats.missing`)
 adds: the runs each arm was assigned and never reported, handed to the
 `concurrent` section (where they count as failed runs under "fail") and shown
-beside each arm's pass rate (`merge_missing`). The exposure hashes are read
-once per view (`report_counts`).
+beside each arm's pass rate (`merge_missing`). The exposure hashes, and each
+reporter's own reports of the buckets it counted, are read once per view
+(`report_counts`). Each reporter's assignments are set against its own reports;
+with `trusted_reporters` in the policy only theirs are read, as only their runs
+count; only the reporters whose missing runs say something about a config
+(`ReporterFigures.counted`) add missing runs.
 """
 
 from __future__ import annotations
@@ -14,12 +18,14 @@ from typing import Any
 from bindings.models import Stage
 from gatekeeper.stats.budget import REPORTS_SHARE
 from gatekeeper.stats.missing import FAIL, Missing, applies, mature_before, missing_of
-from gatekeeper.stats.reports import report_check
+from gatekeeper.stats.reports import report_check_by, reporter_figures
 from gatekeeper.store.exposures import ExposureStore
 from gatekeeper.view.context import GateContext
 
-#: Per arm (the judged one, then current): ({bucket: assigned}, {bucket: reported}).
-ReportCounts = tuple[tuple[dict[int, int], dict[int, int]], tuple[dict[int, int], dict[int, int]]]
+#: Per arm: ({bucket: assigned}, {bucket: reported}).
+ArmCounts = tuple[dict[int, int], dict[int, int]]
+#: Per reporter: (the judged arm's counts, current's).
+ReportCounts = dict[str, tuple[ArmCounts, ArmCounts]]
 
 
 def judged_arm(ctx: GateContext) -> str | None:
@@ -37,12 +43,19 @@ def report_counts(ctx: GateContext) -> ReportCounts | None:
     if judged is None:
         return None
     store = ExposureStore(ctx.traces.connection)
-    counts = []
+    trusted = ctx.record.binding.gate.trusted_reporters
+    per_arm = []
     for arm in (judged, "current"):
-        config, window = ctx.arms[arm]
-        counts.append((store.buckets(ctx.role, config, arm, ctx.epoch),
-                       window.reported_buckets()))
-    return counts[0], counts[1]
+        config = ctx.arms[arm][0]
+        assigned = store.by_reporter(ctx.role, config, arm, ctx.epoch)
+        if trusted is not None:
+            assigned = {name: b for name, b in assigned.items() if name in trusted}
+        reported = store.reported(ctx.role, config, arm, ctx.epoch, assigned)
+        per_arm.append((assigned, reported))
+    names = per_arm[0][0].keys() | per_arm[1][0].keys()
+    return {name: ((per_arm[0][0].get(name, {}), per_arm[0][1].get(name, {})),
+                   (per_arm[1][0].get(name, {}), per_arm[1][1].get(name, {})))
+            for name in sorted(names)}
 
 
 def reports_section(ctx: GateContext, counts: ReportCounts | None) -> dict[str, Any] | None:
@@ -52,13 +65,19 @@ def reports_section(ctx: GateContext, counts: ReportCounts | None) -> dict[str, 
         return None
     binding = ctx.record.binding
     policy = binding.gate.reports
-    check = report_check(counts[0], counts[1], mature_before(ctx.now, policy.grace_seconds),
-                         REPORTS_SHARE * binding.gate.thresholds.alpha, policy.grace_seconds)
+    check = report_check_by(counts, mature_before(ctx.now, policy.grace_seconds),
+                            REPORTS_SHARE * binding.gate.thresholds.alpha, policy.grace_seconds)
     why_not = applies(binding) if policy.missing_runs == FAIL else None
+    counted = [f for f in check.reporters.values() if f.counted]
     return {"arm": judged_arm(ctx), **check.as_dict(),
             "missing_runs": {"policy": policy.missing_runs,
                              "applied": policy.missing_runs == FAIL and why_not is None,
-                             "why_not": why_not}}
+                             "why_not": why_not,
+                             "counted_reporters": sorted(
+                                 n for n, f in check.reporters.items() if f.counted),
+                             "missing": {arm: sum(f.assigned[i] - f.reported[i]
+                                                  for f in counted)
+                                         for i, arm in enumerate(("candidate", "current"))}}}
 
 
 def missing_for(ctx: GateContext, counts: ReportCounts | None) -> Missing | None:
@@ -68,7 +87,25 @@ def missing_for(ctx: GateContext, counts: ReportCounts | None) -> Missing | None
     policy = binding.gate.reports
     if counts is None or policy.missing_runs != FAIL or applies(binding) is not None:
         return None
-    return missing_of(counts[0], counts[1], mature_before(ctx.now, policy.grace_seconds))
+    mature = mature_before(ctx.now, policy.grace_seconds)
+    figures = reporter_figures(counts, mature)
+    gone = missing_of(*_pooled(counts, [n for n, f in figures.items() if f.counted]), mature)
+    # Any reporter's runs still in flight make their cells wait: a cell enters once.
+    waiting = missing_of(*_pooled(counts, list(counts)), mature).waiting_from
+    return Missing(gone.candidate, gone.current, waiting)
+
+
+def _pooled(counts: ReportCounts, names: list[str]) -> tuple[ArmCounts, ArmCounts]:
+    """The named reporters' counts summed per arm and bucket, each reporter's reports
+    capped at its own assignments (so one's extra reports never cover another's missing)."""
+    out: list[ArmCounts] = [({}, {}), ({}, {})]
+    for name in names:
+        for arm, (assigned, reported) in enumerate(counts[name]):
+            for bucket, n in assigned.items():
+                out[arm][0][bucket] = out[arm][0].get(bucket, 0) + n
+                out[arm][1][bucket] = (out[arm][1].get(bucket, 0)
+                                       + min(n, reported.get(bucket, 0)))
+    return out[0], out[1]
 
 
 def merge_missing(arms: dict[str, Any], reports: dict[str, Any] | None) -> None:
@@ -81,11 +118,12 @@ def merge_missing(arms: dict[str, Any], reports: dict[str, Any] | None) -> None:
     """
     if not reports or not (reports.get("missing_runs") or {}).get("applied"):
         return
+    counted = reports["missing_runs"].get("missing") or {}
     for arm, key in ((reports.get("arm"), "candidate"), ("current", "current")):
         figures = arms.get(str(arm))
         if figures is None:
             continue
-        missing = max(0, int(reports["assigned"][key]) - int(reports["reported"][key]))
+        missing = max(0, int(counted.get(key, 0)))
         n, passes = int(figures.get("n", 0)) + missing, int(figures.get("passes", 0))
         figures["counting_missing"] = {"missing": missing, "n": n, "passes": passes,
                                        "pass_rate": passes / n if n else None}

@@ -46,7 +46,7 @@ from router.api.ofrep_shapes import (
     too_big,
 )
 from router.api.resolve import uncached
-from router.server.auth import may_act_on, require
+from router.server.auth import may_act_on, principal, require
 from router.server.errors import BadRequest
 from router.server.services import services_of
 
@@ -108,7 +108,8 @@ def evaluate_flag(role: str) -> ResponseReturnValue:
         if not cache.loaded:
             raise StoreUnavailable("bindings not loaded yet and Redis did not answer")
         record = uncached(role)
-    resolution = evaluate_one(current_app, role, record, key, context, stale)
+    resolution = evaluate_one(current_app, role, record, key, context, stale,
+                              principal().name)
     # Logged and counted as a resolve, like GET /v1/resolve.
     g.resolution = resolution
     return current_app.response_class(
@@ -132,7 +133,7 @@ def evaluate_flags() -> ResponseReturnValue:
         # The provider keeps the evaluations it has: nothing newly assigned to count.
         response = current_app.response_class(status=304)
     else:
-        count_all(current_app, resolutions, records)
+        count_all(current_app, resolutions, records, principal().name)
         response = current_app.response_class(payload, mimetype="application/json")
     response.headers["ETag"] = tag
     return response

@@ -24,12 +24,13 @@ _encode = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def evaluate_one(app: Flask, role: str, record: VersionedBinding, key: str,
-                 context: Mapping[str, Any], stale: bool) -> Resolution:
-    """Resolve `role` for the context, counted as an exposure like GET /v1/resolve."""
+                 context: Mapping[str, Any], stale: bool, reporter: str) -> Resolution:
+    """Resolve `role` for the context, counted as an exposure like GET /v1/resolve (under
+    `reporter`, the evaluating token's name)."""
     resolution = resolve(role, record.binding, record.version, key, stale=stale,
                          attributes=job_attributes(context, record.binding.rules))
     # An assignment like GET /v1/resolve's: counted, so runs that never report show.
-    count_resolution(app, role, resolution, record.binding)
+    count_resolution(app, role, resolution, record.binding, reporter)
     return resolution
 
 
@@ -43,11 +44,12 @@ def evaluate_all(records: Mapping[str, VersionedBinding], key: str,
 
 
 def count_all(app: Flask, resolutions: list[Resolution],
-              records: Mapping[str, VersionedBinding]) -> None:
-    """Count a bulk answer's evaluations, each role once (when the answer is a 200)."""
+              records: Mapping[str, VersionedBinding], reporter: str) -> None:
+    """Count a bulk answer's evaluations, each role once (when the answer is a 200), under
+    `reporter`, the evaluating token's name."""
     for resolution in resolutions:
         count_resolution(app, resolution["role"], resolution,
-                         records[resolution["role"]].binding)
+                         records[resolution["role"]].binding, reporter)
 
 
 def bulk_payload(resolutions: list[Resolution],

@@ -114,7 +114,8 @@ class OfrepFastPath:
             record, stale = services.cache.get(role)
             if record is None:
                 return None
-            resolution = evaluate_one(self.app, role, record, key, context, stale)
+            resolution = evaluate_one(self.app, role, record, key, context, stale,
+                                      principal.name)
             body = single_payload(resolution)
         else:
             records, stale = services.cache.all()
@@ -125,7 +126,7 @@ class OfrepFastPath:
             if etag_matches(environ.get("HTTP_IF_NONE_MATCH"), tag):
                 status, body, headers = "304 NOT MODIFIED", b"", []
             else:
-                count_all(self.app, resolutions, records)
+                count_all(self.app, resolutions, records, principal.name)
             headers.append(("ETag", tag))
         if body:
             headers.append(("Content-Length", str(len(body))))

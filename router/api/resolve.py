@@ -22,7 +22,7 @@ from rolegate.trace import MAX_ATTRIBUTES
 from router.api import resolve_fast
 from router.api.configs import config_store
 from router.api.exposures import count_resolution
-from router.server.auth import require
+from router.server.auth import principal, require
 from router.server.errors import BadRequest
 from router.server.services import services_of
 
@@ -75,7 +75,7 @@ def resolve_role(role: str) -> ResponseReturnValue:
     attributes = attributes_arg() if len(request.args) > ("key" in request.args) else None
     resolution = resolve(role, record.binding, record.version, key, stale=stale,
                          attributes=attributes)
-    count_resolution(current_app, role, resolution, record.binding)
+    count_resolution(current_app, role, resolution, record.binding, principal().name)
     # The logs and metrics hooks read the decision from here after the response.
     g.resolution = resolution
     answer: dict[str, Any] = dict(resolution)

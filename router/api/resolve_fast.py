@@ -144,7 +144,7 @@ class ResolveFastPath:
         if record is None:
             return None
         resolution = resolve(role, record.binding, record.version, key, stale=stale)
-        count_resolution(self.app, role, resolution, record.binding)
+        count_resolution(self.app, role, resolution, record.binding, actor)
         body = json.dumps(resolution, separators=(",", ":")).encode()
         request_id = logs.request_id_from(environ.get("HTTP_X_REQUEST_ID"))
         headers = [
