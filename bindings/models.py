@@ -19,7 +19,7 @@ from bindings.judge_policy import JudgePolicy
 from bindings.power_policy import PowerPolicy
 from bindings.reports_policy import ReportsPolicy
 from rolegate.config_ids import STORED, ConfigId
-from rolegate.routing import Stage
+from rolegate.routing import LATEST_BUCKET_VERSION, SALT_PATTERN, Stage
 from rolegate.trace import JsonInt, JsonNumber, NonNegativeJsonInt, PositiveJsonInt
 
 __all__ = ["Approval", "Binding", "BindingFile", "CanaryStep", "DriftPolicy", "Frozen", "GatePolicy",
@@ -281,6 +281,10 @@ class Binding(Frozen):
     #: This role's cap on each of its trace streams (entries), over the router's
     #: ROLEGATE_TRACE_RETENTION; None keeps the router's. Applied at the next trace.
     trace_retention: Annotated[JsonInt, Field(ge=1, le=1_000_000_000)] | None = None
+    #: Bucketing (docs/bucketing.md, bindings.bucketing): the unit's attribute (None: key).
+    bucket_by: Annotated[str, Field(pattern=ATTRIBUTE_NAME_PATTERN.pattern)] | None = None
+    salt: Annotated[str, Field(pattern=SALT_PATTERN)] | None = None
+    bucket_version: JsonInt = Field(1, ge=1, le=LATEST_BUCKET_VERSION)
 
     @field_validator("share")
     @classmethod

@@ -12,8 +12,9 @@ with the `/v1/bindings/watch` long-poll, so a rollback arrives in milliseconds
 (by default: polling every 2 s let 13 to 64 jobs run a config after its
 rollback was written), or, with `subscribe=False`, with a conditional GET every
 `refresh_interval` (an unchanged table costs a 304). The arm
-is decided by `rolegate.routing.bucket`, the server's own function, so every
-answer equals the server's. When the router cannot be reached the last
+is decided by `rolegate.routing`'s bucketing, the server's own functions (each
+role's version, salt and unit: docs/bucketing.md), so every answer equals the
+server's. When the router cannot be reached the last
 snapshot keeps answering with `stale=True` (fail-static); once it is older than
 `max_age` seconds resolving raises `SnapshotTooOld` instead.
 
@@ -49,7 +50,7 @@ from rolegate.recorder import Recorder
 from rolegate.refresher import MAX_WATCH_TIMEOUT, SnapshotRefresher
 from rolegate.report_stats import ReportStats
 from rolegate.reporter import TraceReporter
-from rolegate.routing import Resolution, bucket, new_key
+from rolegate.routing import Resolution, new_key
 from rolegate.snapshot import Entry, Snapshot, ToolGate, starting_snapshot
 from rolegate.trace import Stamps, Trace
 
@@ -201,15 +202,16 @@ class Client(SnapshotRefresher):
             key = new_key()
         elif len(key) > MAX_KEY_LENGTH:
             raise ValueError(f"key: at most {MAX_KEY_LENGTH} characters")
-        if attributes and self._snapshot is not None:
+        current, candidate, share, bucket_of = entry
+        if (attributes or bucket_of is None) and self._snapshot is not None:
+            # Rules read the attributes; a role bucketed by one needs its value.
             targeted = self._snapshot.targeted(role, key, attributes, self._stale)
             if targeted is not None:
                 self._exposures.count(role, targeted["config"], targeted["arm"],
                                       self._counted[role][3])
                 return targeted
-        current, candidate, share = entry
         counters = self._counted[role]
-        if candidate is not None and bucket(role, key) < share:
+        if candidate is not None and bucket_of is not None and bucket_of(key) < share:
             answer = candidate.copy()
             next(counters[1])  # type: ignore[arg-type]
         else:

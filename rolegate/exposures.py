@@ -91,7 +91,7 @@ def counters_of(exposures: Exposures, snapshot: Snapshot | None) -> dict[str, Co
     out: dict[str, Counters] = {}
     if snapshot is None:
         return out
-    for role, (first, second, _share) in snapshot.entries.items():
+    for role, (first, second, _share, _bucket_of) in snapshot.entries.items():
         binding = snapshot.raw[role].get("binding") or {}
         epoch = epoch_of(binding.get("stage_since"))
         shadow = first.get("shadow")

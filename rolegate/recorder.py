@@ -189,7 +189,7 @@ class Recorder:
             "time": time.time(),
             # Shadow runs were not routed by the rule: it picked the served arm only.
             "rule": None if self.shadow else resolution.get("rule"),
-            "attributes": None if self.shadow else resolution.get("attributes"),
+            "attributes": _attributes(resolution, self.shadow),
         })
         if self.sink is not None:
             self.sink(self.trace)
@@ -203,3 +203,13 @@ class Recorder:
         if exc is not None and self._error is None:
             self.fail(exc)
         self.finish()
+
+
+def _attributes(resolution: Mapping[str, Any], shadow: bool) -> dict[str, str] | None:
+    """The job attributes a trace carries: the resolution's (the rule's and the unit's), and
+    for a shadow run only the unit (`bucket_by`'s value: the same job's unit on either arm)."""
+    attributes = resolution.get("attributes")
+    if not shadow or not attributes:
+        return attributes
+    by = (resolution.get("bucketing") or {}).get("bucket_by")
+    return {by: attributes[by]} if by and by in attributes else None

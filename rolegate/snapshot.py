@@ -10,20 +10,29 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rolegate.body import body_hashes
-from rolegate.routing import Resolution, Stage, bucket, resolve, routed_share
+from rolegate.routing import (
+    BUCKET_VERSIONS,
+    SALT_PATTERN,
+    Resolution,
+    Stage,
+    bucketer,
+    resolve,
+    routed_share,
+)
 
 log = logging.getLogger("rolegate.client")
 
-#: One role, precompiled: (current answer, candidate answer or None, share).
-#: With a candidate answer, a key goes to it iff bucket(role, key) < share.
-Entry = tuple[dict[str, Any], dict[str, Any] | None, float]
+#: One role, precompiled: (current answer, candidate answer or None, share, bucket of a
+#: key). With a candidate answer, a key goes to it iff bucket_of(key) < share; a bucket_of
+#: of None: the role buckets by an attribute, so it is resolved in full (`Snapshot.targeted`).
+Entry = tuple[dict[str, Any], dict[str, Any] | None, float, Callable[[str], float] | None]
 
 
 class ToolRules(BaseModel):
@@ -67,6 +76,15 @@ class RoutedBinding(BaseModel):
     holdback: float = Field(0.0, ge=0.0, le=1.0)
     gate: RoutedGate = RoutedGate()
     rules: tuple[RoutedRule, ...] = ()
+    #: Absent from an older router's snapshot, which bucketed by key, unsalted, version 1.
+    bucket_by: str | None = None
+    salt: str | None = Field(None, pattern=SALT_PATTERN)
+    bucket_version: int = 1
+
+    @property
+    def known_bucketing(self) -> bool:
+        """Whether this SDK knows the binding's bucketing version (a newer router's may not)."""
+        return self.bucket_version in BUCKET_VERSIONS
 
 
 class ToolGate:
@@ -131,15 +149,18 @@ class Snapshot:
                 raise ValueError(f"snapshot lists role {record.role!r} under {role!r}")
         return snapshot
 
-    def targeted(self, role: str, key: str, attributes: Mapping[str, str],
+    def targeted(self, role: str, key: str, attributes: Mapping[str, str] | None,
                  stale: bool) -> Resolution | None:
-        """The answer for a job with `attributes` when `role` has targeting rules, else None.
+        """The answer for a job when `role` has targeting rules or buckets by an attribute.
 
-        Rules make the answer depend on more than the bucket: the full
-        `rolegate.routing.resolve`, the one the router runs for `?attr.<name>=`.
+        Rules and `bucket_by` make the answer depend on more than the key's bucket:
+        the full `rolegate.routing.resolve`, the one the router runs for
+        `?attr.<name>=`. None when the key alone decides (the precompiled entry).
         """
         record = self.records.get(role)
-        if record is None or not record.binding.rules:
+        if record is None or not record.binding.known_bucketing:
+            return None
+        if not (record.binding.bucket_by or (attributes and record.binding.rules)):
             return None
         answer = resolve(role, record.binding, record.version, key, stale=stale,
                          attributes=attributes)
@@ -184,14 +205,33 @@ def compile_role(role: str, record: RoutedRecord,
     client keeps its last one and says stale).
     """
     binding = record.binding
+    if not binding.known_bucketing:
+        # A newer router's hash this SDK cannot compute: serve current, the arm that is
+        # safe to serve anyone, rather than a unit's arm it would get wrong.
+        log.error("role %r: bucket_version %s is unknown to this SDK (it knows %s): serving "
+                  "current until the SDK is upgraded", role, binding.bucket_version,
+                  list(BUCKET_VERSIONS))
+        fallback = binding.model_copy(update={"bucket_version": 1, "candidate": None,
+                                              "stage": Stage.STABLE, "share": 0.0})
+        answer = resolve(role, fallback, record.version, "")
+        answer["stage"] = binding.stage.value
+        answer["bucketing"] = {"version": binding.bucket_version,
+                               "bucket_by": binding.bucket_by,
+                               "salted": binding.salt is not None, "unit_missing": True}
+        return ({**answer}, None, 0.0, None)
     answer = resolve(role, binding, record.version, "")
+    answer["bucketing"].pop("unit_missing", None)  # the key "" stood in for any job's
+    answer.pop("attributes", None)
+    bucket_of = None if binding.bucket_by else bucketer(role, binding.salt,
+                                                          binding.bucket_version)
     current = {**answer, "arm": "current", "config": binding.current}
-    entry: Entry = (current, None, 0.0)
+    entry: Entry = (current, None, 0.0, bucket_of)
     if binding.candidate is not None and binding.stage in (Stage.CANARY, Stage.FULL):
         candidate = {**answer, "arm": "candidate", "config": binding.candidate}
         share = routed_share(binding)
-        entry = (candidate, None, 0.0) if share >= 1.0 else (current, candidate, share)
-    for probe in _PROBE_KEYS:
+        entry = ((candidate, None, 0.0, bucket_of) if share >= 1.0
+                 else (current, candidate, share, bucket_of))
+    for probe in () if binding.bucket_by else _PROBE_KEYS:
         expected = resolve(role, binding, record.version, probe)
         if _answer(role, entry, probe, False) != expected:
             log.error("client routing disagrees with rolegate.routing for %r", role)
@@ -231,9 +271,9 @@ def attach_body(answer: dict[str, Any], bodies: Mapping[str, Mapping[str, Any]])
 
 
 def _answer(role: str, entry: Entry, key: str, stale: bool) -> dict[str, Any]:
-    current, candidate, share = entry
-    answer = (candidate if candidate is not None and bucket(role, key) < share
-              else current).copy()
+    current, candidate, share, bucket_of = entry
+    answer = (candidate if candidate is not None and bucket_of is not None
+              and bucket_of(key) < share else current).copy()
     answer["key"] = key
     answer["stale"] = stale
     return answer

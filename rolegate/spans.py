@@ -8,7 +8,8 @@ the two paths build the same trace from the same spans.
 What is read (the GenAI semantic conventions, plus rolegate's own attributes):
 
 - where the run belongs: `rolegate.role`, `rolegate.config`, `rolegate.arm`,
-  `rolegate.key` on the root span, else on the resource;
+  `rolegate.key` on the root span, else on the resource; `rolegate.rule` and
+  `rolegate.attr.<name>` (the rule's attributes and the unit's: `rule`, `attributes`);
 - steps: `execute_tool` spans (`gen_ai.tool.name`, `gen_ai.tool.call.arguments`,
   `gen_ai.tool.call.result`, an ERROR status or `error.type` for a failed call),
   in the order they started; the `gen_ai.agent.name` of the nearest enclosing
@@ -51,6 +52,7 @@ from typing import Any
 
 from rolegate.openinference import genai_attributes
 from rolegate.span_order import Clock, call_order, clock_of, listed_calls
+from rolegate.trace import MAX_ATTRIBUTES
 
 ROLE = "rolegate.role"
 CONFIG = "rolegate.config"
@@ -59,6 +61,9 @@ KEY = "rolegate.key"
 RUN_ID = "rolegate.run_id"
 OUTPUT = "rolegate.output"
 PLACEMENT = (ROLE, CONFIG, ARM, KEY)
+#: What decided the run's arm: the targeting rule, and the job attributes (`rolegate.attr.<name>`).
+RULE = "rolegate.rule"
+ATTRIBUTE_PREFIX = "rolegate.attr."
 STAMPS = {"agent_version": "rolegate.agent_version",
           "instruction_hash": "rolegate.instruction_hash",
           "model_id": "rolegate.model_id",
@@ -140,7 +145,8 @@ class Span:
 
 
 def placement(*sources: Mapping[str, Any]) -> dict[str, str]:
-    """The rolegate.* placement attributes (role, config, arm, key) found first in `sources`."""
+    """The rolegate.* placement attributes (role, config, arm, key; rule and job attributes)
+    found first in `sources`."""
     found: dict[str, str] = {}
     for name in PLACEMENT:
         for source in sources:
@@ -148,7 +154,22 @@ def placement(*sources: Mapping[str, Any]) -> dict[str, str]:
             if isinstance(value, str) and value:
                 found[name] = value
                 break
+    found.update((name, value) for source in reversed(sources) for name, value in source.items()
+                 if (name == RULE or name.startswith(ATTRIBUTE_PREFIX)) and isinstance(value, str))
     return found
+
+
+def decided_by(where: Mapping[str, str]) -> dict[str, Any]:
+    """The trace's `rule` and `attributes` from placement attributes (only those it can hold)."""
+    out: dict[str, Any] = {}
+    rule = where.get(RULE)
+    if rule and len(rule) <= 64:
+        out["rule"] = rule
+    attributes = {name[len(ATTRIBUTE_PREFIX):]: value for name, value in where.items()
+                  if name.startswith(ATTRIBUTE_PREFIX) and len(name) > len(ATTRIBUTE_PREFIX)}
+    if attributes:
+        out["attributes"] = dict(sorted(attributes.items())[:MAX_ATTRIBUTES + 1])
+    return out
 
 
 def root_of(spans: Iterable[Span]) -> Span | None:
@@ -197,6 +218,7 @@ def assemble(spans: Sequence[Span], *,
         "latency_s": max(0, root.end_ns - root.start_ns) / 1e9,
         "stamps": _stamps(root, chats),
         "time": root.end_ns / 1e9,
+        **decided_by(where),
     }
     tokens_in = _sum(chats, INPUT_TOKENS)
     tokens_out = _sum(chats, OUTPUT_TOKENS)

@@ -168,10 +168,11 @@ class Trace(BaseModel):
     #: The name of the token that reported the run: stamped by the router on
     #: ingest, whatever the body said, so evidence can be told apart by reporter.
     reporter: str | None = Field(None, max_length=200)
-    #: The targeting rule that picked the arm, and the job's attributes it read
-    #: (both from the resolution); None when the key was bucketed.
+    #: The targeting rule that picked the arm (None when the job was bucketed), and the
+    #: job's attributes that decided: the rule's, and the unit's when the role buckets
+    #: by an attribute (`bucket_by`: one more than a rule may read). Both from the resolution.
     rule: str | None = Field(None, min_length=1, max_length=64)
-    attributes: dict[str, str] | None = Field(None, max_length=MAX_ATTRIBUTES)
+    attributes: dict[str, str] | None = Field(None, max_length=MAX_ATTRIBUTES + 1)
 
     @model_validator(mode="before")
     @classmethod

@@ -17,6 +17,8 @@ from tests.servers import werkzeug_server
 ROLE = "support"
 #: The role's gate forbids delete_account; its canary sends half the keys to cfg_b.
 GATE = {"thresholds": {"min_samples": 5}, "invariants": {"forbidden_tools": ["delete_account"]}}
+#: The rollout's salt, named so candidate_key() knows which keys the canary takes.
+SALT = "agents"
 
 
 @contextmanager
@@ -24,7 +26,8 @@ def live_client(app: Flask, share: float = 0.5) -> Iterator[tuple[str, Client]]:
     """The router over real HTTP with role support (cfg_a, candidate cfg_b on a canary)."""
     with werkzeug_server(app) as url:
         r = requests.put(f"{url}/v1/bindings/{ROLE}", headers=auth(OPERATOR), timeout=5,
-                         json={"current": "cfg_a", "candidate": "cfg_b", "gate": GATE})
+                         json={"current": "cfg_a", "candidate": "cfg_b", "gate": GATE,
+                               "salt": SALT})
         assert r.status_code == 201, r.text
         r = requests.post(f"{url}/v1/bindings/{ROLE}/canary", headers=auth(OPERATOR),
                           json={"share": share, "reason": "canary"}, timeout=5)
@@ -38,7 +41,8 @@ def live_client(app: Flask, share: float = 0.5) -> Iterator[tuple[str, Client]]:
 
 def candidate_key(prefix: str = "job") -> str:
     """A job key that the 50% canary sends to the candidate."""
-    return next(f"{prefix}-{n}" for n in range(1000) if bucket(ROLE, f"{prefix}-{n}") < 0.5)
+    return next(f"{prefix}-{n}" for n in range(1000)
+                if bucket(ROLE, f"{prefix}-{n}", salt=SALT, version=2) < 0.5)
 
 
 def binding_stage(url: str) -> str:

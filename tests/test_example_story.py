@@ -136,6 +136,9 @@ class _Routable:
         self.stage = Stage(binding["stage"])
         self.share: float = binding["share"]
         self.holdback: float = binding.get("holdback", 0.0)
+        self.bucket_by: str | None = binding.get("bucket_by")
+        self.salt: str | None = binding.get("salt")
+        self.bucket_version: int = binding.get("bucket_version", 1)
 
 
 @contextmanager

@@ -36,16 +36,34 @@ from opentelemetry.sdk.trace import SpanProcessor as SdkSpanProcessor
 from opentelemetry.trace import StatusCode
 from pydantic import ValidationError
 
-from rolegate.spans import ARM, CONFIG, KEY, PLACEMENT, ROLE, IncompleteRun, Span, assemble
+from rolegate.spans import (
+    ARM,
+    ATTRIBUTE_PREFIX,
+    CONFIG,
+    KEY,
+    PLACEMENT,
+    ROLE,
+    RULE,
+    IncompleteRun,
+    Span,
+    assemble,
+)
 from rolegate.trace import Trace
 
 log = logging.getLogger("rolegate.otel")
 
 
 def placement_attributes(resolution: Mapping[str, Any]) -> dict[str, str]:
-    """The root-span attributes that place a run under `resolution` (role, config, arm, key)."""
-    return {ROLE: str(resolution["role"]), CONFIG: str(resolution["config"]),
-            ARM: str(resolution["arm"]), KEY: str(resolution.get("key", ""))}
+    """The root-span attributes that place a run under `resolution` (role, config, arm, key),
+    and what decided its arm: the rule and the job's attributes (`rolegate.attr.<name>`; the
+    unit of a role bucketed by an attribute, which the gate's analysis reads)."""
+    out = {ROLE: str(resolution["role"]), CONFIG: str(resolution["config"]),
+           ARM: str(resolution["arm"]), KEY: str(resolution.get("key", ""))}
+    if resolution.get("rule"):
+        out[RULE] = str(resolution["rule"])
+    for name, value in (resolution.get("attributes") or {}).items():
+        out[ATTRIBUTE_PREFIX + name] = str(value)
+    return out
 
 
 class PlacementPropagator(SdkSpanProcessor):
@@ -60,6 +78,10 @@ class PlacementPropagator(SdkSpanProcessor):
         for name in PLACEMENT:
             value = attributes.get(name)
             if value is not None and (span.attributes is None or name not in span.attributes):
+                span.set_attribute(name, value)
+        for name, value in attributes.items():
+            if (name == RULE or name.startswith(ATTRIBUTE_PREFIX)) and (
+                    span.attributes is None or name not in span.attributes):
                 span.set_attribute(name, value)
 
 

@@ -12,6 +12,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
+from bindings.bucketing import new_salt, with_bucketing
 from bindings.errors import Conflict, NotFound, PreconditionRequired
 from bindings.models import Binding, VersionedBinding
 from bindings.store import archived_error
@@ -69,6 +70,14 @@ def _now() -> float:
     """The time stage starts are stamped with: the store's clock, Redis TIME (`bindings.clock`)."""
     now: float = _store().clock()
     return now
+
+
+def _bucketed(old: Binding | None, new: Binding, given: set[str]) -> Binding:
+    """`new` with its rollout's bucketing (`bindings.bucketing`): ROLEGATE_BUCKETING=1
+    keeps new rollouts on version 1 unsalted, as SDKs before bucketing versions route."""
+    legacy = services_of(current_app).settings.bucketing == 1
+    return with_bucketing(old, new, given, version=1 if legacy else 2,
+                          draw=(lambda: None) if legacy else new_salt)
 
 
 def _cache() -> Any:
@@ -170,6 +179,7 @@ def put_binding(role: str) -> ResponseReturnValue:
             raise NotFound(f"no binding for role {role!r} to replace", role=role,
                            current_version=0)
         guard_live_candidate(role, None, binding)
+        binding = _bucketed(None, binding, binding.model_fields_set)
         binding = binding.with_changes(stage_since=_now())
         return _written(store.write(role, binding, expected_version=0, actor=actor(),
                                     action="create", reason=reason,
@@ -186,6 +196,7 @@ def put_binding(role: str) -> ResponseReturnValue:
     # A replace is a move too: it may not carry a paused or unapproved role forward.
     check_holds(old, binding, "replace")
     guard_live_candidate(role, old, binding)
+    binding = _bucketed(old, binding, binding.model_fields_set)
     moved = (old.stage, old.share, old.candidate) != (binding.stage, binding.share,
                                                       binding.candidate)
     binding = binding.with_changes(stage_since=_now() if moved else old.stage_since)
@@ -202,7 +213,9 @@ def _transition(role: str, event: Event, body: _Action, *, share: float | None =
     # A role may demand an offline suite pass before its candidate runs on real jobs.
     guard_live_candidate(role, current.binding, move.binding)
     details = {"summary": move.summary, **body.details}
-    return _written(store.write(role, move.binding, expected_version=current.version,
+    # A rolled-back candidate going live again is a new rollout: it draws its own salt.
+    moved = _bucketed(current.binding, move.binding, set())
+    return _written(store.write(role, moved, expected_version=current.version,
                                actor=actor(), action=action or event.value, reason=body.reason,
                                details=details, idempotency=idempotency()))
 

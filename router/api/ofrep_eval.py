@@ -28,7 +28,8 @@ def evaluate_one(app: Flask, role: str, record: VersionedBinding, key: str,
     """Resolve `role` for the context, counted as an exposure like GET /v1/resolve (under
     `reporter`, the evaluating token's name)."""
     resolution = resolve(role, record.binding, record.version, key, stale=stale,
-                         attributes=job_attributes(context, record.binding.rules))
+                         attributes=job_attributes(context, record.binding.rules,
+                                                   record.binding.bucket_by))
     # An assignment like GET /v1/resolve's: counted, so runs that never report show.
     count_resolution(app, role, resolution, record.binding, reporter)
     return resolution
@@ -39,7 +40,8 @@ def evaluate_all(records: Mapping[str, VersionedBinding], key: str,
                  may: Callable[[str], bool]) -> list[Resolution]:
     """Resolve every role `may` allows, by name; not counted yet (a 304 assigns nothing)."""
     return [resolve(role, record.binding, record.version, key, stale=stale,
-                    attributes=job_attributes(context, record.binding.rules))
+                    attributes=job_attributes(context, record.binding.rules,
+                                              record.binding.bucket_by))
             for role, record in sorted(records.items()) if may(role)]
 
 

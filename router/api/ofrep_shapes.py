@@ -81,24 +81,29 @@ def read_context(body: Any) -> tuple[str, Mapping[str, Any]]:
     return key, context
 
 
-def job_attributes(context: Mapping[str, Any], rules: Iterable[Rule]) -> dict[str, str] | None:
-    """The job's attributes for `rules`: the context properties they read, coerced to text.
+def job_attributes(context: Mapping[str, Any], rules: Iterable[Rule],
+                   bucket_by: str | None = None) -> dict[str, str] | None:
+    """The job's attributes for `rules` and the unit: the context properties they read, as text.
 
     The documented coercions: a string as it is, a number or boolean as its
     JSON text (a rule matches `"true"` or `"3"`), and null, a list or an object
     as absent (a rule compares one text). Properties no rule reads are ignored,
-    whatever their name, shape or length. None when nothing is read.
+    whatever their name, shape or length. A role bucketed by an attribute
+    (`bucket_by`) reads that one too: its value is the job's unit. None when
+    nothing is read.
     """
     attributes: dict[str, str] = {}
-    for rule in rules:
-        for name in rule.when:
-            if name in attributes or name == TARGETING_KEY:
-                continue
-            value = context.get(name)
-            if isinstance(value, str):
-                attributes[name] = value
-            elif isinstance(value, bool | int | float):
-                attributes[name] = json.dumps(value)
+    names = [name for rule in rules for name in rule.when]
+    if bucket_by is not None:
+        names.append(bucket_by)
+    for name in names:
+        if name in attributes or name == TARGETING_KEY:
+            continue
+        value = context.get(name)
+        if isinstance(value, str):
+            attributes[name] = value
+        elif isinstance(value, bool | int | float):
+            attributes[name] = json.dumps(value)
     return attributes or None
 
 
@@ -109,9 +114,12 @@ def too_big(size: int) -> OfrepError:
 
 
 def reason(resolution: Resolution) -> str:
-    """OpenFeature's reason: a rule picked the arm, the bucket split it, or nothing varied."""
+    """OpenFeature's reason: a rule picked the arm, the bucket split it, or nothing varied;
+    DEFAULT when the job had no value for the role's `bucket_by` (served current)."""
     if "rule" in resolution:
         return "TARGETING_MATCH"
+    if resolution["bucketing"].get("unit_missing"):
+        return "DEFAULT"
     if resolution["stage"] == "canary":
         return "SPLIT"
     return "STATIC"
@@ -121,23 +129,32 @@ def evaluation(resolution: Resolution,
                bodies: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """An OFREP evaluationSuccess for `resolution`: value = config id, variant = arm.
 
-    OFREP metadata holds only strings, numbers and booleans, so the rule's
-    attributes come as `attr.<name>` and a config body (when `bodies` holds it)
-    as its JSON text under `body` (`shadow_body` for the shadow's).
+    OFREP metadata holds only strings, numbers and booleans, so the job's
+    attributes that decided (the rule's, the unit's) come as `attr.<name>`, the
+    bucketing as `bucketing.version`, `bucketing.bucket_by` (`targetingKey` when
+    the job key is the unit), `bucketing.salted` (and `bucketing.unit_missing`),
+    and a config body (when `bodies` holds it) as its JSON text under `body`
+    (`shadow_body` for the shadow's).
     """
+    bucketing = resolution["bucketing"]
     metadata: dict[str, Any] = {
         "arm": resolution["arm"],
         "stage": resolution["stage"],
         "share": resolution["share"],
         "version": resolution["version"],
         "stale": resolution["stale"],
+        "bucketing.version": bucketing["version"],
+        "bucketing.bucket_by": bucketing["bucket_by"] or TARGETING_KEY,
+        "bucketing.salted": bucketing["salted"],
     }
+    if bucketing.get("unit_missing"):
+        metadata["bucketing.unit_missing"] = True
     if resolution["shadow"] is not None:
         metadata["shadow"] = resolution["shadow"]
     if "rule" in resolution:
         metadata["rule"] = resolution["rule"]
-        for name, value in resolution.get("attributes", {}).items():
-            metadata[f"attr.{name}"] = value
+    for name, value in resolution.get("attributes", {}).items():
+        metadata[f"attr.{name}"] = value
     if bodies is not None:
         for field, config in (("body", resolution["config"]),
                               ("shadow_body", resolution["shadow"])):

@@ -41,6 +41,7 @@ ENVIRONMENT = {
     "ROLEGATE_CORS_ORIGINS": "cors_origins",
     "ROLEGATE_EXPORT_OTLP_ENDPOINT": "export_otlp_endpoint",
     "ROLEGATE_EXPORT_OTLP_HEADERS": "export_otlp_headers",
+    "ROLEGATE_BUCKETING": "bucketing",
 }
 
 
@@ -72,6 +73,10 @@ class Settings(BaseModel):
     #: Origins whose browser pages may resolve and evaluate OFREP (comma-separated
     #: scheme://host[:port]; `router.server.cors`). Empty: no CORS answers.
     cors_origins: str = ""
+    #: The bucketing a rollout that begins gets (docs/bucketing.md): 2, XXH3 with a salt of
+    #: its own; 1, BLAKE2b unsalted, as every SDK before bucketing versions routes (keep it
+    #: while such SDKs resolve in process; rollouts already running keep theirs either way).
+    bucketing: int = Field(2, ge=1, le=2)
     #: Per token per second: "traces=N,bytes=M" (0 turns a limit off).
     ingest_quota: str = ""
     #: How often each worker polls the change counter; a change shows within it.

@@ -1,0 +1,1 @@
+"""Maintenance scripts run from the checkout (`python -m tools.<name>`); not shipped."""
