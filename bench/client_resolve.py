@@ -5,7 +5,9 @@
 Starts its own redis-server and a gunicorn router on free loopback ports (it
 touches no other Redis), puts a role on a 10% canary, then times, per call:
 
-- the bare bucketing hash `rolegate.routing.bucket` (the floor: every resolve pays it),
+- the bare bucketing hash of each version, `rolegate.routing.bucketer` (the floor: every
+  resolve pays one): version 1 BLAKE2b, version 2 XXH3 (issue 38 chose 2 by these numbers),
+- `Client.resolve` on a role left on version 1 (unsalted) beside the version-2 role,
 - the server's pure `rolegate.routing.resolve` (what each HTTP resolve computes),
 - `Client.resolve` in-process (the client under test),
 - `Client.resolve` with job attributes, the role carrying targeting rules that the
@@ -36,13 +38,15 @@ import requests
 
 from bindings.models import Binding
 from rolegate.client import Client
-from rolegate.routing import bucket, resolve
+from rolegate.routing import bucketer, resolve
 
 #: Job attributes no rule of the bench role matches.
 ATTRIBUTES = {"tenant": "acme", "region": "us"}
 OPERATOR = "bench-operator"
 CALLER = "bench-caller"
 ROLE = "summarizer"
+#: The same rollout kept on bucketing version 1, unsalted (what rollouts before versions use).
+ROLE_V1 = "summarizer-v1"
 
 
 def free_port() -> int:
@@ -183,6 +187,9 @@ def main() -> None:
                   timeout=5).raise_for_status()
         admin.post(f"{url}/v1/bindings/{ROLE}/canary", json={"share": 0.1, "reason": "bench"},
                    timeout=5).raise_for_status()
+        admin.put(f"{url}/v1/bindings/{ROLE_V1}", json={
+            "current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.1,
+            "bucket_version": 1, "salt": None}, timeout=5).raise_for_status()
         admin.close()
         record = requests.get(f"{url}/v1/bindings/{ROLE}", timeout=5,
                               headers={"Authorization": f"Bearer {CALLER}"}).json()
@@ -190,19 +197,27 @@ def main() -> None:
 
         with Client(url, CALLER, refresh_interval=1.0) as client:
             # Warm up: first calls pay for lazy imports and cache misses.
+            hash_v1 = bucketer(ROLE, None, 1)
+            hash_v2 = bucketer(ROLE, binding.salt, binding.bucket_version)
             for key in keys[:5_000]:
                 client.resolve(ROLE, key)
-                bucket(ROLE, key)
+                client.resolve(ROLE_V1, key)
+                hash_v1(key)
+                hash_v2(key)
             local = client.resolve
             contenders: dict[str, Callable[[str], object]] = {
-                "hash": lambda k: bucket(ROLE, k),
+                "hash": hash_v1,
+                "hash2": hash_v2,
                 "pure": lambda k: resolve(ROLE, binding, version, k),
                 "client": lambda k: local(ROLE, k),
+                "client1": lambda k: local(ROLE_V1, k),
                 "targeted": lambda k: local(ROLE, k, ATTRIBUTES),
             }
             samples, means = interleaved(contenders, keys)
             rows = {}
-            for name, label in (("hash", "bucket() hash alone"),
+            for name, label in (("hash", "hash v1 (BLAKE2b) alone"),
+                                ("hash2", f"hash v{binding.bucket_version} (XXH3, salted) alone"),
+                                ("client1", "Client.resolve() bucketing v1"),
                                 ("pure", "routing.resolve() (server's)"),
                                 ("client", "Client.resolve() in-process"),
                                 ("targeted", "Client.resolve(attributes=) no match")):
@@ -225,9 +240,13 @@ def main() -> None:
           f" ({client_p50:.2f} µs)")
     print(f"  HTTP / in-process: p50 x{rows['http']['p50'] / client_p50:,.0f}, "
           f"p99 x{rows['http']['p99'] / rows['client']['p99']:,.0f}")
-    print(f"  in-process - hash alone (p50): {client_p50 - rows['hash']['p50']:.2f} µs; "
+    print(f"  in-process - its hash alone (p50): {client_p50 - rows['hash2']['p50']:.2f} µs; "
           f"server's pure resolve / in-process (p50): x{rows['pure']['p50'] / client_p50:.2f}")
     print(f"  with attributes / without (p50): x{rows['targeted']['p50'] / client_p50:.2f}")
+    print(f"  bucketing v2 / v1: hash p50 x{rows['hash2']['p50'] / rows['hash']['p50']:.2f}, "
+          f"mean x{rows['hash2']['mean'] / rows['hash']['mean']:.2f}; Client.resolve p50 "
+          f"x{client_p50 / rows['client1']['p50']:.2f}, "
+          f"mean x{rows['client']['mean'] / rows['client1']['mean']:.2f}")
     print(f"  answers differing between HTTP and in-process on 500 keys: {mismatches}")
 
 
