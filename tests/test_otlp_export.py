@@ -7,6 +7,8 @@ real ingest path; the exporter reads them from Redis.
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -16,6 +18,7 @@ from typing import Any
 import pytest
 import redis
 import requests
+from click.testing import CliRunner
 from flask import Flask
 from flask.testing import FlaskClient
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
@@ -25,6 +28,7 @@ from gatekeeper.export.exporter import OtlpExporter
 from gatekeeper.export.otlp_send import OtlpSender, classify, parse_headers, traces_url
 from gatekeeper.store.export_cursor import ExportCursors
 from router import create_app
+from router.cli import main
 from router.server.settings import load_settings
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
 from tests.otlp_collector import attributes, collector
@@ -249,10 +253,32 @@ def test_trimmed_and_refused_runs_are_counted_as_drops(
     assert metric(scrape, "rolegate_otlp_export_lag_runs", 'role="summarizer"') == 0
 
 
+def exporter_pids() -> set[int]:
+    """`rolegate export-otlp` processes whose parent (a gunicorn master) this test started."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if b"export-otlp" not in cmdline.read():
+                    continue
+            with open(f"/proc/{entry}/stat") as stat:
+                parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{parent}/stat") as stat:
+                grandparent = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if grandparent == os.getpid():
+            found.add(int(entry))
+    return found
+
+
 def test_ingest_answers_while_the_collector_hangs(redis_url: str, redis_conn: redis.Redis) -> None:
     """`rolegate serve`'s master runs the exporter beside a real gunicorn router: with the
-    collector hung, POST /v1/traces answers as ever, the lag shows in /metrics, and once the
-    collector recovers every run arrives."""
+    collector hung, POST /v1/traces answers as ever and the lag shows in /metrics; an exporter
+    killed outright is restarted and resumes; once the collector recovers every run arrives
+    once."""
     with collector() as got:
         got.flowing.clear()
         env = base_env(REDIS_URL=redis_url, ROLEGATE_TOKENS=TOKENS,
@@ -275,6 +301,9 @@ def test_ingest_answers_while_the_collector_hangs(redis_url: str, redis_conn: re
             scrape = requests.get(f"{url}/metrics", timeout=5).text
             assert metric(scrape, "rolegate_otlp_export_lag_runs", 'role="summarizer"') >= 450
             assert metric(scrape, "rolegate_otlp_export_up") == 1
+            (first,) = exporter_pids()
+            os.kill(first, signal.SIGKILL)
+            wait_for(lambda: exporter_pids() - {first}, 30, "the master to restart the exporter")
             got.flowing.set()
             wait_for(lambda: got.count() >= 500, 60, "every run once the collector recovered")
             assert set(by_run(got.spans)) == {b["run_id"] for b in sent}
@@ -294,3 +323,13 @@ def test_endpoint_and_headers_settings() -> None:
     assert classify(503, b"", "", 2.0).verdict == "retry"
     assert classify(401, b"", "", None).verdict == "retry"
     assert classify(400, b"", "", None).verdict == "reject"
+
+
+def test_export_otlp_without_a_collector_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rolegate export-otlp` with no endpoint, or a bad one, exits 2 saying what is missing."""
+    monkeypatch.delenv("ROLEGATE_EXPORT_OTLP_ENDPOINT", raising=False)
+    runner = CliRunner()
+    result = runner.invoke(main, ["export-otlp"])
+    assert result.exit_code == 2 and "ROLEGATE_EXPORT_OTLP_ENDPOINT" in result.output
+    result = runner.invoke(main, ["export-otlp", "--endpoint", "collector:4318"])
+    assert result.exit_code == 2 and "must be an http(s) URL" in result.output

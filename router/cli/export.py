@@ -33,8 +33,10 @@ from router.server.settings import load_settings
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Seconds one export request may take before it is retried.")
 @click.option("--gzip", "compress", is_flag=True, help="Send gzip-compressed bodies.")
+@click.option("--holder", default=None,
+              help="Export lease holder id [default: host:pid:random].")
 def export_otlp(endpoint: str, batch: int, interval: float, timeout: float,
-                compress: bool) -> None:
+                compress: bool, holder: str | None) -> None:
     """Export every stored run to an OTLP collector as a span, until stopped."""
     logging.basicConfig(level=logging.INFO,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -49,7 +51,7 @@ def export_otlp(endpoint: str, batch: int, interval: float, timeout: float,
     sender = OtlpSender(settings.export_otlp_endpoint, headers, timeout_s=timeout,
                         compress=compress)
     connection = connect(settings.redis_target())
-    exporter = OtlpExporter(connection, sender, batch=batch, interval_s=interval,
+    exporter = OtlpExporter(connection, sender, holder=holder, batch=batch, interval_s=interval,
                             lease_ttl_s=max(30.0, 3 * timeout), version=_version())
 
     def stopping(signum: int, frame: Any) -> None:

@@ -12,10 +12,13 @@ export lease lets one of them export at a time.
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from typing import Any
 
 from router.server.embedded import die_with_parent
@@ -32,7 +35,11 @@ class ExportProcess:
 
     def __init__(self, log: logging.Logger | Any) -> None:
         self.log = log
-        self.argv = [sys.executable, "-m", "router.cli", "export-otlp"]
+        # One lease holder name for every exporter this master starts: one restarted
+        # after a crash renews the lease its predecessor held at once, instead of
+        # waiting out its 30 s. Never two at once: a new one starts after the old exited.
+        holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.argv = [sys.executable, "-m", "router.cli", "export-otlp", "--holder", holder]
         self.process: subprocess.Popen[bytes] | None = None
         self._stopping = threading.Event()
         self._guard = threading.Lock()
