@@ -131,7 +131,9 @@ def test_every_stored_run_arrives_once_with_its_placement_stage_and_verdict(
             + [run(h, "candidate") for h in hex_ids])
     post(client, live)
     # The candidate calls the forbidden tool: the tripwire rolls the role back.
-    trip = [run("trip", "candidate", forbidden=True)]
+    trip = [{**run("trip", "candidate", forbidden=True), "steps": [
+        {"tool": "read", "args": {"path": "secret.txt"}, "latency_s": 0.5},
+        {"tool": "web_write", "args": {"body": "secret"}, "error": "refused", "offered": False}]}]
     post(client, trip)
     after = [run(f"a-{i}", "current") for i in range(29)]
     post(client, after)
@@ -167,6 +169,17 @@ def test_every_stored_run_arrives_once_with_its_placement_stage_and_verdict(
     # A run that came in over OTLP (its run id a trace id) joins the team's own trace.
     joined = next(s for s in got.spans if attributes(s.attributes)["rolegate.run_id"] == hex_ids[4])
     assert joined.trace_id.hex() == hex_ids[4]
+    # The trip's steps are events: each call, in order, the forbidden one marked; never its args.
+    tripped = next(s for s in got.spans if attributes(s.attributes)["rolegate.run_id"] == "trip")
+    events = [(e.name, attributes(e.attributes)) for e in tripped.events]
+    assert events == [
+        ("rolegate.step", {"gen_ai.tool.name": "read", "rolegate.step.index": 0,
+                           "rolegate.step.failed": False, "rolegate.step.latency_s": 0.5}),
+        ("rolegate.step", {"gen_ai.tool.name": "web_write", "rolegate.step.index": 1,
+                           "rolegate.step.failed": True, "rolegate.step.forbidden": True,
+                           "rolegate.step.offered": False})]
+    assert tripped.events[0].time_unix_nano == tripped.start_time_unix_nano
+    assert tripped.events[1].time_unix_nano == tripped.start_time_unix_nano + 500_000_000
 
     # Nothing is sent again: a fresh exporter finds nothing waiting.
     with exporter(redis_url, got.url) as again:
@@ -333,3 +346,33 @@ def test_export_otlp_without_a_collector_is_a_usage_error(monkeypatch: pytest.Mo
     assert result.exit_code == 2 and "ROLEGATE_EXPORT_OTLP_ENDPOINT" in result.output
     result = runner.invoke(main, ["export-otlp", "--endpoint", "collector:4318"])
     assert result.exit_code == 2 and "must be an http(s) URL" in result.output
+
+
+@pytest.mark.cluster
+def test_export_from_a_redis_cluster(cluster_url: str) -> None:
+    """On a three-master Redis Cluster (each role's keys in its own slot): every run of two roles
+    arrives once, and the lag reads zero after."""
+    from tests.cluster import close_client
+
+    app = create_app({"redis_url": cluster_url, "tokens": TOKENS, "testing": True,
+                      "refresh_interval_s": 0.05, "export_otlp_endpoint": "http://127.0.0.1:9"})
+    try:
+        client = app.test_client()
+        roles = ("summarizer", "triage")
+        bodies = []
+        for role in roles:
+            make_role(client, role)
+            bodies += [run(f"{role}-{i}", "current", role=role) for i in range(150)]
+        post(client, bodies)
+        with collector() as got, exporter(cluster_url, got.url, batch=64):
+            wait_for(lambda: got.count() >= 300, 60, "300 spans from the cluster")
+        spans = by_run(got.spans)
+        assert set(spans) == {b["run_id"] for b in bodies}
+        assert {spans[f"triage-{i}"]["rolegate.role"] for i in range(150)} == {"triage"}
+        scrape = app.test_client().get("/metrics").text
+        for role in roles:
+            assert metric(scrape, "rolegate_otlp_export_lag_runs", f'role="{role}"') == 0
+        assert metric(scrape, "rolegate_otlp_export_spans_total") == 300
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        close_client(app.extensions["rolegate"].redis)

@@ -25,7 +25,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from gatekeeper.checks.invariants import TraceVerdict
-from rolegate.trace import Trace
+from rolegate.trace import Step, Trace
 
 SCOPE = "rolegate.export"
 SERVICE_NAME = "rolegate"
@@ -124,7 +124,41 @@ def fill_span(span: Span, run: ExportedRun) -> Span:
     if run.verdict.judged and not run.verdict.passed:
         span.status.code = Status.STATUS_CODE_ERROR
         span.status.message = _failure_message(run.verdict)
+    _add_steps(span, run, span.start_time_unix_nano)
     return span
+
+
+def step_attributes(index: int, step: Step, forbidden: frozenset[str]) -> dict[str, AttrValue]:
+    """One tool call as an event's attributes: which tool, in what order, how it went.
+
+    Never its arguments or result: those stay in rolegate (a collector is often
+    another team's or vendor's system); the step says what was called, not with what.
+    """
+    attrs: dict[str, AttrValue] = {"gen_ai.tool.name": step.tool, "rolegate.step.index": index,
+                                   "rolegate.step.failed": step.error is not None}
+    if step.tool in forbidden:
+        attrs["rolegate.step.forbidden"] = True
+    optional: dict[str, AttrValue | None] = {
+        "rolegate.step.offered": step.offered,
+        "gen_ai.agent.name": step.agent,
+        "rolegate.step.parallel_group": step.parallel_group,
+        "rolegate.step.latency_s": step.latency_s,
+    }
+    attrs.update({k: value for k, value in optional.items() if value is not None})
+    return attrs
+
+
+def _add_steps(span: Span, run: ExportedRun, start_ns: int) -> None:
+    # Each call an event, stamped where it would fall if the calls ran one after the
+    # other for their reported latencies (the stored run keeps no clock per call).
+    forbidden = frozenset(run.verdict.forbidden)
+    at = start_ns
+    for index, step in enumerate(run.trace.steps or ()):
+        event = span.events.add()
+        event.name = "rolegate.step"
+        event.time_unix_nano = at
+        _add_attributes(event.attributes, step_attributes(index, step, forbidden))
+        at += int((step.latency_s or 0.0) * 1e9)
 
 
 def export_request(runs: Sequence[ExportedRun], version: str = "") -> ExportTraceServiceRequest:
