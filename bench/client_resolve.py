@@ -36,7 +36,9 @@ from pathlib import Path
 
 import requests
 
-from bindings.models import Binding
+from bindings.connection import RedisTarget, connect
+from bindings.models import Binding, Stage
+from bindings.store import BindingStore
 from rolegate.client import Client
 from rolegate.routing import bucketer, resolve
 
@@ -187,10 +189,12 @@ def main() -> None:
                   timeout=5).raise_for_status()
         admin.post(f"{url}/v1/bindings/{ROLE}/canary", json={"share": 0.1, "reason": "bench"},
                    timeout=5).raise_for_status()
-        admin.put(f"{url}/v1/bindings/{ROLE_V1}", json={
-            "current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.1,
-            "bucket_version": 1, "salt": None}, timeout=5).raise_for_status()
         admin.close()
+        # A rollout that predates bucketing versions: written to the store as an import is
+        # (the API gives every new rollout version 2 and a salt).
+        BindingStore(connect(RedisTarget(url=redis_url))).write(
+            ROLE_V1, Binding(current="cfg_a", candidate="cfg_b", stage=Stage.CANARY, share=0.1),
+            expected_version=0, actor="bench", action="create", reason="bench")
         record = requests.get(f"{url}/v1/bindings/{ROLE}", timeout=5,
                               headers={"Authorization": f"Bearer {CALLER}"}).json()
         binding, version = Binding.model_validate(record["binding"]), record["version"]

@@ -9,9 +9,13 @@ units that were the canary of the last rollout are not the canary of every
 rollout, and takes the newest hash. Within a rollout they stay put: raising the
 share only adds units.
 
-A write may name its own: a salt or version the write gives (and that differs
-from the stored one, so a read-modify-write that sends the old salt back still
-draws) wins. A replace that leaves a field out keeps the stored value, so a
+A write may name its own: a salt or version the write gives wins, when it
+differs from the stored one (a read-modify-write that sends the old salt back
+still draws) and from the default (a client that writes every field, defaults
+included, names nothing: `salt: null` and `bucket_version: 1` draw as if absent).
+So version 1 is what rollouts already running keep, and what every rollout gets
+under the router's ROLEGATE_BUCKETING=1; a new rollout is never put on it by a
+write. A replace that leaves a field out keeps the stored value, so a
 client that predates these fields cannot reset them. Changing any of them while
 the same candidate routes traffic (canary or full) would move units between
 arms mid-rollout, so it is refused (409). Imports (`rolegate serve --seed`) and
@@ -62,9 +66,9 @@ def with_bucketing(old: Binding | None, new: Binding, given: Set[str], *, versio
     named = new.model_copy(update=kept) if kept else new
     if rollout_begins(old, named):
         changes: dict[str, object] = {}
-        if not _named(old, named, given, "salt"):
+        if not _named(old, named, given, "salt", None):
             changes["salt"] = draw()
-        if not _named(old, named, given, "bucket_version"):
+        if not _named(old, named, given, "bucket_version", 1):
             changes["bucket_version"] = version
         return named.model_copy(update=changes) if changes else named
     if (old is not None and old.stage in ROUTING and named.stage in ROUTING
@@ -79,8 +83,11 @@ def with_bucketing(old: Binding | None, new: Binding, given: Set[str], *, versio
     return named
 
 
-def _named(old: Binding | None, new: Binding, given: Set[str], field: str) -> bool:
-    """Whether the write named `field` itself: given, and not just the stored value sent back."""
-    if field not in given:
+def _named(old: Binding | None, new: Binding, given: Set[str], field: str,
+           default: object) -> bool:
+    """Whether the write named `field` itself: given, not the default, and not just the stored
+    value sent back."""
+    value = getattr(new, field)
+    if field not in given or value == default:
         return False
-    return old is None or getattr(new, field) != getattr(old, field)
+    return old is None or value != getattr(old, field)

@@ -70,15 +70,23 @@ def test_each_rollout_draws_its_own_salt_and_a_rollout_keeps_it(client: FlaskCli
 
 
 def test_a_salt_the_write_names_wins(client: FlaskClient) -> None:
-    """A create or replace naming its salt (and version) keeps them; sending the old one back
-    with a new candidate draws a fresh one (a read-modify-write names nothing)."""
-    r = _put(client, {"current": "a", "candidate": "b", "salt": "team-7", "bucket_version": 1})
-    assert r.json["binding"]["salt"] == "team-7" and r.json["binding"]["bucket_version"] == 1
+    """A create or replace naming its salt keeps it; sending the old one back with a new
+    candidate draws a fresh one (a read-modify-write names nothing)."""
+    r = _put(client, {"current": "a", "candidate": "b", "salt": "team-7"})
+    assert r.json["binding"]["salt"] == "team-7" and r.json["binding"]["bucket_version"] == 2
     r = _put(client, {**r.json["binding"], "candidate": "c"}, 1)
     assert r.status_code == 200 and r.json["binding"]["salt"] != "team-7"
     assert r.json["binding"]["bucket_version"] == 2
     r = _put(client, {**r.json["binding"], "candidate": "d", "salt": "next-one"}, 2)
     assert r.json["binding"]["salt"] == "next-one"
+
+
+def test_a_write_of_every_field_names_nothing(client: FlaskClient) -> None:
+    """`salt: null` and `bucket_version: 1`, as a client dumping the whole model writes them
+    (the CLI's import and edit), draw like absent fields: a new rollout never lands on v1."""
+    r = _put(client, {"current": "a", "candidate": "b", "salt": None, "bucket_version": 1,
+                      "bucket_by": None})
+    assert SALT.match(r.json["binding"]["salt"]) and r.json["binding"]["bucket_version"] == 2
 
 
 def test_a_replace_that_leaves_bucketing_out_keeps_it(client: FlaskClient) -> None:

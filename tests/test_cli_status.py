@@ -82,6 +82,24 @@ def test_status_shows_stage_verdicts_and_what_next(live_url: str) -> None:
     assert "next: canary 0.5" in out
 
 
+def test_status_shows_the_bucketing(live_url: str) -> None:
+    """status ROLE says the unit, the salt the rollout drew and the version; the fleet line
+    marks a role bucketed by an attribute."""
+    binding = requests.get(f"{live_url}/v1/bindings/summarizer", headers=auth(CALLER),
+                           timeout=5).json()["binding"]
+    out = run(live_url, "status", "summarizer").stdout
+    assert f"  bucketing  by job key, salt {binding['salt']}, version 2\n" in out
+    r = requests.put(f"{live_url}/v1/bindings/tenants", headers=auth(OPERATOR), timeout=5,
+                     json={"current": "a", "candidate": "b", "stage": "canary", "share": 0.2,
+                           "bucket_by": "tenant"})
+    salt = r.json()["binding"]["salt"]
+    assert f"  bucketing  by tenant, salt {salt}, version 2" in run(
+        live_url, "status", "tenants").stdout
+    fleet = run(live_url, "status").stdout.splitlines()
+    assert any(line.startswith("tenants  canary 0.2 by tenant  v1") for line in fleet), fleet
+    assert not any(" by " in line for line in fleet if line.startswith("summarizer"))
+
+
 def test_status_says_who_paused_the_role(live_url: str) -> None:
     """A paused role's status names the operator and the reason."""
     move(live_url, "pause", reason="launch freeze")

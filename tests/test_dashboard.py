@@ -199,3 +199,18 @@ def test_role_without_traces_renders_empty_charts(client: FlaskClient) -> None:
     assert r.status_code == 200, r.text
     assert r.text.count("no data yet") == 2
     assert "No criteria judged" in r.text
+
+
+def test_bucketing_is_shown(client: FlaskClient) -> None:
+    """The role page says the unit, the salt the rollout drew and the version; the overview
+    marks a role bucketed by an attribute."""
+    r = client.put("/v1/bindings/tenants", headers=auth(OPERATOR), json={
+        "current": "a", "candidate": "b", "stage": "canary", "share": 0.2, "bucket_by": "tenant"})
+    salt = r.json["binding"]["salt"]
+    page = client.get("/ui/roles/tenants", headers=auth(CALLER)).text
+    assert f"by tenant, salt <code>{salt}</code>, v2" in page
+    assert client.put("/v1/bindings/plain", headers=auth(OPERATOR),
+                      json={"current": "a"}).status_code == 201
+    assert "by job key, unsalted, v1" in client.get("/ui/roles/plain", headers=auth(CALLER)).text
+    overview = client.get("/ui/roles", headers=auth(CALLER)).text
+    assert overview.count('class="muted small bucket-by"') == 1 and "by tenant" in overview

@@ -18,8 +18,10 @@ from tests.servers import werkzeug_server
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## A rollout, step by step"
 ECHO_STATUS = "; echo $?"
-#: Clock times differ per run (a later one may carry its date): one placeholder.
-TIMES = [(re.compile(r"(\d{4}-\d\d-\d\d )?\d\d:\d\d UTC"), "<time>")]
+#: Clock times differ per run (a later one may carry its date), and so does the salt a
+#: rollout draws: one placeholder each.
+TIMES = [(re.compile(r"(\d{4}-\d\d-\d\d )?\d\d:\d\d UTC"), "<time>"),
+         (re.compile(r"salt [0-9a-f]{16}\b"), "salt <drawn>")]
 
 
 def walkthrough() -> list[tuple[str, list[str]]]:

@@ -55,6 +55,13 @@ def gate_path(role: str) -> str:
     return f"/v1/roles/{quote(role, safe='')}/gate"
 
 
+def bucketing_words(binding: dict[str, Any]) -> str:
+    """How a role's jobs are split, in an operator's words: "by tenant, salt 9f86..., version 2"."""
+    salt = binding.get("salt")
+    return (f"by {binding.get('bucket_by') or 'job key'}, "
+            f"{f'salt {salt}' if salt else 'unsalted'}, version {binding.get('bucket_version', 1)}")
+
+
 def _percent(rate: float | None) -> str:
     return "-" if rate is None else f"{rate * 100:.1f}%"
 
@@ -163,13 +170,15 @@ def stage_words(view: dict[str, Any]) -> str:
     return stage.replace("_", " ")
 
 
-def render(view: dict[str, Any]) -> list[str]:
-    """The full status of one role, from its gate view."""
+def render(view: dict[str, Any], binding: dict[str, Any] | None = None) -> list[str]:
+    """The full status of one role, from its gate view (and its binding: the bucketing)."""
     candidate = view.get("candidate") or "-"
     paused = ", PAUSED" if view.get("paused") else ""
     lines = [(f"{view['role']}: {stage_words(view)}{paused} (version {view['version']}, "
              f"since {clock((view.get('window') or {}).get('since'))})"),
              f"  configs    current {view.get('current')}, candidate {candidate}"]
+    if binding is not None:
+        lines.append(f"  bucketing  {bucketing_words(binding)}")
     holdback = (view.get("concurrent") or {}).get("holdback")
     if view.get("stage") == "full" and holdback is not None:
         # full's control: the share of bucketed jobs kept on current while it bakes.
@@ -206,7 +215,7 @@ def render(view: dict[str, Any]) -> list[str]:
     return lines
 
 
-def one_line(view: dict[str, Any]) -> str:
+def one_line(view: dict[str, Any], binding: dict[str, Any] | None = None) -> str:
     """A role in one line: stage, the judged arm's verdict and n, and what comes next."""
     arms = view.get("arms", {})
     judged = SHOWN_ARMS.get(str(view.get("stage")), ("current",))[-1]
@@ -217,6 +226,8 @@ def one_line(view: dict[str, Any]) -> str:
     paused = " PAUSED" if view.get("paused") else ""
     holdback = (view.get("concurrent") or {}).get("holdback")
     kept = f" holdback {holdback:g}" if view.get("stage") == "full" and holdback else ""
+    if binding is not None and binding.get("bucket_by"):
+        kept += f" by {binding['bucket_by']}"
     return f"{view['role']}  {stage_words(view)}{kept}{paused}  v{view['version']}  " \
         f"{verdict}  " + " / ".join(lines)
 
@@ -298,7 +309,8 @@ def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: f
     if role is None:
         if watch or wait:
             raise click.UsageError("--watch and --wait need a ROLE")
-        roles = sorted(api.get("/v1/bindings")["roles"])
+        records = api.get("/v1/bindings")["roles"]
+        roles = sorted(records)
         views = [api.get(gate_path(name)) for name in roles]
         now = views[0].get("time", time.time()) if views else time.time()
         fleet = outlook(views, now, rollouts_per_day)
@@ -309,7 +321,7 @@ def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: f
         if as_json:
             echo_json({"roles": views, "fleet": {**fleet.as_dict(), **_fleet_advice(advice)}})
         for view in [] if as_json else views:
-            click.echo(one_line(view))
+            click.echo(one_line(view, (records.get(view["role"]) or {}).get("binding")))
         if not as_json:
             keeper = views[0]["gatekeeper"] if views and "gatekeeper" in views[0] else \
                 api.get("/v1/gatekeeper/heartbeat")
@@ -323,12 +335,14 @@ def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: f
         if as_json:
             echo_json(view)
         else:
-            click.echo("\n".join(render(view)))
+            click.echo("\n".join(render(view, _binding(api, role, {}, view))))
         return
     last = [""]
+    read: dict[int, dict[str, Any]] = {}
 
     def draw(view: dict[str, Any]) -> None:
-        text = "\n".join(render(view)) if watch else one_line(view)
+        binding = _binding(api, role, read, view)
+        text = "\n".join(render(view, binding)) if watch else one_line(view, binding)
         if text == last[0]:
             return  # redraw only on a change
         if watch:
@@ -348,6 +362,16 @@ def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: f
     word = "stable" if code == WAIT_STABLE else "rolled back"
     click.echo(f"{role}: {word} (current {view.get('current')})")
     sys.exit(code)
+
+
+def _binding(api: ApiClient, role: str, read: dict[int, dict[str, Any]],
+             view: dict[str, Any]) -> dict[str, Any]:
+    """The role's binding at the view's version, read once per version (its bucketing is shown)."""
+    version = int(view.get("version", 0))
+    if version not in read:
+        read.clear()
+        read[version] = api.get(f"/v1/bindings/{quote(role, safe='')}")["binding"]
+    return read[version]
 
 
 def _fleet_advice(advice: BudgetAdvice | None) -> dict[str, Any]:
