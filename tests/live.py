@@ -15,6 +15,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from router.api.watch import notifier
 from tests.conftest import OPERATOR, auth
+from tests.deadlines import scale, scaled
 
 
 class LiveRouter:
@@ -67,11 +68,12 @@ def router(app: Flask) -> Iterator[LiveRouter]:
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 5.0, step: float = 0.01) -> float:
-    """Poll `predicate` until true; return the seconds it took, fail the test on timeout."""
+    """Poll `predicate` until true; return the seconds it took, fail the test after `timeout`
+    seconds scaled to the machine's load (tests.deadlines)."""
     started = time.monotonic()
     while not predicate():
-        if time.monotonic() - started > timeout:
-            pytest.fail(f"condition not met within {timeout}s")
+        if time.monotonic() - started > scaled(timeout):
+            pytest.fail(f"condition not met within {timeout}s (load scale {scale():.2f})")
         time.sleep(step)
     return time.monotonic() - started
 

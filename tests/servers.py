@@ -30,6 +30,7 @@ from werkzeug.serving import make_server
 
 from router import create_app
 from router.server.embedded import valkey_executable
+from tests.deadlines import scale, scaled
 
 ROOT = Path(__file__).resolve().parent.parent
 GUNICORN_CONFIG = ROOT / "deploy" / "gunicorn.conf.py"
@@ -47,14 +48,17 @@ def free_port() -> int:
 
 def wait_for(check: Callable[[], T | None], timeout: float, what: str,
              interval: float = 0.02) -> T:
-    """Poll `check` until it returns something truthy; fail naming `what` after `timeout`."""
-    deadline = time.monotonic() + timeout
+    """Poll `check` until it returns something truthy; fail naming `what` after `timeout`
+    seconds, scaled to the machine's load (tests.deadlines)."""
+    started = time.monotonic()
     while True:
         value = check()
         if value:
             return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        waited = time.monotonic() - started
+        if waited > scaled(timeout):
+            raise AssertionError(f"timed out after {waited:.1f}s ({timeout}s at load scale "
+                                 f"{scale():.2f}) waiting for {what}")
         time.sleep(interval)
 
 
@@ -95,9 +99,9 @@ def process(argv: list[str], env: Mapping[str, str], url: str, *,
     proc = subprocess.Popen(argv, env=dict(env), cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
         while not _answers(url):
-            if proc.poll() is not None or time.monotonic() > deadline:
+            if proc.poll() is not None or time.monotonic() - started > scaled(timeout):
                 log.seek(0)
                 raise AssertionError(f"{argv} did not come up:\n{log.read().decode()[-4000:]}")
             time.sleep(0.05)
@@ -243,8 +247,8 @@ class OwnRedis:
                                      stdin=subprocess.DEVNULL, cwd=self.dir.name)
         client = redis.Redis(port=self.port, socket_connect_timeout=0.5)
         try:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
+            started = time.monotonic()
+            while time.monotonic() - started < scaled(10):
                 if self.proc.poll() is not None:
                     return False  # exited: most likely the port was taken
                 if _pings(client):

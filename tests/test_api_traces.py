@@ -17,6 +17,7 @@ from gatekeeper.store.traces import Checked
 from rolegate.trace import Trace
 from router import create_app
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
+from tests.servers import wait_for
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
           "tool_schema_hash": "t1"}
@@ -258,7 +259,10 @@ def test_gate_window_restarts_with_the_stage(client: FlaskClient) -> None:
     assert gate["arms"]["candidate"]["verdict"] == "pass"
     client.post("/v1/bindings/summarizer/canary", headers=auth(OPERATOR),
                 json={"share": 0.5, "reason": "next step"})
-    time.sleep(0.1)  # let this worker's copy see the new stage
+    # This worker's copy sees the new stage at its next refresh (every 0.05 s).
+    wait_for(lambda: client.get("/v1/resolve/summarizer?key=k",
+                                headers=auth(CALLER)).json["share"] == 0.5, 5,
+             "the worker's copy to see the 0.5 step")
     gate = client.get("/v1/roles/summarizer/gate", headers=auth(CALLER)).json
     assert gate["arms"]["candidate"]["n"] == 0
     assert gate["arms"]["candidate"]["verdict"] == "insufficient_data"

@@ -19,6 +19,7 @@ from flask import Flask
 from router.cli.main import main
 from router.cli.status import duration
 from tests.conftest import CALLER, OPERATOR, auth
+from tests.deadlines import scaled
 from tests.servers import werkzeug_server
 
 ROLEGATE = str(Path(sys.executable).parent / "rolegate")
@@ -155,7 +156,7 @@ def test_status_json_is_the_gate_view(live_url: str) -> None:
 def _read_until(stream: IO[str], text: str, timeout: float = 30.0) -> str:
     """Lines from `stream` until one contains `text`."""
     seen: list[str] = []
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         line = stream.readline()
         if not line:

@@ -24,7 +24,7 @@ from router.server.cache import BindingCache
 from tests.cluster import OwnCluster, close_client, slot_ranges, started_cluster
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, REVIEWER, TOKENS, auth
 from tests.population import trace
-from tests.servers import OwnRedis, werkzeug_server
+from tests.servers import OwnRedis, wait_for, werkzeug_server
 
 pytestmark = pytest.mark.cluster
 
@@ -134,9 +134,9 @@ def test_a_lost_hint_is_repaired_by_the_next_full_reload(cluster_conn: RedisClus
     first.refresh()
     other.refresh()
     assert first.bindings["r"].version == 1 and other.bindings["r"].version == 1
-    time.sleep(0.35)
-    first.refresh()  # its full reload: finds version 2 under an unchanged hint
-    assert first.bindings["r"].version == 2
+    # Its full reload, once the interval passed, finds version 2 under an unchanged hint.
+    wait_for(lambda: (first.refresh(), first.bindings["r"].version == 2)[1], 5,
+             "the full reload to find version 2")
     assert int(cluster_conn.get(GENERATION_KEY) or 0) == 2
     other.refresh()  # an ordinary poll: the repaired hint moved
     assert other.bindings["r"].version == 2
@@ -357,8 +357,8 @@ def test_a_lost_archive_hint_is_repaired_too(cluster_conn: RedisCluster) -> None
                 reason="retired", archive=note)
     cache.refresh()
     assert "gone" in cache.bindings  # the hint never moved
-    time.sleep(0.35)
-    cache.refresh()
+    wait_for(lambda: (cache.refresh(), "gone" not in cache.bindings)[1], 5,
+             "the full reload to drop the archived role")
     assert "gone" not in cache.bindings and int(cluster_conn.get(GENERATION_KEY) or 0) == 2
 
 

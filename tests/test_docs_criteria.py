@@ -43,6 +43,7 @@ def walkthrough(text: str) -> list[tuple[str, list[str]]]:
 
 
 @pytest.mark.slow
+@pytest.mark.walkthrough
 def test_the_criteria_walkthrough_runs_as_written(router: LiveRouter, tmp_path: Path) -> None:
     """Each command exits as expected and prints every output line the page shows."""
     steps = walkthrough(DOC.read_text())

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGES = sorted((ROOT / "docs" / "integrations").glob("*.md"))
 GLUE = "# rolegate glue: begin"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.walkthrough]
 
 
 def example(page: Path) -> tuple[str, str | None]:

@@ -131,6 +131,7 @@ def open_router(redis_url: str) -> Iterator[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.walkthrough
 @pytest.mark.parametrize("page", sorted(RUN_HERE))
 def test_each_pages_shell_steps_run_in_order(page: str, open_router: str,
                                              tmp_path: Path) -> None:

@@ -142,6 +142,7 @@ def fresh_router(redis_url: str) -> Iterator[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.walkthrough
 @pytest.mark.parametrize("page", RUN_PAGES, ids=[str(p.relative_to(ROOT)) for p in RUN_PAGES])
 def test_each_pages_snippets_run_in_order(page: Path, fresh_router: str,
                                           tmp_path: Path) -> None:

@@ -68,6 +68,7 @@ def _report(url: str, role: str, binding: dict[str, Any], runs: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.walkthrough
 def test_every_example_role_is_judged_everywhere(url: str, tmp_path: Path) -> None:
     """Specs register, traces count, gate views answer, a gatekeeper tick and the pages work."""
     for role, binding in ROLES.items():

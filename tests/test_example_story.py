@@ -29,7 +29,7 @@ from rolegate.routing import Stage, resolve
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
 from tests.servers import ROOT, base_env, rolegate_serve, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.walkthrough]
 
 EXAMPLE = ROOT / "bindings.example.json"
 #: The only fields the test changes in the shipped policies: how long stages last.

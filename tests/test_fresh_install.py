@@ -24,7 +24,7 @@ import requests
 
 from tests.servers import ROOT, base_env, free_port, process
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.walkthrough]
 
 #: What a wheel is built from: pyproject's packages.find, its readme, itself.
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "rolegate", "router", "bindings", "gatekeeper")

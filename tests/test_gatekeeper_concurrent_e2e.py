@@ -53,18 +53,25 @@ def test_a_shared_outage_mid_canary_is_not_rolled_back_and_the_candidates_own_is
                 Population(url, ["shared", "alone"], batch=10, pause=0.05) as population:
             wait_for(lambda: _stage(url, "shared") == "canary" and _stage(url, "alone")
                      == "canary", 120, "both roles to reach canary")
-            # A few buckets of healthy canary traffic before the outage.
-            time.sleep(3.0)
+            # Three buckets of healthy canary traffic, closed and in the view, before the
+            # outage (polled: under load they close later than three seconds on).
+            canary_from = concurrent.bucket_of(time.time())
+            wait_for(lambda: _get(url, "/v1/roles/shared/gate")["concurrent"]["closed_before"]
+                     >= canary_from + 3, 30, "three buckets of healthy canary traffic")
             population.failing = frozenset({"cfg-a", "cfg-good", "cfg-solo"})
             time.sleep(OUTAGE_S)
             population.failing = frozenset()
             ended = concurrent.bucket_of(time.time())
             wait_for(lambda: _stage(url, "alone") == "rolled_back", 120,
                      "the candidate failing alone to be rolled back")
-            # Every cell of the outage closed and in the view, then a few gatekeeper ticks.
+            # Every cell of the outage closed and in the view, then gatekeeper ticks.
             wait_for(lambda: _get(url, "/v1/roles/shared/gate")["concurrent"]["closed_before"]
                      > ended, 60, "the outage's cells to close")
-            time.sleep(10.0)
+            # The gatekeeper then ticks for a second more (about ten ticks at 0.1 s), every
+            # one of them on the whole outage.
+            closed_at = time.time()
+            wait_for(lambda: (_get(url, "/v1/gatekeeper/heartbeat")["last_tick"] or 0.0)
+                     > closed_at + 1.0, 30, "the gatekeeper to tick on the closed cells")
             shared_stage = _stage(url, "shared")
             view = _get(url, "/v1/roles/shared/gate")
             shared = _get(url, "/v1/bindings/shared/history")["entries"]

@@ -9,6 +9,7 @@ from flask.testing import FlaskClient
 
 from bindings.lease import LeaseStore
 from tests.conftest import CALLER, GATEKEEPER, auth
+from tests.deadlines import scaled
 
 
 def test_acquire_is_exclusive_and_renewable(redis_conn: redis.Redis) -> None:
@@ -36,7 +37,7 @@ def test_expired_lease_passes_on_and_old_owner_cannot_renew(redis_conn: redis.Re
     """After expiry another holder takes over, and the stale owner can neither renew nor release."""
     leases = LeaseStore(redis_conn)
     assert leases.acquire("a", 50)
-    deadline = time.monotonic() + 2.0
+    deadline = time.monotonic() + scaled(2.0)
     while leases.state().holder is not None and time.monotonic() < deadline:
         time.sleep(0.01)
     assert leases.acquire("b", 5000)

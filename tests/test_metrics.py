@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from router import create_app
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, TOKENS, auth
+from tests.deadlines import scaled
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -143,7 +144,7 @@ def gunicorn_router(redis_url: str, tmp_path: Path) -> Iterator[str]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + scaled(30)
         while True:
             try:
                 requests.get(f"{url}/healthz", timeout=2).close()
@@ -168,7 +169,7 @@ def test_counters_sum_over_gunicorn_workers(gunicorn_router: str) -> None:
         r = admin.put(f"{url}/v1/bindings/m-workers", json={"current": "a", "candidate": "b"},
                       headers=auth(OPERATOR), timeout=5)
         assert r.status_code == 201, r.text
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + scaled(5)
 
     def one(i: int) -> str | None:
         while True:
@@ -182,7 +183,7 @@ def test_counters_sum_over_gunicorn_workers(gunicorn_router: str) -> None:
 
     workers: set[str | None] = set()
     total = 0
-    until = time.monotonic() + 15
+    until = time.monotonic() + scaled(15)
     with ThreadPoolExecutor(4) as pool:
         # The second worker may still be booting when the first answers: keep
         # sending concurrent batches until both have served (or time is up).

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -86,8 +85,8 @@ def test_embedded_server_killed_with_sigkill_is_restarted_with_its_data(tmp_path
         assert record["version"] == 2 and record["binding"]["paused"] is True
         health = requests.get(f"{url}/healthz", timeout=5)
         assert health.status_code == 200
-    time.sleep(0.2)
-    assert _valkey_processes(data_dir) == [], "the restarted server outlived serve"
+    wait_for(lambda: _valkey_processes(data_dir) == [], 5,
+             "the restarted server to end with serve")
 
 
 def test_serve_with_a_seed_starts_while_redis_is_down_and_seeds_once_it_answers(

@@ -21,7 +21,7 @@ from gatekeeper.stats.power import Paired, Unpaired, alternative, power_of
 from rolegate.http import ApiClient
 from tests.conftest import GATEKEEPER, OPERATOR, auth
 from tests.population import Population
-from tests.servers import werkzeug_server
+from tests.servers import wait_for, werkzeug_server
 
 NOW = 1_000_000.0
 THRESHOLD = math.log(1 / (0.65 * 0.01))
@@ -187,9 +187,16 @@ def test_a_live_shadow_holds_until_powered_then_advances(live: str) -> None:
     population = Population(live, ["powered", "unpowered"], batch=30)
     for _ in range(3):
         population.step()
-    time.sleep(2.5)  # the 1 s buckets close
     api = ApiClient(live, GATEKEEPER)
-    view = api.get("/v1/roles/powered/gate")
+    # The 1 s buckets close (polled): the unpowered role's gate passes, the powered one
+    # waits for power.
+    def settled() -> dict[str, Any] | None:
+        powered = api.get("/v1/roles/powered/gate")
+        unpowered = api.get("/v1/roles/unpowered/gate")
+        kinds = [w["kind"] for w in powered["next"]["waits"]]
+        return powered if "power" in kinds and unpowered["next"]["action"] == "advance" else None
+
+    view = wait_for(settled, 30, "the unpowered shadow to pass and the powered one to wait")
     assert "waiting for power" in view["next"]["summary"], view["next"]
     decisions = {d.role: d for d in tick(api, time.time())}
     assert decisions["powered"].action is Action.HOLD
@@ -197,9 +204,16 @@ def test_a_live_shadow_holds_until_powered_then_advances(live: str) -> None:
     assert decisions["unpowered"].action is Action.ADVANCE
     for _ in range(17):
         population.step()
-    time.sleep(2.5)
-    decisions = {d.role: d for d in tick(api, time.time())}
-    assert decisions["powered"].action is Action.ADVANCE, decisions["powered"].reason
+    # Ticking until the new pairs' cells close: each tick before then holds, and the one
+    # after advances (a tick that holds writes nothing).
+    found: dict[str, Any] = {}
+
+    def advanced() -> bool:
+        found.update({d.role: d for d in tick(api, time.time())})
+        return found["powered"].action is Action.ADVANCE
+
+    wait_for(advanced, 30, "the powered shadow to advance once its pairs' cells closed",
+             interval=0.2)
     assert api.get("/v1/bindings/powered")["binding"]["stage"] == "canary"
 
 

@@ -23,6 +23,7 @@ START, END = "<!-- judges-walkthrough -->", "<!-- /judges-walkthrough -->"
 
 
 @pytest.mark.slow
+@pytest.mark.walkthrough
 def test_the_readme_judges_walkthrough_runs_as_written(router: LiveRouter, tmp_path: Path) -> None:
     """Each command exits 0 and prints every output line shown; `&` lines run in the background."""
     text = (ROOT / "README.md").read_text()

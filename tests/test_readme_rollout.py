@@ -63,6 +63,7 @@ def open_router(redis_url: str) -> Iterator[str]:
         app.extensions["rolegate"].redis.close()
 
 
+@pytest.mark.walkthrough
 def test_the_rollout_walkthrough_runs_as_written(open_router: str) -> None:
     """Every command of the section succeeds (or fails as shown) and prints what is shown."""
     steps = walkthrough()

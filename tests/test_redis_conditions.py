@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
@@ -14,7 +13,7 @@ from flask import Flask
 from router import create_app
 from router.server import metrics
 from tests.conftest import OPERATOR, TOKENS, auth
-from tests.servers import OwnRedis, free_port
+from tests.servers import OwnRedis, free_port, wait_for
 
 CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.1}
 #: A read-only script that keeps Redis busy for about 1.5 s (it answers BUSY meanwhile).
@@ -65,7 +64,18 @@ def busy(admin: redis.Redis) -> Iterator[None]:
     looper = redis.Redis(port=admin.connection_pool.connection_kwargs["port"], socket_timeout=10)
     thread = threading.Thread(target=lambda: looper.eval(BUSY_LOOP, 0), daemon=True)
     thread.start()
-    time.sleep(0.3)
+
+    def answers_busy() -> bool:
+        try:
+            admin.ping()
+        except redis.exceptions.BusyLoadingError:
+            return True
+        except redis.exceptions.ResponseError as exc:
+            return str(exc).startswith("BUSY")
+        return False
+
+    # Polled: the script is past the threshold once another client is answered BUSY.
+    wait_for(answers_busy, 10, "the server to answer BUSY", interval=0.05)
     try:
         yield
     finally:

@@ -15,7 +15,8 @@ import requests
 
 from router.server.embedded import LOCK_FILE, EmbeddedError, EmbeddedRedis
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
-from tests.servers import ROOT, base_env, free_port, gunicorn, process, rolegate_serve
+from tests.deadlines import scaled
+from tests.servers import ROOT, base_env, free_port, gunicorn, process, rolegate_serve, wait_for
 
 EXAMPLE = ROOT / "bindings.example.json"
 CANARY: dict[str, Any] = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary",
@@ -35,7 +36,7 @@ def _resolve(url: str) -> tuple[str, str]:
 def _until_both_workers(url: str, want_stage: str, timeout: float) -> set[str]:
     """Resolve until two different workers have answered; every answer must be `want_stage`."""
     seen: set[str] = set()
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while len(seen) < 2:
         assert time.monotonic() < deadline, f"only workers {seen} answered within {timeout}s"
         worker, stage = _resolve(url)
@@ -51,9 +52,18 @@ def test_rollback_reaches_every_gunicorn_worker_within_a_second(redis_url: str) 
         r = requests.put(f"{url}/v1/bindings/summarizer", json=CANARY, headers=auth(OPERATOR),
                          timeout=5)
         assert r.status_code == 201, r.text
-        # Both workers must have loaded the canary before the rollback.
-        time.sleep(0.3)
-        _until_both_workers(url, "canary", timeout=10)
+        # Both workers must have loaded the canary before the rollback: poll until two
+        # workers answered it (one still on its old copy answers 404, not yet the role).
+        loaded: set[str] = set()
+
+        def both_loaded() -> bool:
+            r = requests.get(f"{url}/v1/resolve/summarizer?key=job-1",
+                             headers={**auth(CALLER), "Connection": "close"}, timeout=2)
+            if r.status_code == 200 and r.json()["stage"] == "canary":
+                loaded.add(r.headers["X-Rolegate-Worker"])
+            return len(loaded) == 2
+
+        wait_for(both_loaded, 10, "both workers to load the canary")
         r = requests.post(f"{url}/v1/bindings/summarizer/rollback", json={"reason": "bad"},
                           headers=auth(OPERATOR), timeout=5)
         assert r.status_code == 200, r.text
@@ -141,13 +151,13 @@ def test_embedded_server_stops_when_the_master_is_killed(tmp_path: Path) -> None
         assert r.status_code == 200
         master.kill()
         master.wait(10)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while _valkey_processes(data_dir):
             assert time.monotonic() < deadline, "the embedded server outlived a killed master"
             time.sleep(0.05)
     # Gunicorn's orphaned worker (which inherited the data dir's lock) notices its
     # master is gone and exits; then the directory is free for a new start.
-    deadline = time.monotonic() + 15
+    deadline = time.monotonic() + scaled(15)
     while not _lock_free(data_dir / LOCK_FILE):
         assert time.monotonic() < deadline, "the data dir stayed locked"
         time.sleep(0.1)
