@@ -47,7 +47,7 @@ def ask_pair(client: JudgeClient, item: Mapping[str, Any],
     first, second = (shadow, current) if swapped else (current, shadow)
     messages = pair_messages(str(item.get("input_text", "")), first, second)
     estimate = sum(len(m["content"]) for m in messages) // CHARS_PER_TOKEN
-    result = {k: item[k] for k in ("run_id", "reporter", "arm", "config", "epoch")}
+    result = {k: item[k] for k in ("claim", "run_id", "reporter", "arm", "config", "epoch")}
     result["pair"] = {arm: {"run_id": run["run_id"], "reporter": run.get("reporter")}
                       for arm, run in item["pair"].items()}
     try:

@@ -48,6 +48,8 @@ from rolegate.http import ApiClient, ApiError
 
 log = logging.getLogger("gatekeeper.judging")
 
+#: What a result repeats of its claimed item: the router accepts it only for that claim.
+CLAIMED_FIELDS = ("claim", "run_id", "reporter", "arm", "config", "epoch")
 BREAKER_FAILURES = 5
 BREAKER_OPEN_S = 30.0
 #: Characters per token, for the estimate when the judge does not report usage.
@@ -160,7 +162,7 @@ def _ask(client: JudgeClient, item: Mapping[str, Any], repeat_rate: float = 0.0
          ) -> dict[str, Any]:
     """One run's result for the verdicts route: its verdicts (and a repeat's), or the error."""
     keys = [c["key"] for c in item["criteria"]]
-    result = {k: item[k] for k in ("run_id", "reporter", "arm", "config", "epoch")}
+    result = {k: item[k] for k in CLAIMED_FIELDS}
     messages = criteria_messages(item)
     try:
         verdicts = client.ask(messages, lambda c: parse_criteria(c, keys))

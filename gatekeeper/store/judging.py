@@ -5,6 +5,9 @@ push, counters); judging happens elsewhere (`gatekeeper.judging`) and reports
 back. Every key carries the role as a Redis Cluster hash tag:
 
     rolegate:{role}:judge:queue          list of sampled runs waiting (JSON), bounded
+    rolegate:{role}:judge:claimed        claim id -> "<yyyymmdd charged>|<item JSON>": runs
+                                         handed out and not yet answered
+    rolegate:{role}:judge:deadlines      sorted set: claim id by its deadline
     rolegate:{role}:judge:day:<yyyymmdd> the UTC day's counters: queued, skipped_full,
                                          skipped_budget, calls, tokens, judged, errors
     rolegate:{role}:judge:counts:<epoch> verdicts per "arm|key|pass" / "arm|key|fail"
@@ -13,12 +16,22 @@ back. Every key carries the role as a Redis Cluster hash tag:
                                          and "*|<run_id>" -> the newest of them
     rolegate:{role}:judge:agreement      "<source>|<key>|agree" / "...|disagree": the judge
                                          against human feedback ("human") and itself ("self")
+
+Judging is at-least-once, as rq's started-job registry keeps a job: a claim
+moves a run from the queue into `claimed` with a deadline (the claimant's lease)
+and charges it to the day's calls; a verdict is accepted only for a claim still
+held, for the run, arm, config and epoch it was handed out with, and then
+acknowledged (`release`). A claim whose verdict never came (a gatekeeper killed
+mid-judgment) goes back to the head of the queue at the next claim after its
+deadline, and its call is refunded to the day it was charged (`requeued` counts
+them). A verdict landing while its claim expires may count twice; none is lost.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +39,8 @@ from bindings.connection import Connection
 from bindings.store import _redis_errors
 
 QUEUE_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:queue"
+CLAIMED_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:claimed"
+DEADLINES_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:deadlines"
 DAY_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:day:{day}"
 COUNTS_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:counts:{epoch}"
 VERDICTS_KEY_TEMPLATE = "rolegate:{{{role}}}:judge:verdicts"
@@ -35,7 +50,7 @@ DAY_TTL_S = 8 * 24 * 3600
 VERDICT_TTL_S = 7 * 24 * 3600
 #: Counter fields of a day, in the order the gate view shows them.
 DAY_FIELDS = ("queued", "skipped_full", "skipped_budget", "calls", "tokens", "judged",
-              "errors")
+              "errors", "requeued")
 
 # KEYS: queue, day. ARGV: item JSON, queue max, max calls, max tokens, ttl.
 # Past the day's budget the run is skipped (budget), past the queue's bound it is
@@ -57,20 +72,70 @@ redis.call('EXPIRE', KEYS[2], ARGV[5])
 return field
 """
 
-# KEYS: queue, day. ARGV: at most, max calls, max tokens, ttl.
-# Takes as many runs as the day's call budget still allows (each taken run is a
-# call reserved); past the token budget none.
+# KEYS: queue, day, claimed, deadlines. ARGV: at most, max calls, max tokens, ttl, now,
+# deadline, claim id base, day key prefix, today (yyyymmdd).
+# First every claim past its deadline goes back to the queue's head, its call refunded to
+# the day it was charged (that day's key is built here: it shares the role's hash tag).
+# Then takes as many runs as the day's call budget still allows (each taken run is a
+# call reserved), past the token budget none, each held under its claim id until its
+# deadline. Returns {id, item, id, item, ...}.
 CLAIM_SCRIPT = """
+local expired = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', ARGV[5])
+for i = #expired, 1, -1 do
+  local id = expired[i]
+  local entry = redis.call('HGET', KEYS[3], id)
+  if entry then
+    local sep = string.find(entry, '|', 1, true)
+    local charged = ARGV[8] .. string.sub(entry, 1, sep - 1)
+    redis.call('LPUSH', KEYS[1], string.sub(entry, sep + 1))
+    if redis.call('EXISTS', charged) == 1 then redis.call('HINCRBY', charged, 'calls', -1) end
+    redis.call('HINCRBY', KEYS[2], 'requeued', 1)
+    redis.call('EXPIRE', KEYS[2], ARGV[4])
+    redis.call('HDEL', KEYS[3], id)
+  end
+  redis.call('ZREM', KEYS[4], id)
+end
+local out = {}
 local spent = redis.call('HMGET', KEYS[2], 'calls', 'tokens')
 local calls = tonumber(spent[1] or '0')
-if tonumber(spent[2] or '0') >= tonumber(ARGV[3]) then return {} end
+if tonumber(spent[2] or '0') >= tonumber(ARGV[3]) then return out end
 local room = math.min(tonumber(ARGV[1]), tonumber(ARGV[2]) - calls)
-if room <= 0 then return {} end
+if room <= 0 then return out end
 local items = redis.call('LPOP', KEYS[1], room)
-if not items then return {} end
+if not items then return out end
+for i, item in ipairs(items) do
+  local id = ARGV[7] .. '-' .. i
+  redis.call('HSET', KEYS[3], id, ARGV[9] .. '|' .. item)
+  redis.call('ZADD', KEYS[4], ARGV[6], id)
+  out[#out + 1] = id
+  out[#out + 1] = item
+end
 redis.call('HINCRBY', KEYS[2], 'calls', #items)
 redis.call('EXPIRE', KEYS[2], ARGV[4])
-return items
+redis.call('EXPIRE', KEYS[3], ARGV[4])
+redis.call('EXPIRE', KEYS[4], ARGV[4])
+return out
+"""
+
+# KEYS: claimed, deadlines. ARGV: refund (0/1), day key prefix, then claim ids.
+# Drops each claim still held (a verdict came, or the run cannot be judged); with refund
+# its call goes back to the day it was charged. Returns how many were held.
+RELEASE_SCRIPT = """
+local held = 0
+for i = 3, #ARGV do
+  local entry = redis.call('HGET', KEYS[1], ARGV[i])
+  if entry then
+    held = held + 1
+    redis.call('HDEL', KEYS[1], ARGV[i])
+    if ARGV[1] == '1' then
+      local sep = string.find(entry, '|', 1, true)
+      local charged = ARGV[2] .. string.sub(entry, 1, sep - 1)
+      if redis.call('EXISTS', charged) == 1 then redis.call('HINCRBY', charged, 'calls', -1) end
+    end
+  end
+  redis.call('ZREM', KEYS[2], ARGV[i])
+end
+return held
 """
 
 
@@ -90,6 +155,15 @@ def human_agreement(tier: str, verdicts: Mapping[str, Mapping[str, Any]]) -> dic
     return {}
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _day_prefix(role: str) -> str:
+    """A day key without its day: the scripts add the day a claim was charged to."""
+    return DAY_KEY_TEMPLATE.format(role=role, day="")
+
+
 def day_of(now: float) -> str:
     """The UTC day `now` falls in, as yyyymmdd."""
     return time.strftime("%Y%m%d", time.gmtime(now))
@@ -102,6 +176,7 @@ class JudgeStore:
         self.connection = connection
         self._offer = connection.register_script(OFFER_SCRIPT)
         self._claim = connection.register_script(CLAIM_SCRIPT)
+        self._release = connection.register_script(RELEASE_SCRIPT)
 
     def offer(self, role: str, item: Mapping[str, Any], *, queue_max: int, max_calls: int,
               max_tokens: int, now: float) -> str:
@@ -114,13 +189,40 @@ class JudgeStore:
         return field.decode() if isinstance(field, bytes) else str(field)
 
     def claim(self, role: str, at_most: int, *, max_calls: int, max_tokens: int,
-              now: float) -> list[dict[str, Any]]:
-        """Take up to `at_most` queued runs, within the day's budget (each counted a call)."""
+              now: float, lease_s: float) -> list[dict[str, Any]]:
+        """Take up to `at_most` queued runs, within the day's budget (each counted a call),
+        each held until `now + lease_s` under the id in its `claim` field; claims past
+        their deadline go back to the queue first, their calls refunded."""
         keys = [QUEUE_KEY_TEMPLATE.format(role=role),
-                DAY_KEY_TEMPLATE.format(role=role, day=day_of(now))]
+                DAY_KEY_TEMPLATE.format(role=role, day=day_of(now)),
+                CLAIMED_KEY_TEMPLATE.format(role=role), DEADLINES_KEY_TEMPLATE.format(role=role)]
         with _redis_errors():
-            raw = self._claim(keys=keys, args=[at_most, max_calls, max_tokens, DAY_TTL_S])
-        return [json.loads(item) for item in raw or ()]
+            raw = self._claim(keys=keys, args=[at_most, max_calls, max_tokens, DAY_TTL_S, now,
+                                               now + lease_s, uuid.uuid4().hex,
+                                               _day_prefix(role), day_of(now)])
+        flat = list(raw or ())
+        return [{**json.loads(item), "claim": _text(claim)}
+                for claim, item in zip(flat[::2], flat[1::2])]
+
+    def held(self, role: str, claims: list[str]) -> dict[str, dict[str, Any]]:
+        """The claims among `claims` still held (not answered, not past their deadline and
+        sent back), each with the item it was handed out with."""
+        if not claims:
+            return {}
+        with _redis_errors():
+            found = self.connection.hmget(CLAIMED_KEY_TEMPLATE.format(role=role), claims)
+        return {claim: json.loads(_text(entry).split("|", 1)[1])
+                for claim, entry in zip(claims, found) if entry is not None}
+
+    def release(self, role: str, claims: list[str], *, refund: bool) -> int:
+        """Drop the claims still held (a verdict came; or, with `refund`, the run cannot be
+        judged and its call is given back); how many were held."""
+        if not claims:
+            return 0
+        keys = [CLAIMED_KEY_TEMPLATE.format(role=role), DEADLINES_KEY_TEMPLATE.format(role=role)]
+        with _redis_errors():
+            return int(self._release(keys=keys,
+                                     args=["1" if refund else "0", _day_prefix(role), *claims]))
 
     def record(self, role: str, item: Mapping[str, Any], verdicts: Mapping[str, Any],
                tokens: int, now: float) -> None:
@@ -165,15 +267,18 @@ class JudgeStore:
             pipe.execute()
 
     def day(self, role: str, now: float) -> dict[str, Any]:
-        """The UTC day's counters (zeros when nothing happened) and the queue's length."""
+        """The UTC day's counters (zeros when nothing happened), the queue's length and the
+        claims held."""
         with _redis_errors():
             pipe = self.connection.pipeline(transaction=False)
             pipe.hgetall(DAY_KEY_TEMPLATE.format(role=role, day=day_of(now)))
             pipe.llen(QUEUE_KEY_TEMPLATE.format(role=role))
-            raw, waiting = pipe.execute()
+            pipe.zcard(DEADLINES_KEY_TEMPLATE.format(role=role))
+            raw, waiting, claimed = pipe.execute()
         fields = {k.decode(): v.decode() for k, v in raw.items()}
         out: dict[str, Any] = {name: int(fields.get(name, 0)) for name in DAY_FIELDS}
         out["waiting"] = int(waiting)
+        out["claimed"] = int(claimed)
         out["last_error"] = fields.get("last_error")
         return out
 

@@ -1,11 +1,19 @@
 """Online judges' side of the router: sampling at ingest, and the judging process's two routes.
 
-    POST /v1/roles/<role>/judge/claim     {"max": N} -> up to N sampled runs to judge, each
-                                          with its input and output text (bounded) and the
-                                          config's judge criteria (key and wording)
-    POST /v1/roles/<role>/judge/verdicts  {"results": [{"run_id", "reporter", "arm", "config",
-                                          "epoch", "verdicts": {key: {"pass", "reason"}},
-                                          "tokens"} | {..., "error": "..."}]}
+    POST /v1/roles/<role>/judge/claim     {"max": N, "lease_s"?} -> up to N sampled runs to
+                                          judge, each with its `claim` id, its input and output
+                                          text (bounded) and the config's judge criteria
+    POST /v1/roles/<role>/judge/verdicts  {"results": [{"claim", "run_id", "reporter", "arm",
+                                          "config", "epoch", "verdicts": {key: {"pass",
+                                          "reason"}}, "tokens"} | {..., "error": "..."}]}
+
+Judging is at-least-once (`gatekeeper.store.judging`): a claimed run is held until
+its lease ends (`lease_s`, by default long enough for the policy's timeouts), and
+goes back to the queue with its call refunded if no verdict came by then; a
+verdict is recorded only for a claim still held, for its own run, arm and config
+(`router.api.judge_claims`: else 409, or 404 for a run not stored, nothing
+written). A claimed run that cannot be judged (gone, or its config has no judge
+criteria) is released at once, its call refunded.
 
 Runs are queued at ingest (`router.api.judge_sampling`). The judge sees the run's input and
 output, and its trajectory (each step's tool, arguments, result and error, as the trace stored
@@ -29,10 +37,11 @@ from bindings.models import VersionedBinding
 from gatekeeper.store.judge_pairs import PairStore
 from gatekeeper.store.judging import human_agreement
 from gatekeeper.suite.judge import render_trace
-from rolegate.trace import JsonInt, Trace
+from rolegate.trace import JsonInt, JsonNumber, Trace
 from router.api.bodies import json_body, parse
 from router.api.configs import config_store
 from router.api.feedback import feedback_store
+from router.api.judge_claims import check_claims
 from router.api.judge_sampling import init_app, judge_store
 from router.api.params import role_param
 from router.api.traces import trace_store
@@ -45,6 +54,7 @@ __all__ = ["bp", "init_app"]
 
 MAX_CLAIM = 64
 MAX_REASON = 2000
+MAX_LEASE_S = 3600.0
 
 
 class ClaimRequest(BaseModel):
@@ -53,6 +63,8 @@ class ClaimRequest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max: JsonInt = Field(8, ge=1, le=MAX_CLAIM)
+    #: Seconds the claimant holds the runs before they go back to the queue.
+    lease_s: JsonNumber | None = Field(None, gt=0.0, le=MAX_LEASE_S)
 
 
 class Verdict(BaseModel):
@@ -106,6 +118,15 @@ class Result(BaseModel):
     #: A shadow pair's two runs, when the result is a blind pairwise verdict.
     pair: dict[Literal["current", "shadow"], PairRun] | None = None
     pairwise: PairVerdict | None = None
+    #: The claim id the run was handed out under (`/judge/claim`'s items).
+    claim: str = Field(min_length=1, max_length=100)
+
+    @property
+    def pair_runs(self) -> dict[str, tuple[str, str | None]] | None:
+        """arm -> (run id, reporter) of a pairwise result; None for a criteria result."""
+        if self.pair is None:
+            return None
+        return {arm: (run.run_id, run.reporter) for arm, run in self.pair.items()}
 
 
 class VerdictsRequest(BaseModel):
@@ -184,6 +205,14 @@ def _pair_work(role: str, item: dict[str, Any], policy: JudgePolicy) -> dict[str
             "criteria": keys, "safety": bool(set(keys) & set(policy.safety_criteria))}
 
 
+def default_lease(policy: JudgePolicy, runs: int) -> float:
+    """How long a claim of `runs` runs is held by default: every ask of each round of
+    `concurrency` runs may take two attempts of `timeout_s`, twice with a repeat, plus a
+    margin for reporting back."""
+    rounds = -(-runs // policy.concurrency)
+    return min(MAX_LEASE_S, 4 * policy.timeout_s * rounds + 60.0)
+
+
 @bp.post("/v1/roles/<role>/judge/claim")
 @require("gatekeeper")
 def claim(role: str) -> ResponseReturnValue:
@@ -193,9 +222,17 @@ def claim(role: str) -> ResponseReturnValue:
     record = services_of(current_app).store.get(role)
     policy = _policy(record)
     now = time.time()
+    lease = body.lease_s if body.lease_s is not None else default_lease(policy, body.max)
     taken = judge_store().claim(role, body.max, max_calls=policy.max_calls_per_day,
-                                max_tokens=policy.max_tokens_per_day, now=now)
-    work = [w for w in (_work(role, item, policy) for item in taken) if w is not None]
+                                max_tokens=policy.max_tokens_per_day, now=now, lease_s=lease)
+    work = []
+    for item in taken:
+        shown = _work(role, item, policy)
+        if shown is None:
+            # Nothing to ask the judge: no call is made, so none is charged.
+            judge_store().release(role, [item["claim"]], refund=True)
+        else:
+            work.append(shown)
     public = policy.model_dump(mode="json", exclude={"api_key_file"})
     return jsonify({"role": role, "judge": public, "items": work,
                     "day": judge_store().day(role, now)})
@@ -208,6 +245,7 @@ def verdicts(role: str) -> ResponseReturnValue:
     role = role_param(role)
     body = parse(VerdictsRequest, json_body(allow_empty=False))
     _policy(services_of(current_app).store.get(role))
+    check_claims(role, body.results)
     store, now = judge_store(), time.time()
     pairs = PairStore(store.connection)
     judged = errors = 0
@@ -232,6 +270,9 @@ def verdicts(role: str) -> ResponseReturnValue:
         reviewed = feedback_store().get(role, result.run_id)
         if reviewed:
             store.agree(role, "human", human_agreement(reviewed[-1].tier, given))
+    # Acknowledged only once recorded: a crash before this leaves the claims to expire and
+    # the runs to be judged again (at least once, never lost).
+    store.release(role, [r.claim for r in body.results], refund=False)
     if judged:
         metrics.count_judge(role, "judged", judged)
     if errors:
