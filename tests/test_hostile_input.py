@@ -149,7 +149,8 @@ def test_the_bound_address_is_served(app: Flask) -> None:
     r = client.get("/v1/bindings", headers={**auth(CALLER), "Host": "10.1.2.3:8080"},
                    environ_overrides={"SERVER_NAME": "10.1.2.3"})
     assert r.status_code == 200
-    r = client.get("/v1/bindings", headers={**auth(CALLER), "Host": "10.1.2.3:8080"},
+    # Bound to every interface: a name is refused unless listed (an IP address passes).
+    r = client.get("/v1/bindings", headers={**auth(CALLER), "Host": "router.attacker.example"},
                    environ_overrides={"SERVER_NAME": "0.0.0.0"})
     assert r.status_code == 400
 
@@ -174,3 +175,14 @@ def test_an_otlp_body_of_the_wrong_shape_is_400(client: FlaskClient) -> None:
     """OTLP JSON whose resourceSpans holds lists, not objects, is a 400 naming where (was a 500)."""
     r = client.post("/v1/traces", headers=OP, json={"resourceSpans": [[None, None]]})
     assert r.status_code == 400 and "resourceSpans[0]" in r.json["error"]["message"]
+
+
+def test_an_ip_address_host_passes_a_name_that_contains_one_does_not() -> None:
+    """A Host that is an IP address is its own origin (a pod scraped by IP), never a rebinding;
+    names merely made of numbers and dots, or holding an address, stay refused."""
+    from router.server.hosts import allowed, hostname
+
+    for host in ("10.244.3.17:8080", "[fd00::17]:8080", "192.168.1.5"):
+        assert allowed(hostname(host), "0.0.0.0", ()), host
+    for host in ("10.244.3.17.attacker.example", "0x7f.1", "1.2.3", "attacker.example"):
+        assert not allowed(hostname(host), "0.0.0.0", ()), host

@@ -1,83 +1,17 @@
-"""docs/maintenance.md's procedures: Kubernetes manifests, token rotation, backup and restore."""
+"""docs/maintenance.md's procedures: token rotation, backup and restore (Kubernetes:
+tests/test_kubernetes.py)."""
 
 from __future__ import annotations
 
 import hashlib
 import shutil
 from pathlib import Path
-from typing import Any
 
-import kubernetes_validate
-import pytest
 import redis
-import yaml
 
 from router import create_app
 from tests.conftest import OPERATOR, auth
 from tests.servers import OwnRedis, wait_for
-
-ROOT = Path(__file__).resolve().parent.parent
-KUBE = ROOT / "deploy" / "kubernetes"
-KUBE_VERSION = "1.30.0"
-
-
-def documents() -> list[tuple[str, dict[str, Any]]]:
-    """Every resource in deploy/kubernetes/*.yaml but the kustomization, with its file name."""
-    found = []
-    for path in sorted(KUBE.glob("*.yaml")):
-        if path.name == "kustomization.yaml":
-            continue
-        found += [(path.name, doc) for doc in yaml.safe_load_all(path.read_text()) if doc]
-    return found
-
-
-def by_kind(kind: str, name: str) -> dict[str, Any]:
-    """The one resource of `kind` named `name`."""
-    return next(doc for _, doc in documents()
-                if doc["kind"] == kind and doc["metadata"]["name"] == name)
-
-
-@pytest.mark.parametrize("where, doc", documents(),
-                         ids=[f"{f}:{d['kind']}/{d['metadata']['name']}" for f, d in documents()])
-def test_each_manifest_is_valid_kubernetes(where: str, doc: dict[str, Any]) -> None:
-    """kubernetes-validate (the OpenAPI schemas of Kubernetes, strict) accepts each resource."""
-    kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
-
-
-def test_the_validator_refuses_a_broken_manifest() -> None:
-    """The same check fails on a probe with a misspelt field: it can fail."""
-    router = by_kind("Deployment", "rolegate-router")
-    broken = yaml.safe_load(yaml.safe_dump(router))
-    broken["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["pth"] = "/"
-    with pytest.raises(kubernetes_validate.ValidationError):
-        kubernetes_validate.validate(broken, KUBE_VERSION, strict=True)
-
-
-def test_the_manifests_wire_router_gatekeeper_and_redis_together() -> None:
-    """Probes on /healthz, the services' names and ports, AOF, one loop outside gunicorn."""
-    router = by_kind("Deployment", "rolegate-router")["spec"]["template"]["spec"]
-    (container,) = router["containers"]
-    for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    redis_service = by_kind("Service", "rolegate-redis")
-    assert env["REDIS_URL"] == (f"redis://{redis_service['metadata']['name']}:"
-                                f"{redis_service['spec']['ports'][0]['port']}/0")
-    mount = next(m for m in container["volumeMounts"] if m["name"] == "tokens")
-    assert env["ROLEGATE_TOKENS_FILE"].startswith(mount["mountPath"] + "/")
-    assert "subPath" not in mount  # a subPath mount never sees the Secret change
-    gatekeeper = by_kind("Deployment", "rolegate-gatekeeper")["spec"]["template"]["spec"]
-    (loop,) = gatekeeper["containers"]
-    assert loop["command"] == ["rolegate", "gatekeeper"]
-    router_service = by_kind("Service", "rolegate-router")
-    assert {e["name"]: e.get("value") for e in loop["env"]}["ROLEGATE_URL"] == (
-        f"http://rolegate-router:{router_service['spec']['ports'][0]['port']}")
-    args = by_kind("StatefulSet", "rolegate-redis")["spec"]["template"]["spec"][
-        "containers"][0]["args"]
-    assert args[args.index("--appendonly") + 1] == "yes"
-    listed = yaml.safe_load((KUBE / "kustomization.yaml").read_text())["resources"]
-    assert sorted(listed) == sorted(p.name for p in KUBE.glob("*.yaml")
-                                    if p.name != "kustomization.yaml")
 
 
 def _line(name: str, token: str, scope: str) -> str:

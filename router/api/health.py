@@ -1,5 +1,9 @@
 """/healthz: ok, degraded or failing for anyone; per-dependency details for a token holder.
 
+The probes an orchestrator acts on are separate (`/livez`, `/readyz`, below):
+/healthz is for alerting, and a router that serves its kept table while Redis
+is down is `failing` there but still answers resolves.
+
 - ok (200): Redis answers and accepts writes.
 - degraded (200): Redis answers but refuses writes (out of memory, a read-only
   replica after a failover, too few replicas, busy with a script, ...).
@@ -166,3 +170,27 @@ def healthz() -> ResponseReturnValue:
         body["checks"] = {"redis": redis_check, "bindings": bindings_check,
                           "gatekeeper": _gatekeeper_check()}
     return jsonify(body), 503 if status == "failing" else 200
+
+
+@bp.get("/livez")
+def livez() -> ResponseReturnValue:
+    """The worker answers HTTP (liveness, startup): nothing else, so no outage restarts it."""
+    return jsonify({"status": "alive"})
+
+
+@bp.get("/readyz")
+def readyz() -> ResponseReturnValue:
+    """Whether this worker can answer resolves: 200 with a binding table, stale or not.
+
+    A router serving its kept table while Redis is down stays ready (callers
+    and OFREP keep their answers; /healthz says failing, for alerting); one
+    that has no table at all (Redis silent since it started, nothing kept) is not.
+    """
+    cache = current_app.extensions["rolegate"].cache
+    cache.all()  # loads this worker's copy (from Redis, else the kept file) if not yet done
+    if not cache.loaded:
+        return jsonify({"status": "not_ready",
+                        "reason": "no binding table yet: Redis has not answered since this "
+                                  "worker started and no table is kept in its data "
+                                  "directory"}), 503
+    return jsonify({"status": "ready", "stale": cache.stale or bool(cache.lost)})

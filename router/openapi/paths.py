@@ -139,6 +139,28 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "responses": {"200": json_response("Every dependency answers.", HEALTH),
                       "503": json_response("Redis does not answer.", HEALTH)},
     }},
+    "/livez": {"get": {
+        "summary": "The worker answers HTTP (liveness and startup probes).",
+        "scopes": None,
+        "responses": {"200": json_response("Alive.", {
+            "type": "object", "required": ["status"],
+            "properties": {"status": {"const": "alive"}}})},
+    }},
+    "/readyz": {"get": {
+        "summary": "Whether this worker can answer resolves (readiness probe): a table, "
+                   "fresh or kept.",
+        "scopes": None,
+        "responses": {
+            "200": json_response("It has a binding table (stale: kept while Redis is "
+                                 "down or lost data).", {
+                                     "type": "object", "required": ["status", "stale"],
+                                     "properties": {"status": {"const": "ready"},
+                                                    "stale": {"type": "boolean"}}}),
+            "503": json_response("No table yet.", {
+                "type": "object", "required": ["status", "reason"],
+                "properties": {"status": {"const": "not_ready"},
+                               "reason": {"type": "string"}}})},
+    }},
     "/metrics": {"get": {
         "summary": "Prometheus metrics, summed over every worker.",
         "scopes": None,

@@ -8,13 +8,19 @@ its own address and the names an operator lists in `ROLEGATE_ALLOWED_HOSTS`
 (comma-separated; `.example.com` allows every subdomain; `*` turns the check
 off) never acts on such a request.
 
-Always allowed: the loopback names (`localhost`, `127.0.0.1`, `::1`) and the
-address the request came in on (the WSGI server's SERVER_NAME: gunicorn's bound
-address) unless that is a wildcard such as 0.0.0.0. `/healthz` is exempt: it
-says only up or down without a token, and load balancers probe it by IP.
+Always allowed: the loopback names (`localhost`, `127.0.0.1`, `::1`), any IP
+address written as such (a rebinding needs a name the attacker's DNS answers:
+a page loaded from an IP address is that address's own origin, so Prometheus
+scraping a pod by IP, or a caller using one, passes) and the address the
+request came in on (the WSGI server's SERVER_NAME: gunicorn's bound address)
+unless that is a wildcard such as 0.0.0.0. The probes (`/healthz`, `/livez`,
+`/readyz`) are exempt: they say only up or down without a token, and load
+balancers probe them by any name.
 """
 
 from __future__ import annotations
+
+import ipaddress
 
 from flask import Flask, request
 
@@ -22,7 +28,7 @@ from router.server.errors import HostNotAllowed
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARDS = frozenset({"0.0.0.0", "::", ""})
-EXEMPT_PATHS = frozenset({"/healthz"})
+EXEMPT_PATHS = frozenset({"/healthz", "/livez", "/readyz"})
 
 
 def parse_allowed(spec: str) -> tuple[str, ...]:
@@ -41,7 +47,7 @@ def hostname(host_header: str) -> str:
 def allowed(name: str, server_name: str, extra: tuple[str, ...]) -> bool:
     """Whether a request for host `name` that arrived at `server_name` may be served."""
     name = name.rstrip(".")
-    if "*" in extra or name in LOOPBACK:
+    if "*" in extra or name in LOOPBACK or _is_address(name):
         return True
     if server_name.lower() not in WILDCARDS and name == server_name.lower():
         return True
@@ -51,6 +57,14 @@ def allowed(name: str, server_name: str, extra: tuple[str, ...]) -> bool:
         if name == ref:
             return True
     return False
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
 
 
 def check(header: str | None, path: str, server_name: str, allowed_hosts: tuple[str, ...]) -> None:
