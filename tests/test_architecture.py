@@ -104,3 +104,27 @@ def test_the_router_reaches_its_services_through_the_typed_getter() -> None:
                       if slot.search(path.read_text()))
     assert reaching == []
     assert "EXTENSION" in (ROOT / "router" / "server" / "services.py").read_text()
+
+
+def test_every_module_the_architecture_page_names_exists() -> None:
+    """docs/architecture.md stays current: each dotted name it gives in backticks
+    (`gatekeeper.machine.stages`, `rolegate.routing.bucket`, ...) is a module, or a name
+    defined in one."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    names = {name for name in re.findall(
+        r"`((?:rolegate|bindings|gatekeeper|router|bench)(?:\.\w+)+)", text)
+        if not name.endswith(".py")}  # file names (`router.py`), not modules
+    missing = []
+    for name in sorted(names):
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):
+            base = ROOT.joinpath(*parts[:cut])
+            module = base.with_suffix(".py") if base.with_suffix(".py").is_file() else \
+                base / "__init__.py" if (base / "__init__.py").is_file() else None
+            if module is not None:
+                break
+        rest = parts[cut:]
+        if module is None or len(rest) > 2 or (rest and not re.search(
+                rf"^(def |class )?{rest[0]}\b", module.read_text(), re.M)):
+            missing.append(name)
+    assert len(names) > 40 and missing == []
