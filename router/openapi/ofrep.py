@@ -30,9 +30,11 @@ CONTEXT = {
 REQUEST = {"type": "object", "required": ["context"], "properties": {"context": CONTEXT}}
 METADATA = {
     "type": "object",
-    "description": "arm, stage, share, version, stale; shadow when one runs; rule and "
-                   "attr.<name> when a targeting rule picked the arm; body (and "
-                   "shadow_body), the config body as JSON text, when asked.",
+    "description": "arm, stage, share, version, stale; shadow when one runs; rule when a "
+                   "targeting rule picked the arm; attr.<name>, the attributes that decided "
+                   "(the rule's, the unit's); bucketing.version, bucketing.bucket_by "
+                   "(targetingKey for the key), bucketing.salted (bucketing.unit_missing); "
+                   "body (and shadow_body), the config body as JSON text, when asked.",
     "additionalProperties": {"type": ["string", "number", "boolean"]},
 }
 SUCCESS = {
@@ -41,7 +43,7 @@ SUCCESS = {
     "properties": {
         "key": {"type": "string", "description": "The role."},
         "value": {"type": "string", "description": "The config id the job runs."},
-        "reason": {"enum": ["STATIC", "TARGETING_MATCH", "SPLIT"]},
+        "reason": {"enum": ["STATIC", "TARGETING_MATCH", "SPLIT", "DEFAULT"]},
         "variant": {"enum": ["current", "candidate"]},
         "metadata": METADATA,
     },

@@ -98,7 +98,8 @@ HISTORY = {
 #: with it by the schemathesis test, which validates real answers against this.
 RESOLUTION = {
     "type": "object",
-    "required": ["role", "config", "arm", "stage", "share", "shadow", "version", "key", "stale"],
+    "required": ["role", "config", "arm", "stage", "share", "shadow", "version", "key", "stale",
+                 "bucketing"],
     "additionalProperties": False,
     "properties": {
         "role": {"type": "string"},
@@ -114,7 +115,20 @@ RESOLUTION = {
         "shadow_body": {"type": ["object", "null"],
                         "description": "With ?include=body, in shadow."},
         "rule": {"type": "string"},
-        "attributes": {"type": "object", "additionalProperties": {"type": "string"}},
+        "attributes": {"type": "object", "additionalProperties": {"type": "string"},
+                       "description": "The job attributes that decided: the rule's, and the "
+                                      "unit's when the role buckets by an attribute."},
+        "holdback": {"type": "number", "minimum": 0, "maximum": 1,
+                     "description": "In full: the share of bucketed units kept on current."},
+        "bucketing": {
+            "type": "object", "description": "How the job was bucketed (docs/bucketing.md).",
+            "required": ["version", "bucket_by", "salted"], "additionalProperties": False,
+            "properties": {"version": {"type": "integer", "minimum": 1},
+                           "bucket_by": {"type": ["string", "null"],
+                                         "description": "The unit's attribute; null: the key."},
+                           "salted": {"type": "boolean"},
+                           "unit_missing": {"type": "boolean", "description": (
+                               "The job had no value for bucket_by: served current.")}}},
     },
 }
 HTML = {"description": "An HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}}
