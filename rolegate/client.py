@@ -207,8 +207,10 @@ class Client(SnapshotRefresher):
             # Rules read the attributes; a role bucketed by one needs its value.
             targeted = self._snapshot.targeted(role, key, attributes, self._stale)
             if targeted is not None:
-                self._exposures.count(role, targeted["config"], targeted["arm"],
-                                      self._counted[role][3])
+                counted = self._counted[role]
+                self._exposures.count(role, targeted["config"], targeted["arm"], counted[3])
+                if counted[2] is not None:
+                    next(counted[2])  # shadow: the candidate runs this job too
                 return targeted
         counters = self._counted[role]
         if candidate is not None and bucket_of is not None and bucket_of(key) < share:

@@ -226,3 +226,24 @@ def test_one_tenant_one_arm_on_every_path(app: Flask, client: FlaskClient,
                 assert by_tenant[tenant] == _expected(BY_TENANT, rolled[BY_TENANT], "", tenant)
         finally:
             sdk_client.close()
+
+
+def test_sdk_counts_every_assignment_of_a_unit_bucketed_role(app: Flask,
+                                                             client: FlaskClient) -> None:
+    """Resolved in full (its unit is an attribute), a role's jobs are still counted as
+    exposures, its shadow runs included, as the precompiled path counts them."""
+    r = client.put("/v1/bindings/shadowed", headers=auth(OPERATOR), json={
+        "current": "cfg_a", "candidate": "cfg_b", "stage": "shadow", "bucket_by": "tenant"})
+    assert r.status_code == 201, r.json
+    with werkzeug_server(app) as url:
+        sdk = Client(url, CALLER, refresh_interval=0.1)
+        try:
+            sdk._exposures.drain(0.0)  # what the start counted, if anything
+            for n in range(7):
+                answer = sdk.resolve("shadowed", f"job-{n}", {"tenant": f"t{n % 3}"})
+                assert answer["shadow"] == "cfg_b" and answer["arm"] == "current"
+            rows = {(row["arm"], row["config"]): row["count"]
+                    for row in sdk._exposures.drain(0.0) if row["role"] == "shadowed"}
+            assert rows == {("current", "cfg_a"): 7, ("shadow", "cfg_b"): 7}
+        finally:
+            sdk.close()
