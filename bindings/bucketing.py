@@ -11,12 +11,15 @@ share only adds units.
 
 A write may name its own: a salt or version the write gives wins, when it
 differs from the stored one (a read-modify-write that sends the old salt back
-still draws) and from the default (a client that writes every field, defaults
-included, names nothing: `salt: null` and `bucket_version: 1` draw as if absent).
-So version 1 is what rollouts already running keep, and what every rollout gets
-under the router's ROLEGATE_BUCKETING=1; a new rollout is never put on it by a
-write. A replace that leaves a field out keeps the stored value, so a
-client that predates these fields cannot reset them. Changing any of them while
+still draws) and from the default. Salt and version are drawn state, not
+configuration: a write that leaves them out, or gives the defaults (`salt: null`,
+`bucket_version: 1`, as a client that writes the whole model does, or a file
+re-imported on every deploy), keeps the stored ones, or draws at a rollout's
+start. So version 1 is what rollouts already running keep, and what every
+rollout gets under the router's ROLEGATE_BUCKETING=1; a write never puts a new
+rollout on it. `bucket_by` is configuration: a write that gives it (even null)
+sets it; one that leaves it out keeps it, so a client that predates the field
+cannot reset it. Changing any of them while
 the same candidate routes traffic (canary or full) would move units between
 arms mid-rollout, so it is refused (409). Imports (`rolegate serve --seed`) and
 restores of an earlier version are taken as written.
@@ -32,6 +35,8 @@ from bindings.models import Binding, Stage
 
 #: The binding fields that make up its bucketing.
 FIELDS = ("bucket_by", "salt", "bucket_version")
+#: The drawn fields' defaults: given, they name nothing (a whole-model write sends them).
+DEFAULTS: dict[str, object] = {"salt": None, "bucket_version": 1}
 #: Stages in which the candidate runs (shadow) or is served (canary, full).
 LIVE = frozenset({Stage.SHADOW, Stage.CANARY, Stage.FULL})
 #: Stages in which units are split between the arms.
@@ -62,13 +67,14 @@ def with_bucketing(old: Binding | None, new: Binding, given: Set[str], *, versio
     Raises Conflict when a write would change the bucketing of a routing rollout.
     """
     kept = {field: getattr(old, field) for field in FIELDS
-            if old is not None and field not in given}
+            if old is not None and (field not in given or (
+                field in DEFAULTS and getattr(new, field) == DEFAULTS[field]))}
     named = new.model_copy(update=kept) if kept else new
     if rollout_begins(old, named):
         changes: dict[str, object] = {}
-        if not _named(old, named, given, "salt", None):
+        if not _named(old, named, given, "salt"):
             changes["salt"] = draw()
-        if not _named(old, named, given, "bucket_version", 1):
+        if not _named(old, named, given, "bucket_version"):
             changes["bucket_version"] = version
         return named.model_copy(update=changes) if changes else named
     if (old is not None and old.stage in ROUTING and named.stage in ROUTING
@@ -83,11 +89,10 @@ def with_bucketing(old: Binding | None, new: Binding, given: Set[str], *, versio
     return named
 
 
-def _named(old: Binding | None, new: Binding, given: Set[str], field: str,
-           default: object) -> bool:
+def _named(old: Binding | None, new: Binding, given: Set[str], field: str) -> bool:
     """Whether the write named `field` itself: given, not the default, and not just the stored
     value sent back."""
     value = getattr(new, field)
-    if field not in given or value == default:
+    if field not in given or value == DEFAULTS[field]:
         return False
     return old is None or value != getattr(old, field)

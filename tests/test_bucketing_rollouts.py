@@ -101,11 +101,11 @@ def test_a_replace_that_leaves_bucketing_out_keeps_it(client: FlaskClient) -> No
 
 
 def test_bucketing_cannot_move_mid_canary(client: FlaskClient) -> None:
-    """Changing salt, bucket_by or version while the candidate is served is a 409 naming the
-    field, and nothing is written; raising the share keeps them."""
+    """Changing salt or bucket_by while the candidate is served is a 409 naming the field, and
+    nothing is written; raising the share keeps them."""
     r = _put(client, {"current": "a", "candidate": "b", "stage": "canary", "share": 0.1})
     binding = r.json["binding"]
-    for field, value in (("salt", "other"), ("bucket_by", "tenant"), ("bucket_version", 1)):
+    for field, value in (("salt", "other"), ("bucket_by", "tenant")):
         r = _put(client, {**binding, field: value}, 1)
         assert r.status_code == 409, r.json
         assert r.json["error"]["details"]["field"] == field
@@ -163,3 +163,49 @@ def test_the_environment_variable_sets_it(monkeypatch: pytest.MonkeyPatch) -> No
     assert load_settings(environ={}).bucketing == 2
     with pytest.raises(ValueError, match="bucketing"):
         load_settings(environ={"ROLEGATE_BUCKETING": "3"})
+
+
+def test_a_whole_model_write_keeps_the_drawn_salt(client: FlaskClient) -> None:
+    """`salt: null`, `bucket_version: 1` on a replace (mid-shadow, mid-canary) keep what the
+    rollout drew: no reset to unsalted, and no 409."""
+    r = _put(client, {"current": "a", "candidate": "b", "stage": "shadow"})
+    drawn = r.json["binding"]["salt"]
+    whole = {"current": "a", "candidate": "b", "salt": None, "bucket_version": 1,
+             "bucket_by": None}
+    r = _put(client, {**whole, "stage": "shadow", "description": "x"}, 1)
+    assert r.status_code == 200 and r.json["binding"]["salt"] == drawn
+    r = _put(client, {**whole, "stage": "canary", "share": 0.1}, 2)
+    assert r.status_code == 200, r.json
+    assert (r.json["binding"]["salt"], r.json["binding"]["bucket_version"]) == (drawn, 2)
+
+
+def test_importing_a_file_twice_changes_nothing(app: Flask) -> None:
+    """`rolegate bindings import` of a file without salts: the first run creates (salts drawn),
+    the second says unchanged and writes no version, the drawn salts kept."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from router.cli.main import main
+    from tests.servers import werkzeug_server
+
+    roles = {"roles": {"summarizer": {"current": "a", "candidate": "b", "stage": "canary",
+                                      "share": 0.1},
+                       "tenants": {"current": "a", "candidate": "b", "stage": "shadow",
+                                   "bucket_by": "tenant"}}}
+    with tempfile.TemporaryDirectory() as tmp, werkzeug_server(app) as url:
+        path = Path(tmp) / "bindings.json"
+        path.write_text(json.dumps(roles))
+        env = {"ROLEGATE_URL": url, "ROLEGATE_TOKEN": OPERATOR}
+        first = CliRunner().invoke(main, ["bindings", "import", str(path)], env=env)
+        assert first.exit_code == 0 and first.output.count("created") == 2, first.output
+        client = app.test_client()
+        salts = {role: _binding(client, role)["salt"] for role in roles["roles"]}
+        assert all(SALT.match(salt) for salt in salts.values())
+        assert _binding(client, "tenants")["bucket_by"] == "tenant"
+        second = CliRunner().invoke(main, ["bindings", "import", str(path)], env=env)
+        assert second.exit_code == 0 and second.output.count("unchanged") == 2, second.output
+        assert {role: _binding(client, role)["salt"] for role in roles["roles"]} == salts
+        assert client.get("/v1/bindings/summarizer", headers=OP).json["version"] == 1

@@ -32,6 +32,13 @@ from router.cli.common import (
 
 #: Fields the server sets itself; an import neither sends nor compares them.
 SERVER_FIELDS = frozenset({"stage_since"})
+#: Fields the server draws when a rollout begins (bindings.bucketing): sent and compared
+#: only when the file sets them.
+DRAWN_FIELDS = frozenset({"salt", "bucket_version"})
+
+
+def _not_compared(wanted: Binding) -> set[str]:
+    return set(SERVER_FIELDS) | (set(DRAWN_FIELDS) - wanted.model_fields_set)
 
 
 def role_path(role: str, suffix: str = "") -> str:
@@ -40,9 +47,9 @@ def role_path(role: str, suffix: str = "") -> str:
 
 
 def same_binding(stored: Binding, wanted: Binding) -> bool:
-    """True when `wanted` would change nothing in `stored` (server-set fields aside)."""
-    return stored.model_dump(exclude=set(SERVER_FIELDS)) == wanted.model_dump(
-        exclude=set(SERVER_FIELDS))
+    """True when `wanted` would change nothing in `stored` (server-set and -drawn fields aside)."""
+    return stored.model_dump(exclude=_not_compared(wanted)) == wanted.model_dump(
+        exclude=_not_compared(wanted))
 
 
 def load_bindings_or_exit(path: str) -> BindingFile:
@@ -203,7 +210,7 @@ def import_file(api: ApiClient, path: str, reason: str | None, dry_run: bool) ->
     stored = table["roles"]
     _refuse_a_stale_table(table.get("lost") or {}, dry_run)
     for role, binding in wanted.roles.items():
-        body = {"binding": binding.model_dump(mode="json", exclude=set(SERVER_FIELDS)),
+        body = {"binding": binding.model_dump(mode="json", exclude=_not_compared(binding)),
                 "reason": why}
         record = stored.get(role)
         if record is None:
