@@ -37,6 +37,7 @@ from router.openapi.ofrep import OFREP_PATHS
 from router.openapi.operator import ARCHIVED, OPERATOR_PATHS, answers_archived
 from router.openapi.paths import ERROR_STATUSES, PATHS, RESOLUTION
 from router.server.hosts import EXEMPT_PATHS
+from router.server.tokens import SCOPES
 
 bp = Blueprint("openapi", __name__)
 
@@ -209,7 +210,10 @@ def _responses(path: str, operation: dict[str, Any]) -> dict[str, Any]:
     return responses
 
 
-def _operation(path: str, method: str, params: list[dict[str, Any]]) -> dict[str, Any]:
+def _operation(path: str, method: str, params: list[dict[str, Any]],
+               scopes: frozenset[str] | None) -> dict[str, Any]:
+    """One operation; `scopes` are its view's own (`router.server.auth.require`; None: no
+    token), never a second statement of them."""
     described = OPERATIONS.get(path, {}).get(method)
     if described is None:
         return {
@@ -219,16 +223,17 @@ def _operation(path: str, method: str, params: list[dict[str, Any]]) -> dict[str
                                       "content": {"application/json": {"schema": {}}}}},
             "x-rolegate-generic": True,
         }
-    operation = {k: v for k, v in described.items() if k not in ("errors", "scopes")}
+    operation = {k: v for k, v in described.items() if k != "errors"}
     operation["parameters"] = params + list(described.get("parameters", []))
     operation["responses"] = _responses(path, described)
-    scopes = described.get("scopes")
     if scopes is None:
         operation["security"] = []
     else:
         operation["security"] = [{"bearer": []}]
-        operation["description"] = (operation.get("description", "") + " Needs a token of scope "
-                                    + ", ".join(scopes) + " (operator may always).").strip()
+        others = [scope for scope in SCOPES if scope in scopes and scope != "operator"]
+        needs = (" Needs a token of scope " + ", ".join(others) + " (operator may always)."
+                 if others else " Needs an operator token.")
+        operation["description"] = (operation.get("description", "") + needs).strip()
     return operation
 
 
@@ -239,8 +244,10 @@ def build_spec(app: Flask) -> dict[str, Any]:
         if rule.endpoint in _SKIPPED_ENDPOINTS or rule.endpoint.endswith(".static"):
             continue
         path, params = openapi_path(rule)
+        scopes = getattr(app.view_functions[rule.endpoint], "required_scopes", None)
         for method in sorted((rule.methods or set()) - {"HEAD", "OPTIONS"}):
-            paths.setdefault(path, {})[method.lower()] = _operation(path, method.lower(), params)
+            paths.setdefault(path, {})[method.lower()] = _operation(path, method.lower(), params,
+                                                                    scopes)
     return {
         "openapi": "3.1.0",
         "info": {

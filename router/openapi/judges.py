@@ -45,7 +45,6 @@ JUDGE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                        "claim id; each taken run counts as one of the day's calls and is held "
                        "for lease_s seconds: unanswered by then, it goes back to the queue and "
                        "its call is refunded. 404 when the role names no judge.",
-        "scopes": ("gatekeeper",),
         "requestBody": json_body({"type": "object", "additionalProperties": False,
                                   "properties": {"max": {"type": "integer", "minimum": 1,
                                                          "maximum": 64},
@@ -66,7 +65,6 @@ JUDGE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                        "recorded: 409 (404 when only stored runs are missing), "
                        "details.refused naming each refused result and why (not_claimed, "
                        "claim_mismatch, run_not_found).",
-        "scopes": ("gatekeeper",),
         "requestBody": json_body({"type": "object", "required": ["results"],
                                   "additionalProperties": False,
                                   "properties": {"results": {"type": "array", "maxItems": 64,

@@ -129,7 +129,6 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                        "resource, and answered with an ExportTraceServiceResponse in the "
                        "request's encoding (partialSuccess counts refused spans). A forbidden "
                        "execute_tool span trips the wire when it arrives.",
-        "scopes": ("caller", "gatekeeper"),
         "requestBody": {"required": True, "content": {
             "application/json": {"schema": {"anyOf": [TRACE_BODY, OTLP_JSON]}},
             "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
@@ -149,14 +148,12 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/traces/{run_id}/feedback": {
         "post": {
             "summary": "Record a reviewer's feedback tier (and correction) on a stored run.",
-            "scopes": ("caller", "gatekeeper"),
             "requestBody": json_body(ref("FeedbackRequest"), required=True),
             "responses": {"201": json_response("The run's feedback so far.", FEEDBACK)},
             "errors": (400, *AUTH, 404, 409, 413, 422, 503),
         },
         "get": {
             "summary": "Every feedback entry on a run and the tier they add up to.",
-            "scopes": ("caller", "gatekeeper"),
             "parameters": [ROLE_QUERY],
             "responses": {"200": json_response("The run's feedback.", FEEDBACK)},
             "errors": (400, *AUTH, 404, 409, 503),
@@ -169,7 +166,6 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                        "reporters sent traces under the run id (a clash), `claimed_by` names "
                        "them and ?reporter= picks one (default: the caller's own, else the "
                        "first stored).",
-        "scopes": ("caller", "gatekeeper"),
         "parameters": [ROLE_QUERY, {"name": "reporter", "in": "query", "required": False,
                                     "schema": {"type": "string", "minLength": 1}}],
         "responses": {"200": json_response("The stored trace.", {
@@ -182,7 +178,6 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "summary": "The role's traces in arrival order across its live configs and arms.",
         "description": "Without since_id the newest `limit`; with it the first `limit` from "
                        "that stream id on (inclusive), for tailing.",
-        "scopes": ("caller", "gatekeeper"),
         "parameters": [
             {"name": "since_id", "in": "query", "required": False,
              "schema": {"type": "string", "pattern": r"^\d{1,20}-\d{1,20}$"}},
@@ -203,7 +198,6 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "summary": "The regression gate per arm since the stage began, with paired and drift.",
         "description": "With ?rule=R: over the runs targeting rule R routed (404 for no such "
                        "rule).",
-        "scopes": ("caller", "gatekeeper"),
         "parameters": [{"name": "rule", "in": "query", "required": False,
                         "schema": {"type": "string", "minLength": 1}}],
         "responses": {"200": json_response("The gate view.", GATE)},
@@ -211,14 +205,12 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     }},
     "/v1/roles/{role}/tools": {"get": {
         "summary": "Per config: every tool its runs called and how often.",
-        "scopes": ("caller", "gatekeeper"),
         "responses": {"200": json_response("The tool tally.", _obj(
             "role", "configs", role={"type": "string"}, configs=OBJECT))},
         "errors": (400, *AUTH, 404, 503),
     }},
     "/v1/roles/{role}/golden": {"get": {
         "summary": "A feedback-aware golden sample of the role's recent current-config runs.",
-        "scopes": ("caller", "gatekeeper"),
         "parameters": [
             {"name": "quota", "in": "query", "required": False,
              "schema": {"type": "array", "items": {"type": "string", "pattern": QUOTA_PATTERN}}},
@@ -235,7 +227,6 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     }},
     "/v1/roles/{role}/drift/calibrate": {"get": {
         "summary": "False CUSUM alarms per h over the newest stored runs of (config, arm).",
-        "scopes": ("caller", "gatekeeper"),
         "parameters": [
             {"name": "h", "in": "query", "required": True,
              "schema": {"type": "array", "items": {"type": "number", "exclusiveMinimum": 0,
@@ -263,7 +254,6 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "description": "Each row: `count` runs of (role, config, arm) assigned in stage "
                        "`epoch` during 30 s time bucket `bucket`. The gate view's `reports` "
                        "section compares them with the runs that reported.",
-        "scopes": ("caller", "gatekeeper"),
         "requestBody": json_body(EXPOSURES, required=True),
         "responses": {"200": json_response("How many assignments were added.",
                                            _obj("added", added={"type": "integer"}))},
@@ -272,14 +262,12 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/roles/{role}/offline": {
         "post": {
             "summary": "Store an offline suite's verdict for one config of the role.",
-            "scopes": ("gatekeeper",),
             "requestBody": json_body(ref("OfflineVerdict"), required=True),
             "responses": {"201": json_response("Stored.", ref("StoredOfflineVerdict"))},
             "errors": (400, *AUTH, 404, 409, 413, 422, 503),
         },
         "get": {
             "summary": "Every stored offline verdict of the role.",
-            "scopes": ("caller", "gatekeeper"),
             "responses": {"200": json_response("Verdicts.", _obj(
                 "role", "verdicts", role={"type": "string"},
                 verdicts={"type": "array", "items": ref("StoredOfflineVerdict")}))},
@@ -288,14 +276,12 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     },
     "/v1/roles/{role}/offline/{config}": {"get": {
         "summary": "One config's stored offline verdict.",
-        "scopes": ("caller", "gatekeeper"),
         "responses": {"200": json_response("The verdict.", ref("StoredOfflineVerdict"))},
         "errors": (400, *AUTH, 404, 422, 503),
     }},
     "/v1/gatekeeper/lease": {
         "post": {
             "summary": "Take or renew the gatekeeper leader lease for a holder.",
-            "scopes": ("gatekeeper",),
             "requestBody": json_body(ref("LeaseRequest"), required=True),
             "responses": {"200": json_response("Held.", _obj(
                 "held", "holder", "ttl_ms", held={"const": True}, holder={"type": "string"},
@@ -304,7 +290,6 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "delete": {
             "summary": "Release the lease, only when the holder holds it.",
-            "scopes": ("gatekeeper",),
             "requestBody": json_body(ref("ReleaseRequest"), required=True),
             "responses": {"200": json_response("Released.", _obj(
                 "released", "holder", released={"const": True}, holder={"type": "string"}))},
@@ -312,7 +297,6 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         },
         "get": {
             "summary": "Who holds the lease and for how many more milliseconds.",
-            "scopes": ("caller", "gatekeeper"),
             "responses": {"200": json_response("The lease.", LEASE)},
             "errors": (*AUTH, 503),
         },
@@ -320,14 +304,12 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/gatekeeper/heartbeat": {
         "post": {
             "summary": "A gatekeeper's tick: who, leader or not, roles judged, errors.",
-            "scopes": ("gatekeeper",),
             "requestBody": json_body(ref("HeartbeatRequest"), required=True),
             "responses": {"200": json_response("Recorded; the summary after it.", HEARTBEAT)},
             "errors": (400, *AUTH, 413, 422, 503),
         },
         "get": {
             "summary": "Is anyone judging: the leader, its last tick (Redis's clock), status.",
-            "scopes": ("caller", "reviewer", "gatekeeper"),
             "responses": {"200": json_response("The heartbeat summary.", HEARTBEAT)},
             "errors": (*AUTH, 503),
         },
@@ -336,26 +318,22 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "summary": "What the fleet gets: expected false rollbacks among the live rollouts and "
                    "per day; with ROLEGATE_FLEET_BUDGET, the alpha it asks of each rollout "
                    "and the roles over it (advice, never applied).",
-        "scopes": ("caller", "reviewer", "gatekeeper"),
         "responses": {"200": json_response("The fleet's outlook over the token's roles.",
                                            FLEET)},
         "errors": (*AUTH, 503),
     }},
     "/roles/{role}": {"get": {
         "summary": "The dashboard page of one role (data inline only on an open server).",
-        "scopes": None,
         "responses": {"200": HTML, "404": HTML},
         "errors": (400,),
     }},
     "/ui/roles": {"get": {
         "summary": "The dashboard's roles table, as an HTML fragment.",
-        "scopes": ("caller", "gatekeeper"),
         "responses": {"200": HTML},
         "errors": (*AUTH, 503),
     }},
     "/ui/roles/{role}": {"get": {
         "summary": "The dashboard's detail of one role, as an HTML fragment.",
-        "scopes": ("caller", "gatekeeper"),
         "responses": {"200": HTML},
         "errors": (400, *AUTH, 404, 503),
     }},

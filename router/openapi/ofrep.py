@@ -79,12 +79,10 @@ def _bad(shape: dict[str, Any]) -> dict[str, Any]:
                          {"anyOf": [shape, ref("Error")]})
 
 
-SCOPES = ("caller", "gatekeeper")
 OFREP_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/ofrep/v1/evaluate/flags/{role}": {"post": {
         "summary": "OFREP single evaluation: which config serves the role (the flag key) "
                    "for the context's targetingKey (the job key).",
-        "scopes": SCOPES,
         "parameters": INCLUDE,
         "requestBody": json_body(REQUEST, True),
         "responses": {
@@ -99,7 +97,6 @@ OFREP_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     }},
     "/ofrep/v1/evaluate/flags": {"post": {
         "summary": "OFREP bulk evaluation: every role the token may act on, with an ETag.",
-        "scopes": SCOPES,
         "parameters": [*INCLUDE, {"name": "If-None-Match", "in": "header", "required": False,
                                   "schema": {"type": "string"}}],
         "requestBody": json_body(REQUEST, True),

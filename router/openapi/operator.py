@@ -27,7 +27,6 @@ REASON_QUERY = {"name": "reason", "in": "query", "required": False,
 OPERATOR_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/bindings/{role}": {"delete": {
         "summary": "Archive the role: it leaves the table, resolves answer 410, history stays.",
-        "scopes": (),
         "parameters": [IF_MATCH, REASON_QUERY],
         "requestBody": json_body(ref("ArchiveRequest")),
         # VersionedBinding forbids other keys, so an allOf with it could not add
@@ -38,7 +37,6 @@ OPERATOR_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     }},
     "/v1/bindings/{role}/restore": {"post": {
         "summary": "Bring an archived role back with the binding it had, as a new version.",
-        "scopes": (),
         "parameters": [IF_MATCH, REASON_QUERY],
         "requestBody": json_body(ref("ArchiveRequest")),
         "responses": {"200": BINDING},
@@ -48,7 +46,6 @@ OPERATOR_PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "summary": "After Redis lost data (/healthz: redis_data_lost), write the lost roles "
                    "back from this router's last good table, one version above the kept one "
                    "(archived instead with discard), each with a history entry.",
-        "scopes": (),
         "requestBody": json_body(ref("RestoreRequest")),
         "responses": {"200": json_response("What was written back, role by role.", {
             "type": "object",
@@ -66,7 +63,6 @@ OPERATOR_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                    "serve Redis's table: each role the routers hold above Redis gets Redis's "
                    "record (archived if it has none) one version above the held one, with "
                    "an accept_redis history entry.",
-        "scopes": (),
         "requestBody": json_body(ref("AcceptRequest")),
         "responses": {"200": json_response("What was written, role by role.", {
             "type": "object",

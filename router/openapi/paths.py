@@ -1,8 +1,9 @@
 """The router's operations, as OpenAPI 3.1 data: one entry per (path, method).
 
 Each operation lists the statuses its view really answers. `errors` names the
-error statuses (rendered as the shared Error body); `scopes` names the token
-scopes allowed (None: no token needed). Schemas refer to the components that
+error statuses (rendered as the shared Error body). Who may call it is not said
+here: `router.openapi.document` reads each view's own scopes (docs/scopes.md,
+`router.openapi.scopes`). Schemas refer to the components that
 `router.openapi.document` generates from the pydantic models.
 """
 
@@ -135,10 +136,9 @@ HTML = {"description": "An HTML page.", "content": {"text/html": {"schema": {"ty
 WRITE_ERRORS = (400, *AUTH, 404, 409, 413, 422, 503, 504)
 
 
-def _action(summary: str, body: str, scopes: tuple[str, ...]) -> dict[str, Any]:
+def _action(summary: str, body: str) -> dict[str, Any]:
     return {
         "summary": summary,
-        "scopes": scopes,
         "parameters": [IF_MATCH, IDEMPOTENCY_KEY],
         "requestBody": json_body(ref(body), required=True),
         "responses": {"200": BINDING},
@@ -149,13 +149,11 @@ def _action(summary: str, body: str, scopes: tuple[str, ...]) -> dict[str, Any]:
 PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/healthz": {"get": {
         "summary": "Up or down; with a token, each check and the binding copy's state.",
-        "scopes": None,
         "responses": {"200": json_response("Every dependency answers.", HEALTH),
                       "503": json_response("Redis does not answer.", HEALTH)},
     }},
     "/livez": {"get": {
         "summary": "The worker answers HTTP (liveness and startup probes).",
-        "scopes": None,
         "responses": {"200": json_response("Alive.", {
             "type": "object", "required": ["status"],
             "properties": {"status": {"const": "alive"}}})},
@@ -163,7 +161,6 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/readyz": {"get": {
         "summary": "Whether this worker can answer resolves (readiness probe): a table, "
                    "fresh or kept.",
-        "scopes": None,
         "responses": {
             "200": json_response("It has a binding table (stale: kept while Redis is "
                                  "down or lost data).", {
@@ -177,13 +174,11 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
     }},
     "/metrics": {"get": {
         "summary": "Prometheus metrics, summed over every worker.",
-        "scopes": None,
         "responses": {"200": {"description": "Prometheus text exposition.",
                               "content": {"text/plain": {"schema": {"type": "string"}}}}},
     }},
     "/openapi.json": {"get": {
         "summary": "This document.",
-        "scopes": None,
         "responses": {"200": json_response("The OpenAPI 3.1 document.", {"type": "object"})},
     }},
     "/v1/resolve/{role}": {"get": {
@@ -191,7 +186,6 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "description": "attr.<name>=<value> query parameters carry the job's attributes for "
                        "the role's targeting rules; the answer then names the rule that "
                        "picked the arm and the attributes it read.",
-        "scopes": ("caller", "gatekeeper"),
         "parameters": [{"name": "key", "in": "query", "required": False,
                         "schema": {"type": "string", "maxLength": 500}},
                        {"name": "include", "in": "query", "required": False,
@@ -202,7 +196,6 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
     }},
     "/v1/bindings": {"get": {
         "summary": "Every role's binding, with the table's generation as ETag.",
-        "scopes": ("caller", "gatekeeper"),
         "parameters": [{"name": "If-None-Match", "in": "header", "required": False,
                         "schema": {"type": "string"}}],
         "responses": {
@@ -215,14 +208,12 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/bindings/{role}": {
         "get": {
             "summary": "One role's binding and version.",
-            "scopes": ("caller", "gatekeeper"),
             "responses": {"200": BINDING},
             "errors": (400, *AUTH, 404, 503),
         },
         "put": {
             "summary": "Create a role, or replace one given If-Match.",
             "description": "The body is a Binding, or {binding, reason}.",
-            "scopes": (),
             "parameters": [IF_MATCH, IDEMPOTENCY_KEY],
             "requestBody": json_body({"anyOf": [ref("Binding"), ref("PutRequest")]}, True),
             "responses": {"200": BINDING,
@@ -231,22 +222,20 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
         },
     },
     "/v1/bindings/{role}/rollback": {"post": _action(
-        "Zero the canary, or restore to_version as a new version.", "RollbackRequest",
-        ("gatekeeper",))},
+        "Zero the canary, or restore to_version as a new version.", "RollbackRequest")},
     "/v1/bindings/{role}/canary": {"post": _action(
-        "Set the candidate's share directly (1 means full).", "CanaryRequest", ())},
+        "Set the candidate's share directly (1 means full).", "CanaryRequest")},
     "/v1/bindings/{role}/promote": {"post": _action(
-        "Advance the rollout one step.", "_Action", ("gatekeeper",))},
+        "Advance the rollout one step.", "_Action")},
     "/v1/bindings/{role}/pause": {"post": _action(
-        "Stop the gatekeeper from moving this role.", "_Action", ("gatekeeper",))},
+        "Stop the gatekeeper from moving this role.", "_Action")},
     "/v1/bindings/{role}/resume": {"post": _action(
-        "Let the gatekeeper move this role again.", "_Action", ())},
+        "Let the gatekeeper move this role again.", "_Action")},
     "/v1/bindings/{role}/approve": {"post": _action(
         "Approve the step the role stands on (one with approval: true), so the gatekeeper "
-        "may advance past it once the gate passes.", "_Action", ())},
+        "may advance past it once the gate passes.", "_Action")},
     "/v1/bindings/{role}/history": {"get": {
         "summary": "The role's changes, newest first.",
-        "scopes": ("caller", "gatekeeper"),
         "parameters": [
             {"name": "limit", "in": "query", "required": False,
              "schema": {"type": "integer", "minimum": 0}},
@@ -256,11 +245,10 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
         "responses": {"200": json_response("History entries.", HISTORY)},
         "errors": (400, *AUTH, 404, 503),
     }},
-    "/": {"get": {"summary": "The dashboard: every role at a glance.", "scopes": None,
+    "/": {"get": {"summary": "The dashboard: every role at a glance.",
                   "responses": {"200": HTML}}},
     "/v1/bindings/watch": {"get": {
         "summary": "Long-poll: every binding once the generation differs from ?generation=.",
-        "scopes": ("caller", "gatekeeper"),
         "parameters": [
             {"name": "generation", "in": "query", "required": False,
              "schema": {"type": "integer"}},
@@ -279,7 +267,6 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
 PATHS.update({
     "/v1/configs": {"get": {
         "summary": "Every config with a registered spec.",
-        "scopes": ("caller", "gatekeeper"),
         "responses": {"200": json_response("Config ids.", {
             "type": "object", "required": ["configs"],
             "properties": {"configs": {"type": "array", "items": {"type": "string"}}}})},
@@ -288,7 +275,6 @@ PATHS.update({
     "/v1/configs/{config}": {
         "get": {
             "summary": "A config's spec, criteria and versions.",
-            "scopes": ("caller", "gatekeeper"),
             "responses": {"200": json_response("The config record.", ref("ConfigRecord"),
                                                ETAG)},
             "errors": (*AUTH, 404, 422, 503),
@@ -299,7 +285,6 @@ PATHS.update({
             "description": "\"body\": null drops the body. A body change that a live role "
                            "serves may not drop its body or offer a tool the role forbids "
                            "(409 naming the roles).",
-            "scopes": (),
             "parameters": [IF_MATCH],
             "requestBody": json_body(ref("PutConfig"), required=True),
             "responses": {
@@ -313,7 +298,6 @@ PATHS.update({
     },
     "/v1/configs/{config}/versions": {"get": {
         "summary": "Every kept version of the config, oldest first.",
-        "scopes": ("caller", "gatekeeper"),
         "responses": {"200": json_response("Versions.", {
             "type": "object", "required": ["config", "versions"],
             "properties": {"config": {"type": "string"}, "versions": {
@@ -330,14 +314,12 @@ PATHS.update({
     }},
     "/v1/configs/{config}/versions/{version}": {"get": {
         "summary": "The config's record as it was at a version.",
-        "scopes": ("caller", "gatekeeper"),
         "responses": {"200": json_response("The config record at that version.",
                                            ref("ConfigRecord"), ETAG)},
         "errors": (400, *AUTH, 404, 422, 503),
     }},
     "/v1/configs/{config}/criteria": {"get": {
         "summary": "The criteria stored for a config.",
-        "scopes": ("caller", "gatekeeper"),
         "responses": {"200": json_response("Criteria.", {
             "type": "object", "required": ["config", "version", "criteria"],
             "properties": {"config": {"type": "string"}, "version": {"type": "integer"},
@@ -347,13 +329,11 @@ PATHS.update({
     }},
     "/v1/configs/{a}/criteria/diff/{b}": {"get": {
         "summary": "What changes in the criteria going from config a to config b.",
-        "scopes": ("caller", "gatekeeper"),
         "responses": {"200": json_response("The diff.", ref("DiffBetween"))},
         "errors": (*AUTH, 404, 422, 503),
     }},
     "/v1/configs/{config}/criteria/check": {"post": {
         "summary": "Score one trace against the config's criteria: a verdict per key.",
-        "scopes": ("caller", "gatekeeper"),
         "requestBody": json_body(ref("CheckRequest"), required=True),
         "responses": {"200": json_response("Verdicts.", {
             "type": "object", "required": ["config", "version", "verdicts", "failed"],

@@ -65,6 +65,9 @@ def require(*scopes: str) -> Callable[[F], F]:
                 access.permit_role(found, role)
             return view(*args, **kwargs)
 
+        # Read by the scopes table (docs/scopes.md, `router.openapi.scopes`): the one
+        # source of which scope may call which route.
+        wrapped.required_scopes = allowed  # type: ignore[attr-defined]
         return wrapped  # type: ignore[return-value]
 
     return decorate
