@@ -81,7 +81,6 @@ class BindingCache:
         #: What this worker last published of its kept records (bindings.kept_copies), and when.
         self._published: dict[str, int] = {}
         self._published_at = 0.0
-        self.last_refresh = 0.0
         self._lock = threading.Lock()
         #: Held while a process loads its first copy and starts its polling thread.
         self._start_lock = threading.Lock()
@@ -164,7 +163,6 @@ class BindingCache:
         if self.stale:
             log.warning("binding store reachable again")
         self.stale = False
-        self.last_refresh = time.time()
         return not self.lost
 
     def _reload(self) -> None:
