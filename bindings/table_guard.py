@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from bindings.errors import StoreUnavailable
 from bindings.models import VersionedBinding
 
 #: The condition /healthz and the metrics name while some role is kept this way.
@@ -99,3 +100,11 @@ def newest_copies(copies: Mapping[str, Mapping[str, VersionedBinding]]
     for role in disagree:
         newest.pop(role, None)
     return newest, disagree
+
+
+def trace_on_lost_role(role: str) -> StoreUnavailable:
+    """The 503 a trace for a role Redis lost gets: retryable, and saying what to run."""
+    return StoreUnavailable(
+        f"Redis lost its data for role {role!r} (routers serve its kept binding); the trace "
+        "is not stored: send it again once `rolegate bindings restore-snapshot` or "
+        "`accept-redis` has run", role=role, condition=DATA_LOST)
