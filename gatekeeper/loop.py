@@ -71,7 +71,7 @@ def _path(role: str) -> str:
 def tick(api: ApiClient, now: float, *, dry_run: bool = False,
          notifier: Notifier | None = None, alerted: set[str] | None = None) -> list[Decision]:
     """One pass over every role: decide each, apply the moves, report every decision."""
-    listing = api.get("/v1/bindings")
+    listing = api.get("/v1/bindings?view=full")
     decisions: list[Decision] = []
     for role, raw in sorted(listing.get("roles", {}).items()):
         record = VersionedBinding.model_validate(raw)

@@ -41,9 +41,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from xxhash import xxh3_64_intdigest as _xxh3
+
 from rolegate.client_config import OPTIONS, ClientConfig, config_of
 from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUnavailable
-from rolegate.exposures import EXPOSURES_PATH, Counters, Exposures, Sender, counters_of
+from rolegate.exposures import EXPOSURES_PATH, Exposures, Sender
 from rolegate.http import ApiClient
 from rolegate.masking import mask_trace
 from rolegate.recorder import Recorder
@@ -51,7 +53,7 @@ from rolegate.refresher import MAX_WATCH_TIMEOUT, SnapshotRefresher
 from rolegate.report_stats import ReportStats
 from rolegate.reporter import TraceReporter
 from rolegate.routing import Resolution, new_key
-from rolegate.snapshot import Entry, Snapshot, ToolGate, starting_snapshot
+from rolegate.snapshot import Fast, Snapshot, starting_snapshot
 from rolegate.trace import Stamps, Trace
 
 __all__ = ["Client", "ClientConfig", "SnapshotTooOld", "SnapshotUnavailable"]
@@ -122,7 +124,7 @@ class Client(SnapshotRefresher):
         flush_timeout = cfg.flush_timeout
         self.url = url.rstrip("/")
         self.refresh_interval = cfg.refresh_interval
-        self.max_age = max_age
+        self._max_age = max_age
         self.subscribe = cfg.subscribe
         self.watch_timeout = max(0.5, min(cfg.watch_timeout, MAX_WATCH_TIMEOUT))
         if max_age is not None:
@@ -135,9 +137,9 @@ class Client(SnapshotRefresher):
         self.last_error: str | None = None
         self._stale = True
         self._confirmed = _monotonic()
+        self._deadline = self._confirmed + (math.inf if max_age is None else max_age)
         self._snapshot: Snapshot | None = None
-        self._entries: dict[str, Entry] = {}
-        self._gates: dict[str, ToolGate] = {}
+        self._fast: dict[str, Fast] = {}
         self._etag: str | None = None
         self._hold_until = 0.0
         self._closed = False
@@ -151,7 +153,6 @@ class Client(SnapshotRefresher):
         #: Every in-process assignment, counted per (role, config, arm, stage epoch)
         #: and sent on its own thread (the router cannot see these resolves).
         self._exposures = Exposures()
-        self._counted: dict[str, Counters] = {}
         starting = starting_snapshot(cfg.bootstrap, self.snapshot_path)
         if starting is not None:
             self._install(starting, confirmed=False)
@@ -192,38 +193,52 @@ class Client(SnapshotRefresher):
         """
         # The hot path: no lock, no network; every attribute read is of an
         # object the refresh thread replaces whole, never mutates.
-        max_age = self.max_age
-        if max_age is not None and _monotonic() - self._confirmed > max_age:
+        if _monotonic() > self._deadline:
             raise self._too_old()
-        entry = self._entries.get(role)
-        if entry is None:
-            raise self._unknown(role)
+        try:
+            fast = self._fast[role]
+        except KeyError:
+            raise self._unknown(role) from None
         if not key:
             key = new_key()
         elif len(key) > MAX_KEY_LENGTH:
             raise ValueError(f"key: at most {MAX_KEY_LENGTH} characters")
-        current, candidate, share, bucket_of = entry
+        first, second, head, cut, counter, second_counter, shadow_counter, epoch, bucket_of = fast
         if (attributes or bucket_of is None) and self._snapshot is not None:
             # Rules read the attributes; a role bucketed by one needs its value.
             targeted = self._snapshot.targeted(role, key, attributes, self._stale)
             if targeted is not None:
-                counted = self._counted[role]
-                self._exposures.count(role, targeted["config"], targeted["arm"], counted[3])
-                if counted[2] is not None:
-                    next(counted[2])  # shadow: the candidate runs this job too
+                self._exposures.count(role, targeted["config"], targeted["arm"], epoch)
+                if shadow_counter is not None:
+                    next(shadow_counter)  # shadow: the candidate runs this job too
                 return targeted
-        counters = self._counted[role]
-        if candidate is not None and bucket_of is not None and bucket_of(key) < share:
-            answer = candidate.copy()
-            next(counters[1])  # type: ignore[arg-type]
+        if head is not None:
+            # A version-2 split inlined (rolegate.fast_bucket): bucket(...) < share.
+            if _xxh3((head + key).encode()) < cut:
+                first, counter = second, second_counter  # type: ignore[assignment]
         else:
-            answer = current.copy()
-            next(counters[0])
-        if counters[2] is not None:
-            next(counters[2])  # shadow: the candidate runs this job too
+            if second is not None and bucket_of is not None and bucket_of(key) < cut:
+                first, counter = second, second_counter
+            if shadow_counter is not None:
+                next(shadow_counter)  # shadow: the candidate runs this job too
+        answer = first.copy()
+        next(counter)
         answer["key"] = key
-        answer["stale"] = self._stale
+        if self._stale:  # the precompiled answers say "stale": False
+            answer["stale"] = True
         return answer  # type: ignore[return-value]
+
+    @property
+    def max_age(self) -> float | None:
+        """Seconds the snapshot may go unconfirmed before resolving raises SnapshotTooOld."""
+        return self._max_age
+
+    @max_age.setter
+    def max_age(self, value: float | None) -> None:
+        if value is not None and value <= 0:
+            raise ValueError("max_age must be positive (or None)")
+        self._max_age = value
+        self._deadline = self._confirmed + (math.inf if value is None else value)
 
     def allowed(self, resolution: Mapping[str, Any], tool: str) -> bool:
         """May the run under `resolution` call `tool`? False when the role's gate forbids it.
@@ -234,7 +249,8 @@ class Client(SnapshotRefresher):
         tool's side effect and a forbidden call never happens.
         """
         role = resolution["role"]
-        gate = self._gates.get(role)
+        snapshot = self._snapshot
+        gate = snapshot.gate(role) if snapshot is not None else None
         if gate is None:
             raise self._unknown(role)
         return gate.allows(tool)
@@ -263,7 +279,7 @@ class Client(SnapshotRefresher):
 
     def roles(self) -> list[str]:
         """The roles the snapshot knows, sorted."""
-        return sorted(self._entries)
+        return sorted(self._fast)
 
     def snapshot(self) -> dict[str, Any]:
         """The snapshot in use, in the shape of `GET /v1/bindings`."""
@@ -289,7 +305,9 @@ class Client(SnapshotRefresher):
         self.last_error = "forked: this process has not heard from the router yet"
         self._reporter.after_fork_in_child()
         self._exposures = Exposures()  # the parent sends its own counts
-        self._counted = counters_of(self._exposures, self._snapshot)
+        if self._snapshot is not None:
+            self._snapshot.count_with(self._exposures)
+            self._fast = self._snapshot.entries
         self._exposure_api = self._refresh_api()
         self._sender = Sender(self._exposures, self._post_exposures, time.time)
         self._start_refreshing()

@@ -16,22 +16,13 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover - types only
-    from rolegate.snapshot import Snapshot
+from typing import Any
 
 #: Seconds per time bucket (gatekeeper.stats.concurrent.BUCKET_S: the buckets the
 #: report-rate test compares; the SDK may not import the service's packages).
 BUCKET_S = 30
 #: Where counts are sent (the router adds them to its exposure hashes).
 EXPOSURES_PATH = "/v1/exposures"
-#: Per role: the counter of the entry's first answer, of its second (None without
-#: one), of the shadow run (None outside shadow), and the stage epoch.
-Counters = tuple["itertools.count[int]", "itertools.count[int] | None",
-                 "itertools.count[int] | None", str]
-
-
 def epoch_of(since: float | None) -> str:
     """A stage's window epoch from its start (as the trace store's keys write it)."""
     return "0" if since is None else f"{since:.6f}"
@@ -84,24 +75,6 @@ class Exposures:
             for row in rows:
                 key = (row["role"], row["config"], row["arm"], row["epoch"])
                 self._drained[key] = self._drained.get(key, 0) - int(row["count"])
-
-
-def counters_of(exposures: Exposures, snapshot: Snapshot | None) -> dict[str, Counters]:
-    """Each role's counters for a snapshot's entries (what `Client.resolve` advances)."""
-    out: dict[str, Counters] = {}
-    if snapshot is None:
-        return out
-    for role, (first, second, _share, _bucket_of) in snapshot.entries.items():
-        binding = snapshot.raw[role].get("binding") or {}
-        epoch = epoch_of(binding.get("stage_since"))
-        shadow = first.get("shadow")
-        out[role] = (
-            exposures.counter(role, first["config"], first["arm"], epoch),
-            None if second is None else exposures.counter(role, second["config"],
-                                                          second["arm"], epoch),
-            None if not shadow else exposures.counter(role, shadow, "shadow", epoch),
-            epoch)
-    return out
 
 
 class Sender:

@@ -14,6 +14,7 @@ A mixin of `rolegate.client.Client`, which owns the attributes declared below.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from pathlib import Path
@@ -21,9 +22,9 @@ from pathlib import Path
 import requests
 from pydantic import ValidationError
 
-from rolegate.exposures import Counters, Exposures, counters_of
+from rolegate.exposures import Exposures
 from rolegate.http import ApiClient, ApiError
-from rolegate.snapshot import Entry, Snapshot, ToolGate
+from rolegate.snapshot import Fast, Snapshot
 
 log = logging.getLogger("rolegate.client")
 
@@ -50,11 +51,11 @@ class SnapshotRefresher:
     _api: ApiClient
     _etag: str | None
     _snapshot: Snapshot | None
-    _entries: dict[str, Entry]
+    _fast: dict[str, Fast]
     _exposures: Exposures
-    _counted: dict[str, Counters]
-    _gates: dict[str, ToolGate]
     _confirmed: float
+    _deadline: float
+    _max_age: float | None
     _stale: bool
     _hold_until: float
     _stop: threading.Event
@@ -127,16 +128,18 @@ class SnapshotRefresher:
     def _install(self, snapshot: Snapshot, *, confirmed: bool) -> None:
         # Entries first, then the confirmation: a reader never pairs a fresh
         # timestamp with the previous table.
+        # Counting into this client's exposures before any resolve reads the snapshot.
+        snapshot.count_with(self._exposures)
         self._snapshot = snapshot
-        self._gates = snapshot.gates
-        # The counters before the entries: a resolve finds its role's counters.
-        self._counted = counters_of(self._exposures, snapshot)
-        self._entries = snapshot.entries
+        self._fast = snapshot.entries
         if confirmed:
             self._confirm()
 
     def _confirm(self) -> None:
-        self._confirmed = _monotonic()
+        self._confirmed = confirmed = _monotonic()
+        # Resolving compares the clock with this one number (Client.max_age).
+        max_age = self._max_age
+        self._deadline = confirmed + (math.inf if max_age is None else max_age)
         if self._stale and self.last_error is not None:
             log.info("router at %s answers again", self.url)
         self._stale = False

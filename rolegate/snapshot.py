@@ -1,15 +1,17 @@
 """A snapshot of the binding table as a client holds it, precompiled for resolving.
 
-The client reads only the fields that route a job (`RoutedBinding`); the rest
-of each record is kept as received, so a saved snapshot is a complete
+The client reads only the fields that route a job (`RoutedBinding`); each record
+is kept as received (compressed), so a saved snapshot is a complete
 `GET /v1/bindings` body that can bootstrap another client.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
+import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rolegate.body import body_hashes
+from rolegate.exposures import Exposures, epoch_of
+from rolegate.fast_bucket import inline_split
 from rolegate.routing import (
     BUCKET_VERSIONS,
     SALT_PATTERN,
@@ -33,6 +37,15 @@ log = logging.getLogger("rolegate.client")
 #: key). With a candidate answer, a key goes to it iff bucket_of(key) < share; a bucket_of
 #: of None: the role buckets by an attribute, so it is resolved in full (`Snapshot.targeted`).
 Entry = tuple[dict[str, Any], dict[str, Any] | None, float, Callable[[str], float] | None]
+#: One role as `Client.resolve` reads it, in one lookup: the first answer; the second
+#: (None: every key gets the first); the message head and integer cut of an inlined
+#: version-2 split (`rolegate.fast_bucket`; None and the share otherwise); the exposure
+#: counters of the first and second answers (the first's again without a second) and of
+#: the shadow (None outside shadow); the stage epoch they count under; and the entry's
+#: bucket_of (None: the role is resolved in full, `Snapshot.targeted`).
+Fast = tuple[dict[str, Any], dict[str, Any] | None, str | None, Any, "itertools.count[int]",
+             "itertools.count[int]", "itertools.count[int] | None", str,
+             Callable[[str], float] | None]
 
 
 class ToolRules(BaseModel):
@@ -76,6 +89,8 @@ class RoutedBinding(BaseModel):
     holdback: float = Field(0.0, ge=0.0, le=1.0)
     gate: RoutedGate = RoutedGate()
     rules: tuple[RoutedRule, ...] = ()
+    #: The stage's start: exposures are counted under its epoch.
+    stage_since: float | None = None
     #: Absent from an older router's snapshot, which bucketed by key, unsalted, version 1.
     bucket_by: str | None = None
     salt: str | None = Field(None, pattern=SALT_PATTERN)
@@ -103,6 +118,11 @@ class ToolGate:
         return self.allowed is None or tool in self.allowed
 
 
+#: The gate of every role without tool rules (most roles): one object, not one per role.
+_NO_TOOL_RULES = ToolRules()
+ALLOW_ALL = ToolGate(_NO_TOOL_RULES)
+
+
 class RoutedRecord(BaseModel):
     """One role's record in `GET /v1/bindings`, as far as routing reads it."""
 
@@ -114,24 +134,72 @@ class RoutedRecord(BaseModel):
 
 
 class Snapshot:
-    """One generation of the binding table, precompiled for resolving."""
+    """One generation of the binding table, precompiled for resolving.
 
-    __slots__ = ("bodies", "body_stamps", "entries", "gates", "generation", "raw", "records")
+    What it keeps is what resolving reads: per role one `Fast` tuple (the two
+    precompiled answers, the split, the exposure counters and the stage epoch),
+    the tool rules of the roles that have any (`gates`), and the records of roles
+    resolved in full (targeting rules, `bucket_by`: `records`). The table as
+    received is kept compressed for `to_json` and `save` (rarely read), not as a
+    dict per role: a client of a thousand roles holds under 2 KB per role
+    (bench/peers.py, tests/test_client_view.py).
+
+    Counters: a new snapshot counts into an exposures table of its own until
+    `count_with` gives it the client's (before the client publishes it).
+    """
+
+    __slots__ = ("_packed", "bodies", "body_stamps", "entries", "gates", "generation", "records")
 
     def __init__(self, generation: int, raw: Mapping[str, Mapping[str, Any]],
                  bodies: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.generation = generation
-        self.raw = {role: dict(record) for role, record in raw.items()}
         #: Config bodies by config id: each role's current and candidate that have one.
         self.bodies = {config: dict(body) for config, body in (bodies or {}).items()}
-        self.records = {role: RoutedRecord.model_validate(record)
-                        for role, record in self.raw.items()}
-        self.entries = {role: compile_role(role, rec, self.bodies)
-                        for role, rec in self.records.items()}
-        self.gates = {role: ToolGate(rec.binding.gate.invariants)
-                      for role, rec in self.records.items()}
+        #: Per role, what `Client.resolve` reads, in one lookup.
+        self.entries: dict[str, Fast] = {}
+        #: Tool rules of the roles that have any; every other known role allows every tool.
+        self.gates: dict[str, ToolGate] = {}
+        #: The records of the roles `targeted` resolves in full.
+        self.records: dict[str, RoutedRecord] = {}
+        own = Exposures()
+        for role, record in raw.items():
+            routed = RoutedRecord.model_validate(record)
+            if routed.role != role:
+                raise ValueError(f"snapshot lists role {routed.role!r} under {role!r}")
+            binding = routed.binding
+            first, second, share, bucket_of = compile_role(role, routed, self.bodies)
+            inline = None
+            if second is not None and bucket_of is not None:
+                inline = inline_split(role, binding.salt, binding.bucket_version, share,
+                                      bucket_of)
+            self.entries[role] = _counted(
+                own, role, (first, second, *(inline or (None, share))),
+                epoch_of(binding.stage_since), bucket_of)
+            if binding.gate.invariants != _NO_TOOL_RULES:
+                self.gates[role] = ToolGate(binding.gate.invariants)
+            if binding.known_bucketing and (binding.rules or binding.bucket_by):
+                self.records[role] = routed
+        self._packed = zlib.compress(json.dumps(raw, separators=(",", ":")).encode(), 1)
         #: Per config with a body, the stamps it decides (computed once per snapshot).
         self.body_stamps = _body_stamps(self.bodies)
+
+    @property
+    def raw(self) -> dict[str, dict[str, Any]]:
+        """Each role's record as received (unpacked anew on each read)."""
+        records: dict[str, dict[str, Any]] = json.loads(zlib.decompress(self._packed))
+        return records
+
+    def count_with(self, exposures: Exposures) -> None:
+        """Count this snapshot's assignments in `exposures` (the client's) from now on."""
+        self.entries = {role: _counted(exposures, role, entry[:4], entry[7], entry[8])
+                        for role, entry in self.entries.items()}
+
+    def gate(self, role: str) -> ToolGate | None:
+        """The role's tool rules (the allow-all gate when it has none); None for no such role."""
+        gate = self.gates.get(role)
+        if gate is None and role in self.entries:
+            return ALLOW_ALL
+        return gate
 
     @classmethod
     def from_json(cls, body: Any) -> Snapshot:
@@ -143,11 +211,7 @@ class Snapshot:
         if not isinstance(bodies, Mapping) or not all(
                 isinstance(b, Mapping) for b in bodies.values()):
             raise ValueError('a snapshot\'s "bodies" is {config: body}')
-        snapshot = cls(generation, body["roles"], bodies)
-        for role, record in snapshot.records.items():
-            if record.role != role:
-                raise ValueError(f"snapshot lists role {record.role!r} under {role!r}")
-        return snapshot
+        return cls(generation, body["roles"], bodies)
 
     def targeted(self, role: str, key: str, attributes: Mapping[str, str] | None,
                  stale: bool) -> Resolution | None:
@@ -158,7 +222,7 @@ class Snapshot:
         `?attr.<name>=`. None when the key alone decides (the precompiled entry).
         """
         record = self.records.get(role)
-        if record is None or not record.binding.known_bucketing:
+        if record is None:
             return None
         if not (record.binding.bucket_by or (attributes and record.binding.rules)):
             return None
@@ -195,6 +259,19 @@ class Snapshot:
         return cls.from_json(body)
 
 
+def _counted(exposures: Exposures, role: str, split: tuple[Any, Any, Any, Any], epoch: str,
+             bucket_of: Callable[[str], float] | None) -> Fast:
+    """A role's answers and split with `exposures`' counters for each answer (and shadow)."""
+    first, second = split[0], split[1]
+    shadow = first.get("shadow")
+    counter = exposures.counter(role, first["config"], first["arm"], epoch)
+    return (*split, counter,
+            counter if second is None else exposures.counter(role, second["config"],
+                                                             second["arm"], epoch),
+            None if not shadow else exposures.counter(role, shadow, "shadow", epoch), epoch,
+            bucket_of)
+
+
 def compile_role(role: str, record: RoutedRecord,
                  bodies: Mapping[str, Mapping[str, Any]] | None = None) -> Entry:
     """Precompute a role's answers so resolving is one hash, one compare and one copy.
@@ -221,6 +298,10 @@ def compile_role(role: str, record: RoutedRecord,
         return ({**answer}, None, 0.0, None)
     answer = resolve(role, binding, record.version, "")
     answer["bucketing"].pop("unit_missing", None)  # the key "" stood in for any job's
+    # One object per distinct bucketing, not one per role (most roles share one).
+    bucketing = answer["bucketing"]
+    answer["bucketing"] = _BUCKETINGS.setdefault(
+        (bucketing["version"], bucketing["bucket_by"], bucketing["salted"]), bucketing)
     answer.pop("attributes", None)
     bucket_of = None if binding.bucket_by else bucketer(role, binding.salt,
                                                           binding.bucket_version)
@@ -240,6 +321,10 @@ def compile_role(role: str, record: RoutedRecord,
         # After the probes: a body is extra information, not part of the routing answer.
         _attach_bodies(entry, bodies)
     return entry
+
+
+#: The bucketing answers carry, shared: (version, bucket_by, salted) -> {...}.
+_BUCKETINGS: dict[tuple[int, str | None, bool], Any] = {}
 
 
 def _body_stamps(bodies: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[str, str]]:

@@ -87,7 +87,7 @@ class Population:
 
     def step(self) -> None:
         """Run one batch of jobs for every role and report their traces."""
-        with self._session.get(f"{self.url}/v1/bindings", timeout=5) as answer:
+        with self._session.get(f"{self.url}/v1/bindings?view=full", timeout=5) as answer:
             answer.raise_for_status()
             roles = answer.json()["roles"]
         traces = []
@@ -124,7 +124,7 @@ class Population:
         if not refused or any(r.get("status") != "refused"
                               or r.get("error", {}).get("code") != NOT_BOUND for r in refused):
             return False
-        with self._session.get(f"{self.url}/v1/bindings", timeout=5) as now:
+        with self._session.get(f"{self.url}/v1/bindings?view=full", timeout=5) as now:
             now.raise_for_status()
             roles = now.json()["roles"]
         moved = {role for role, version in versions.items() if roles[role]["version"] > version}

@@ -31,11 +31,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bindings.responses_policy import RESPONSE_NAMES, RESPONSE_RULES
+from bindings.models import RESPONSE_RULES
 
-#: The responses, most drastic first: the binding model's own list.
-RESPONSES = RESPONSE_NAMES
-ROLLBACK, HOLD, WARN = RESPONSES
+ROLLBACK, HOLD, WARN = "rollback", "hold", "warn"
+RESPONSES = (ROLLBACK, HOLD, WARN)
 RULES = RESPONSE_RULES
 CRITERION_PREFIX = "criterion:"
 #: How a policy hold starts its reason (next_step and the loop key on it).

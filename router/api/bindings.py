@@ -13,7 +13,7 @@ from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.bucketing import new_salt, with_bucketing
-from bindings.errors import Archived, Conflict, NotFound, PreconditionRequired
+from bindings.errors import Conflict, NotFound, PreconditionRequired
 from bindings.models import Binding, VersionedBinding
 from bindings.store import archived_error
 from bindings.table_guard import DATA_LOST, lost_roles
@@ -24,7 +24,7 @@ from router.api.configs import snapshot_json
 from router.api.idempotency import current as idempotency
 from router.api.idempotency import idempotent
 from router.api.offline import guard_live_candidate
-from router.api.params import if_match, int_arg, role_param
+from router.api.params import if_match, int_arg, role_param, view_arg
 from router.server.auth import actor, may_act_on, require
 from router.server.services import services_of
 
@@ -108,7 +108,12 @@ def _written(record: VersionedBinding, status: int = 200) -> tuple[Response, int
 @bp.get("/v1/bindings")
 @require("caller", "reviewer", "gatekeeper")
 def list_bindings() -> ResponseReturnValue:
-    """Every role's binding; answers 304 when `If-None-Match` names the current generation."""
+    """Every role's binding; answers 304 when `If-None-Match` names the current generation.
+
+    `?view=client` (the default) gives what resolving reads (`router.api.client_view`);
+    `?view=full` every field, for operators and the gatekeeper.
+    """
+    view = view_arg()
     # Roles Redis lost keep their last good record, marked stale (router.server.cache).
     generation, records, lost = _cache().guarded()
     etag = f'"g{generation}"'
@@ -118,7 +123,7 @@ def list_bindings() -> ResponseReturnValue:
         return response
     # A token limited to some roles sees only those (the ETag is the table's generation).
     body = snapshot_json(generation, {role: rec for role, rec in records.items()
-                                      if may_act_on(role)})
+                                      if may_act_on(role)}, view)
     if lost:
         body["stale"] = True
         body["lost"] = {role: why for role, why in lost.items() if may_act_on(role)}
@@ -153,11 +158,6 @@ def get_binding(role: str) -> ResponseReturnValue:
         raise NotFound(f"no binding for role {role!r}", role=role)
     if note is not None:
         raise archived_error(role, note)
-    at = _cache().archived.get(role)
-    if held is None and at is not None and lost_roles({}, {role: record}, {}, {role: at}):
-        # Archived where Redis lost that: out of the list, so out of this read too.
-        raise Archived(f"role {role!r} was archived at version {at}; Redis lost that and "
-                       f"shows version {record.version} live", role=role)
     return _record_json(record)
 
 

@@ -27,6 +27,7 @@ from gatekeeper.store.configs import KEEP, ConfigRecord, ConfigStore
 from rolegate.body import AgentBody, CompletionBody, check_size
 from rolegate.trace import Trace
 from router.api.bodies import json_body, parse
+from router.api.client_view import client_record
 from router.api.params import if_match, version_param
 from router.server.auth import actor, require
 from router.server.services import services_of
@@ -97,17 +98,25 @@ def _record_json(record: ConfigRecord) -> dict[str, Any]:
     return record.model_dump(mode="json", exclude={"body"} if record.body is None else set())
 
 
-def snapshot_json(generation: int, records: Mapping[str, VersionedBinding]) -> dict[str, Any]:
+def snapshot_json(generation: int, records: Mapping[str, VersionedBinding],
+                  view: str = "client") -> dict[str, Any]:
     """The body of `GET /v1/bindings` (and of a watch): the bindings, and their configs' bodies.
 
-    `bodies` holds each role's current and candidate config body, where one is
-    registered, so a client resolves to the body with no extra call.
+    `view` "client" gives each record as resolving reads it (`router.api.client_view`),
+    "full" as stored. `bodies` holds each role's current and candidate config body,
+    where one is registered, so a client resolves to the body with no extra call.
     """
     wanted = [config for record in records.values()
               for config in (record.binding.current, record.binding.candidate) if config]
+    dump = client_record if view == "client" else _full_record
     return {"generation": generation,
-            "roles": {role: rec.model_dump(mode="json") for role, rec in records.items()},
+            "roles": {role: dump(rec) for role, rec in records.items()},
             "bodies": config_store().bodies(wanted)}
+
+
+def _full_record(record: VersionedBinding) -> dict[str, Any]:
+    full: dict[str, Any] = record.model_dump(mode="json")
+    return full
 
 
 @bp.put("/v1/configs/<config>")

@@ -7,6 +7,7 @@ import math
 from flask import request
 
 from bindings.models import validate_role_name
+from router.api.client_view import VIEWS
 from router.server.errors import BadRequest
 
 
@@ -67,3 +68,13 @@ def seconds_arg(name: str, default: float) -> float:
         raise BadRequest(f"{name}: expected a finite, non-negative number of seconds, "
                          f"got {raw!r}", field=name)
     return value
+
+
+def view_arg() -> str:
+    """`?view=` of the binding table: `client` (the default, what resolving reads) or `full`."""
+    raw = request.args.get("view")
+    if raw is None:
+        return "client"
+    if raw not in VIEWS:
+        raise BadRequest(f"view: expected one of {', '.join(VIEWS)}, got {raw!r}", field="view")
+    return raw

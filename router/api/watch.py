@@ -29,6 +29,7 @@ from flask.typing import ResponseReturnValue
 from bindings.connection import Connection
 from bindings.store import CHANGES_CHANNEL
 from router.api.configs import snapshot_json
+from router.api.params import view_arg
 from router.server.auth import may_act_on, require
 from router.server.errors import BadRequest
 from router.server.services import services_of
@@ -56,8 +57,6 @@ class ChangeNotifier:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.ticks = 0
-        #: Watches waiting in this process now (the `rolegate_watches_waiting` gauge).
-        self.waiting = 0
         self.subscribed = False
         #: Set by stop(): waiting watches answer at once instead of holding threads.
         self.stopped = False
@@ -70,12 +69,8 @@ class ChangeNotifier:
         """Block until `ticks` differs from `since` or `timeout` passes; return `ticks`."""
         self._ensure_thread()
         with self._condition:
-            self.waiting += 1
-            try:
-                self._condition.wait_for(lambda: self.ticks != since, timeout)
-                return self.ticks
-            finally:
-                self.waiting -= 1
+            self._condition.wait_for(lambda: self.ticks != since, timeout)
+            return self.ticks
 
     def stop(self, timeout: float = 3.0) -> None:
         """Stop the listener thread and release every waiting watch (tests; workers just exit)."""
@@ -145,6 +140,7 @@ def notifier(app: Flask) -> ChangeNotifier:
 def watch() -> ResponseReturnValue:
     """Answer with every binding once the generation differs from `?generation=`."""
     known = _generation_arg()
+    view = view_arg()
     timeout = _timeout_arg()
     store = services_of(current_app).store
     changes = notifier(current_app)
@@ -163,7 +159,7 @@ def watch() -> ResponseReturnValue:
     # Roles Redis lost keep their last good record, marked stale (router.server.cache).
     generation, records, lost = services_of(current_app).cache.guarded()
     body = snapshot_json(generation, {role: rec for role, rec in records.items()
-                                      if may_act_on(role)})
+                                      if may_act_on(role)}, view)
     if lost:
         body["stale"] = True
     response = jsonify(body)

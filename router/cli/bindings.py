@@ -152,7 +152,7 @@ def bindings() -> None:
 @api_command
 def list_roles(api: ApiClient, as_json: bool) -> None:
     """Every role with its version, stage, share and configs."""
-    table = api.get("/v1/bindings")
+    table = api.get("/v1/bindings?view=full")
     if as_json:
         echo_json(table)
         return
@@ -206,7 +206,7 @@ def import_file(api: ApiClient, path: str, reason: str | None, dry_run: bool) ->
     """
     wanted = load_bindings_or_exit(path)
     why = reason or f"imported from {Path(path).name}"
-    table = api.get("/v1/bindings")
+    table = api.get("/v1/bindings?view=full")
     stored = table["roles"]
     _refuse_a_stale_table(table.get("lost") or {}, dry_run)
     for role, binding in wanted.roles.items():
@@ -251,7 +251,7 @@ def _refuse_a_stale_table(lost: dict[str, str], dry_run: bool) -> None:
 @api_command
 def export(api: ApiClient, output: str | None) -> None:
     """The whole table as a `{"roles": {...}}` file that `import` reads back."""
-    table = api.get("/v1/bindings")
+    table = api.get("/v1/bindings?view=full")
     document = {"roles": {role: record["binding"]
                           for role, record in sorted(table["roles"].items())}}
     text = json.dumps(document, indent=2, sort_keys=True) + "\n"

@@ -83,7 +83,7 @@ def build_server(api: ApiClient) -> MCPServer:
         """Where rollouts stand: every role's binding and version, or one role's with `role`."""
         if role:
             return call("GET", f"/v1/bindings/{_path(role)}")
-        return call("GET", "/v1/bindings")
+        return call("GET", "/v1/bindings?view=full")
 
     @server.tool()
     def resolve(role: str, key: str | None = None,

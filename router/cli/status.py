@@ -309,7 +309,7 @@ def status(api: ApiClient, role: str | None, watch: bool, wait: bool, timeout: f
     if role is None:
         if watch or wait:
             raise click.UsageError("--watch and --wait need a ROLE")
-        records = api.get("/v1/bindings")["roles"]
+        records = api.get("/v1/bindings?view=full")["roles"]
         roles = sorted(records)
         views = [api.get(gate_path(name)) for name in roles]
         now = views[0].get("time", time.time()) if views else time.time()

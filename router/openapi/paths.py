@@ -64,12 +64,42 @@ IDEMPOTENCY_KEY = {"name": "Idempotency-Key", "in": "header", "required": False,
                    "schema": {"type": "string", "pattern": "^[A-Za-z0-9._:-]{1,128}$"}}
 BINDING = json_response("The binding as stored, with its version.", ref("VersionedBinding"),
                         ETAG)
+#: One role in the client view (?view=client, the default): what resolving reads
+#: (router/api/client_view.py), never the gate policy.
+CLIENT_RECORD = {
+    "type": "object",
+    "required": ["role", "version", "binding"],
+    "properties": {
+        "role": {"type": "string"},
+        "version": {"type": "integer", "minimum": 1},
+        "binding": {
+            "type": "object",
+            "required": ["current", "stage", "share"],
+            "properties": {
+                "current": {"type": "string"},
+                "candidate": {"type": ["string", "null"]},
+                "stage": {"type": "string"},
+                "share": {"type": "number"},
+                "holdback": {"type": "number"},
+                "stage_since": {"type": ["number", "null"]},
+                "rules": {"type": "array", "items": {"type": "object"}},
+                "gate": {"type": "object", "description": "Only the tool rules: "
+                         "invariants.forbidden_tools and invariants.allowed_tools, when set."},
+            },
+        },
+    },
+}
+VIEW = {"name": "view", "in": "query", "required": False,
+        "description": "client (the default): each role as resolving reads it, no gate "
+                       "policy; full: every field, as GET /v1/bindings/{role} answers.",
+        "schema": {"enum": ["client", "full"]}}
 SNAPSHOT = {
     "type": "object",
     "required": ["generation", "roles"],
     "properties": {
         "generation": {"type": "integer"},
-        "roles": {"type": "object", "additionalProperties": ref("VersionedBinding")},
+        "roles": {"type": "object", "additionalProperties": {
+            "anyOf": [CLIENT_RECORD, ref("VersionedBinding")]}},
         "bodies": {"type": "object", "additionalProperties": {"type": "object"},
                    "description": "Config bodies by config id: each role's current and "
                                   "candidate that have one."},
@@ -197,7 +227,7 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/bindings": {"get": {
         "summary": "Every role's binding, with the table's generation as ETag.",
         "parameters": [{"name": "If-None-Match", "in": "header", "required": False,
-                        "schema": {"type": "string"}}],
+                        "schema": {"type": "string"}}, VIEW],
         "responses": {
             "200": json_response("The binding table.", SNAPSHOT,
                                  {"ETag": {"schema": {"type": "string"}}}),
@@ -254,6 +284,7 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
              "schema": {"type": "integer"}},
             {"name": "timeout", "in": "query", "required": False,
              "schema": {"type": "number", "minimum": 0, "maximum": 25}},
+            VIEW,
         ],
         "responses": {
             "200": json_response("The binding table, changed.", SNAPSHOT,
