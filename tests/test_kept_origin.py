@@ -21,7 +21,7 @@ from tests.servers import GUNICORN_CONFIG, OwnRedis, base_env, free_port, gunico
 def test_describe_names_host_port_and_database_never_the_password() -> None:
     """The recorded address: host:port/db (from the path or ?db=), no credentials."""
     assert describe(RedisTarget("redis://:pw@cache.internal:6380/2")) == "cache.internal:6380/2"
-    assert describe(RedisTarget("redis://127.0.0.1")) == "127.0.0.1:6379/0"
+    assert describe(RedisTarget("redis://cache.internal")) == "cache.internal:6379/0"
     assert describe(RedisTarget("unix:///run/redis.sock?db=3")) == "unix:/run/redis.sock/3"
     assert describe(RedisTarget("", sentinels=(("s", 26379),),
                                 sentinel_master="main")) == "sentinel:main/0"
