@@ -144,7 +144,7 @@ class Fill:
                     if job % 100 != 17:
                         batch.append(Checked(t, check(t, invariants), epoch))
             self.store.add(batch)
-        ExposureStore(self.connection).add(Exposure(ROLE, config, arm, epoch, bucket, n)
+        ExposureStore(self.connection).add(Exposure(ROLE, config, arm, epoch, bucket, n, REPORTER)
                                            for (config, arm, bucket), n in assigned.items())
         self.next_job += count
 

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from bindings.judge_policy import JudgePolicy
 from bindings.power_policy import PowerPolicy
 from bindings.reports_policy import ReportsPolicy
+from bindings.responses_policy import RESPONSE_KEY_PATTERN, ResponseName, check_response_keys
+from bindings.responses_policy import RESPONSE_RULES as RESPONSE_RULES
 from rolegate.config_ids import STORED, ConfigId
 from rolegate.routing import LATEST_BUCKET_VERSION, SALT_PATTERN, Stage
 from rolegate.trace import JsonInt, JsonNumber, NonNegativeJsonInt, PositiveJsonInt
@@ -138,10 +140,6 @@ class DriftPolicy(Frozen):
     baseline: dict[str, JsonNumber] = Field(default_factory=dict)
 
 
-#: decide()'s rules that can roll back, as `gate.responses` names them
-#: (`gatekeeper.machine.responses` says what each is).
-RESPONSE_RULES = ("gate", "drift", "shadow", "sequential", "criteria", "stage_end", "mcnemar",
-                  "vs_current", "reports")
 
 
 class GatePolicy(Frozen):
@@ -161,8 +159,8 @@ class GatePolicy(Frozen):
     #: (`sequential`, `drift`, `criterion:<key>`, ...), "rollback" (the default), "hold"
     #: (stop and wait for a human) or "warn" (record and notify, no effect). A forbidden
     #: tool is a rollback whatever this says.
-    responses: dict[str, Literal["rollback", "hold", "warn"]] = Field(default_factory=dict,
-                                                                      max_length=64)
+    responses: dict[str, ResponseName] = Field(default_factory=dict, max_length=64, json_schema_extra={
+        "propertyNames": {"pattern": RESPONSE_KEY_PATTERN}})
     #: How each criterion key of the config's spec is gated (`gatekeeper.stats.criteria_gate`):
     #: "gated" (the default for a key not named: a sequential test against current),
     #: "blocking" (zero tolerance: one failing candidate run rolls back) or "observed"
@@ -181,12 +179,7 @@ class GatePolicy(Frozen):
     @field_validator("responses")
     @classmethod
     def _responses_name_rules(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if key not in RESPONSE_RULES and not (
-                    key.startswith("criterion:") and len(key) > len("criterion:")):
-                raise ValueError(f"responses: {key!r} is not a rule; use one of "
-                                 f"{', '.join(RESPONSE_RULES)} or criterion:<key>")
-        return value
+        return check_response_keys(value)
 
 
 class CanaryStep(Frozen):

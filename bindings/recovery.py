@@ -107,16 +107,30 @@ class WriteBack:
 
 
 def write_back(store: BindingStore, kept: Mapping[str, VersionedBinding], *, actor: str,
-               reason: str, discard: bool = False, generation: int = 0) -> WriteBack:
+               reason: str, discard: bool = False, generation: int = 0,
+               archived: Mapping[str, int] | None = None) -> WriteBack:
     """Write each kept record back one version above its own (archived with `discard`).
 
     A role whose record in Redis is already at or above the kept version is
-    left alone (someone wrote it since: theirs stands). `generation` is the
-    kept table's; the change hint is raised above it so no router mistakes the
+    left alone (someone wrote it since: theirs stands). `archived` holds the
+    roles the routers hold archived at a version above Redis's live record:
+    Redis's record is written archived above it. `generation` is the kept
+    table's; the change hint is raised above it so no router mistakes the
     restored table for an older one.
     """
     written: dict[str, int] = {}
     skipped: dict[str, str] = {}
+    for role, version in sorted((archived or {}).items()):
+        current, record, is_archived = _found(store, role)
+        if record is None or is_archived or current >= version:
+            skipped[role] = f"Redis already has it archived or at version {current}"
+            continue
+        written[role] = _write(store, role, current, record, above=version, actor=actor,
+                               reason=reason, action=DISCARD_ACTION if discard
+                               else RESTORE_ACTION, archived=True,
+                               details={"kept_archived_version": version,
+                                        "found_version": current,
+                                        "kept_generation": generation})
     for role, record in sorted(kept.items()):
         current = _found(store, role)[0]
         if current >= record.version:
@@ -133,7 +147,8 @@ def write_back(store: BindingStore, kept: Mapping[str, VersionedBinding], *, act
 
 
 def accept_redis(store: BindingStore, kept: Mapping[str, VersionedBinding], *, actor: str,
-                 reason: str, generation: int = 0) -> WriteBack:
+                 reason: str, generation: int = 0,
+                 archived: Mapping[str, int] | None = None) -> WriteBack:
     """Make Redis's own state of each kept role the newest, so every router takes it.
 
     After Redis is restored from a backup on purpose, the routers hold newer
@@ -141,24 +156,36 @@ def accept_redis(store: BindingStore, kept: Mapping[str, VersionedBinding], *, a
     hold: Redis's record (live, or archived) is written again one version above
     the held one, with an `accept_redis` history entry; a role Redis has no
     record of (made after the backup) is written archived, so it leaves every
-    table. A role Redis already holds at or above the kept version is left alone.
+    table. A role the routers hold archived (`archived`: the version) that
+    Redis has live below it comes back: Redis's record, live, above that
+    version. A role Redis already holds at or above the kept version is left alone.
     """
     written: dict[str, int] = {}
     skipped: dict[str, str] = {}
+    for role, version in sorted((archived or {}).items()):
+        current, record, is_archived = _found(store, role)
+        if record is None or is_archived or current >= version:
+            skipped[role] = f"Redis already has it archived or at version {current}"
+            continue
+        written[role] = _write(store, role, current, record, above=version, actor=actor,
+                               reason=reason, action=ACCEPT_ACTION, archived=False,
+                               details={"kept_archived_version": version,
+                                        "found": f"version {current}",
+                                        "kept_generation": generation})
     for role, held in sorted(kept.items()):
-        current, record, archived = _found(store, role)
+        current, record, is_archived = _found(store, role)
         if current >= held.version:
             skipped[role] = f"Redis already has version {current}"
             continue
         if record is None:
             found = "no record"
         else:
-            found = f"version {current}" + (" (archived)" if archived else "")
+            found = f"version {current}" + (" (archived)" if is_archived else "")
         details = {"kept_version": held.version, "found": found,
                    "kept_generation": generation}
         written[role] = _write(store, role, current, record or held, above=held.version,
                                actor=actor, reason=reason, action=ACCEPT_ACTION,
-                               archived=record is None or archived, details=details)
+                               archived=record is None or is_archived, details=details)
     _raise_hint(store, generation)
     return WriteBack(written, skipped)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from bindings.errors import StoreUnavailable
 from bindings.models import VersionedBinding
 
 #: The condition /healthz and the metrics name while some role is kept this way.
@@ -23,14 +24,21 @@ DATA_LOST = "redis_data_lost"
 
 
 def lost_roles(held: Mapping[str, VersionedBinding], loaded: Mapping[str, VersionedBinding],
-               archived: Mapping[str, int]) -> dict[str, str]:
+               archived: Mapping[str, int],
+               held_archived: Mapping[str, int] | None = None) -> dict[str, str]:
     """Each held role Redis lost, with what Redis shows of it instead.
 
     `loaded` is the live table Redis gave; `archived` the version of each
     archived role Redis holds (an archive is a real change only above the held
-    version).
+    version). `held_archived` is the version at which the router saw each
+    archived role archived: Redis showing one live at a lower version (a
+    backup from before the archive) is a loss too, not the role coming back.
     """
     lost: dict[str, str] = {}
+    for role, at in (held_archived or {}).items():
+        live = loaded.get(role)
+        if live is not None and live.version < at and role not in held:
+            lost[role] = f"archived at version {at}, Redis has it live at version {live.version}"
     for role, record in held.items():
         found = loaded.get(role)
         if found is not None:
@@ -49,8 +57,13 @@ def lost_roles(held: Mapping[str, VersionedBinding], loaded: Mapping[str, Versio
 
 def kept_table(held: Mapping[str, VersionedBinding], loaded: Mapping[str, VersionedBinding],
                lost: Iterable[str]) -> dict[str, VersionedBinding]:
-    """What to serve: Redis's table, with each lost role's held record kept in it."""
-    return {**loaded, **{role: held[role] for role in lost}}
+    """What to serve: Redis's table, with each lost role's held record kept in it.
+
+    A lost role held archived stays out of it (it is served as archived).
+    """
+    gone = set(lost)
+    return {**{role: rec for role, rec in loaded.items() if role not in gone},
+            **{role: held[role] for role in gone if role in held}}
 
 
 def summary(lost: Mapping[str, str], limit: int = 5) -> str:
@@ -87,3 +100,11 @@ def newest_copies(copies: Mapping[str, Mapping[str, VersionedBinding]]
     for role in disagree:
         newest.pop(role, None)
     return newest, disagree
+
+
+def trace_on_lost_role(role: str) -> StoreUnavailable:
+    """The 503 a trace for a role Redis lost gets: retryable, and saying what to run."""
+    return StoreUnavailable(
+        f"Redis lost its data for role {role!r} (routers serve its kept binding); the trace "
+        "is not stored: send it again once `rolegate bindings restore-snapshot` or "
+        "`accept-redis` has run", role=role, condition=DATA_LOST)

@@ -212,8 +212,31 @@ def judge_role(api: ApiClient, record: VersionedBinding, state: Judges, now: flo
         results = list(pool.map(one, items))
     for result in results:
         breaker.record("error" not in result, time.time())
-    api.post(f"{path}/verdicts", {"results": results})
-    return len(results)
+    return report_verdicts(api, f"{path}/verdicts", results)
+
+
+def report_verdicts(api: ApiClient, path: str, results: list[dict[str, Any]]) -> int:
+    """Post the results; how many the router recorded.
+
+    The router records a batch whole or not at all: a claim that passed its
+    deadline while its run was judged (and went back to the queue) refuses the
+    batch (409 naming it). The others are posted once more without it; the refused
+    ones are judged again from the queue (judging is at least once).
+    """
+    try:
+        api.post(path, {"results": results})
+        return len(results)
+    except ApiError as exc:
+        refused = {int(r["index"]) for r in (exc.details or {}).get("refused", [])
+                   if isinstance(r, Mapping) and "index" in r}
+        if exc.status not in (404, 409) or not refused:
+            raise
+    log.warning("%d judged runs refused (claims no longer held), %d reported again",
+                len(refused), len(results) - len(refused))
+    rest = [r for i, r in enumerate(results) if i not in refused]
+    if rest:
+        api.post(path, {"results": rest})
+    return len(rest)
 
 
 def judge_tick(api: ApiClient, now: float, state: Judges, *, rounds: int = 1) -> int:

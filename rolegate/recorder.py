@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from rolegate.trace import Stamps, Step, Trace
+from rolegate.trace import Stamps, Step, Trace, declared_fields
 
 #: The optional fields `Recorder.tool()` takes beside name, args, result and error.
 STEP_FIELDS = frozenset(Step.model_fields) - {"tool", "args", "result", "error"}
@@ -85,6 +85,7 @@ class Recorder:
         self._tokens_in = 0
         self._tokens_out = 0
         self._error: dict[str, str] | None = None
+        self._declared: dict[str, Any] = {}
 
     @property
     def config(self) -> str:
@@ -157,6 +158,12 @@ class Recorder:
         """Record a file the run produced."""
         self._artifacts.append(str(path))
 
+    def mark(self, **fields: Any) -> None:
+        """Declare trace fields the recorder does not measure (`rolegate.trace.MEASURED_FIELDS`
+        are the ones it does): `run.mark(scenario="refund-7")`, or any field added to Trace
+        later, with no change here. ValueError names a measured or unknown field at once."""
+        self._declared.update(declared_fields(fields))
+
     def feedback(self, **values: Any) -> None:
         """Attach feedback (a rating, a label) to the trace."""
         self._feedback = {**(self._feedback or {}), **values}
@@ -190,6 +197,7 @@ class Recorder:
             # Shadow runs were not routed by the rule: it picked the served arm only.
             "rule": None if self.shadow else resolution.get("rule"),
             "attributes": _attributes(resolution, self.shadow),
+            **self._declared,
         })
         if self.sink is not None:
             self.sink(self.trace)

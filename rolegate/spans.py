@@ -23,7 +23,7 @@ What is read (the GenAI semantic conventions, plus rolegate's own attributes):
   `gen_ai.output.messages` (root span first, then the last chat span);
 - stamps: `rolegate.agent_version`, `rolegate.instruction_hash`, `rolegate.model_id`,
   `rolegate.tool_schema_hash` (root, else resource); the model id defaults to the
-  first chat span's model.
+  first chat span's model; any field a run declares: `rolegate.trace.<field>`.
 
 OpenInference's conventions (`openinference.span.kind` TOOL/LLM/AGENT, `tool.name`,
 `llm.token_count.*`) are read as their GenAI counterparts (`rolegate.openinference`).
@@ -52,7 +52,7 @@ from typing import Any
 
 from rolegate.openinference import genai_attributes
 from rolegate.span_order import Clock, call_order, clock_of, listed_calls
-from rolegate.trace import MAX_ATTRIBUTES
+from rolegate.trace import MAX_ATTRIBUTES, declared_attributes
 
 ROLE = "rolegate.role"
 CONFIG = "rolegate.config"
@@ -218,7 +218,7 @@ def assemble(spans: Sequence[Span], *,
         "latency_s": max(0, root.end_ns - root.start_ns) / 1e9,
         "stamps": _stamps(root, chats),
         "time": root.end_ns / 1e9,
-        **decided_by(where),
+        **decided_by(where), **declared_attributes(root.resource, root.attributes),
     }
     tokens_in = _sum(chats, INPUT_TOKENS)
     tokens_out = _sum(chats, OUTPUT_TOKENS)

@@ -9,7 +9,7 @@ contradicts itself is refused here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -305,3 +305,39 @@ def canonical_tools(tools: Sequence[str], groups: Sequence[str | None]) -> tuple
         for index, name in zip(indices, sorted(tools[i] for i in indices)):
             out[index] = name
     return tuple(out)
+
+
+#: The fields producers compute from the run itself (the recorder, span assembly) or the
+#: router stamps (`input` and `feedback` have recorder arguments of their own).
+MEASURED_FIELDS = frozenset({
+    "run_id", "role", "config", "arm", "key", "tools", "steps", "step_count", "tool_errors",
+    "answered", "cost_usd", "tokens", "tokens_in", "tokens_out", "latency_s", "artifacts",
+    "output_text", "stamps", "time", "error", "judged", "reporter", "rule", "attributes",
+    "input", "feedback"})
+#: Every other field is one the run declares: `Recorder.mark(name=value)` in the SDK (and
+#: so the integrations, which record through it), `rolegate.trace.<name>` on an OTLP run's
+#: root span or resource. A field added to Trace is declarable everywhere with no change
+#: to any producer.
+DECLARED_PREFIX = "rolegate.trace."
+
+
+def declared_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """`fields` checked to be Trace fields a run may declare; ValueError naming any other."""
+    problems = [f"{name} (measured, not declared)" if name in MEASURED_FIELDS
+                else f"{name} (not a Trace field)" for name in sorted(fields)
+                if name in MEASURED_FIELDS or name not in Trace.model_fields]
+    if problems:
+        raise ValueError("not a field a run declares: " + ", ".join(problems))
+    return dict(fields)
+
+
+def declared_attributes(*sources: Mapping[str, Any]) -> dict[str, Any]:
+    """The declared fields OTLP attributes carry (`rolegate.trace.<name>`), later sources
+    winning; names that are not declarable are left for the model to ignore."""
+    found: dict[str, Any] = {}
+    for source in sources:
+        for name, value in source.items():
+            field_name = name[len(DECLARED_PREFIX):] if name.startswith(DECLARED_PREFIX) else None
+            if field_name in Trace.model_fields and field_name not in MEASURED_FIELDS:
+                found[field_name] = value
+    return found

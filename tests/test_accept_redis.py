@@ -62,18 +62,22 @@ def test_a_restore_from_an_rdb_backup_takes_on_running_routers(own: OwnRedis,
     with gunicorn(env("a"), workers=2) as a, gunicorn(env("b"), workers=2) as b:
         assert requests.put(f"{a}/v1/bindings/summarizer", json=CANARY, headers=op,
                             timeout=5).status_code == 201
+        assert requests.put(f"{a}/v1/bindings/planner", json={"current": "cfg_p"},
+                            headers=op, timeout=5).status_code == 201
         # The backup, as docs/maintenance.md takes it (SAVE: BGSAVE, waited for).
         admin = redis.Redis.from_url(own.url)
         admin.save()
         backup = tmp_path / "backup.rdb"
         shutil.copy(Path(own.dir.name) / "dump.rdb", backup)
-        # After the backup: a canary move and a new role.
+        # After the backup: a canary move, a new role, an archived one.
         r = requests.post(f"{a}/v1/bindings/summarizer/canary",
                           json={"share": 0.25, "reason": "after the backup"}, headers=op,
                           timeout=5)
         assert r.status_code == 200, r.text
         assert requests.put(f"{b}/v1/bindings/late", json={"current": "cfg_l"}, headers=op,
                             timeout=5).status_code == 201
+        assert requests.delete(f"{b}/v1/bindings/planner", json={"reason": "retired"},
+                               headers=op, timeout=5).status_code == 200
         for url in (a, b):
             wait_for(lambda url=url: _every_answer(url, "summarizer",
                                                    lambda r: r.json()["version"] == 2),
@@ -81,6 +85,9 @@ def test_a_restore_from_an_rdb_backup_takes_on_running_routers(own: OwnRedis,
             wait_for(lambda url=url: _every_answer(url, "late",
                                                    lambda r: r.status_code == 200),
                      10, "every worker serving the new role")
+            wait_for(lambda url=url: _every_answer(url, "planner",
+                                                   lambda r: r.status_code == 410),
+                     10, "every worker dropping the archived role")
         admin.close()
 
         # The restore, as docs/maintenance.md does it: stop, put the RDB in place, start.
@@ -93,11 +100,19 @@ def test_a_restore_from_an_rdb_backup_takes_on_running_routers(own: OwnRedis,
             check = wait_for(lambda url=url: (_health(url)["checks"]["bindings"].get(
                 "condition") == "redis_data_lost") and _health(url)["checks"]["bindings"],
                 10, "health to report the routers' newer tables")
-            assert check["lost_roles"] == ["late", "summarizer"]
+            assert check["lost_roles"] == ["late", "planner", "summarizer"]
             assert "rolegate bindings accept-redis" in check["message"]
             assert "rolegate bindings restore-snapshot" in check["message"]
             answer = _resolve(url, "summarizer")
             assert answer.json()["version"] == 2 and answer.json()["stale"] is True
+            # The role archived after the backup does not come back silently: every read
+            # agrees it is archived until the operator says otherwise.
+            assert _every_answer(url, "planner", lambda r: r.status_code == 410)
+            table = requests.get(f"{url}/v1/bindings", headers=op, timeout=5).json()
+            assert "planner" not in table["roles"]
+            assert "archived at version 2" in table["lost"]["planner"]
+            assert requests.get(f"{url}/v1/bindings/planner", headers=op,
+                                timeout=5).status_code == 410
 
         result = CliRunner().invoke(main, ["bindings", "accept-redis", "--url", a, "--token",
                                            OPERATOR, "--reason", "restored Monday's backup"],
@@ -105,6 +120,8 @@ def test_a_restore_from_an_rdb_backup_takes_on_running_routers(own: OwnRedis,
         assert result.exit_code == 0, result.output
         assert "summarizer: Redis's record taken as version 3" in result.output
         assert "late: Redis's record taken as version 2" in result.output
+        assert "planner: Redis's record taken as version 3 (archived at version 2" in (
+            result.output)
 
         for url in (a, b):
             wait_for(lambda url=url: _every_answer(
@@ -114,6 +131,9 @@ def test_a_restore_from_an_rdb_backup_takes_on_running_routers(own: OwnRedis,
             wait_for(lambda url=url: _every_answer(url, "late",
                                                    lambda r: r.status_code == 410),
                      10, "every worker dropping the role Redis has no record of")
+            wait_for(lambda url=url: _every_answer(
+                url, "planner", lambda r: r.status_code == 200 and r.json()["version"] == 3),
+                10, "every worker serving the role Redis has live, as accepted")
             wait_for(lambda url=url: _health(url)["status"] == "ok" or None, 10,
                      "health ok again")
         [entry, *_] = requests.get(f"{a}/v1/bindings/summarizer/history", headers=op,

@@ -87,12 +87,13 @@ def _both_arms(arms: dict[tuple[str, str], str]) -> None:
 
 def test_http_flask_view(client: FlaskClient, rolled: dict[str, dict[str, Any]],
                          fast: Counting) -> None:
-    """GET /v1/resolve with attr.tenant (answered by the Flask view): the unit's arm."""
+    """GET /v1/resolve with attr.tenant before the key (handed to the Flask view): the
+    unit's arm."""
     for role in (BY_KEY, BY_TENANT):
         arms = {}
         for key, tenant in JOBS:
             before = fast.calls
-            r = client.get(f"/v1/resolve/{role}?key={key}&attr.tenant={tenant}",
+            r = client.get(f"/v1/resolve/{role}?attr.tenant={tenant}&key={key}",
                            headers=auth(CALLER))
             assert r.status_code == 200 and fast.calls == before + 1  # the view answered
             assert r.json["bucketing"] == _bucketing(rolled[role])
@@ -105,8 +106,8 @@ def test_http_flask_view(client: FlaskClient, rolled: dict[str, dict[str, Any]],
 
 def test_http_fast_path(client: FlaskClient, rolled: dict[str, dict[str, Any]],
                         fast: Counting) -> None:
-    """GET /v1/resolve?key= (the fast path): the key's arm under the drawn salt; a role
-    bucketed by tenant, asked without one, answers current and says the unit is missing."""
+    """GET /v1/resolve?key=[&attr.tenant=] (the fast path): the unit's arm under the drawn
+    salt; a role bucketed by tenant, asked without one, answers current, unit missing."""
     arms = {}
     for key, tenant in JOBS:
         r = client.get(f"/v1/resolve/{BY_KEY}?key={key}", headers=auth(CALLER))
@@ -114,6 +115,15 @@ def test_http_fast_path(client: FlaskClient, rolled: dict[str, dict[str, Any]],
         assert r.json["bucketing"] == _bucketing(rolled[BY_KEY])
         arms[(key, tenant)] = r.json["arm"]
         assert r.json["arm"] == _expected(BY_KEY, rolled[BY_KEY], key, tenant)
+    _both_arms(arms)
+    arms = {}
+    for key, tenant in JOBS:
+        r = client.get(f"/v1/resolve/{BY_TENANT}?key={key}&attr.tenant={tenant}",
+                       headers=auth(CALLER))
+        assert r.status_code == 200 and fast.calls == 0
+        arms[(key, tenant)] = r.json["arm"]
+        assert r.json["arm"] == _expected(BY_TENANT, rolled[BY_TENANT], key, tenant)
+        assert r.json["attributes"] == {"tenant": tenant}
     _both_arms(arms)
     r = client.get(f"/v1/resolve/{BY_TENANT}?key=job-1", headers=auth(CALLER))
     assert fast.calls == 0 and r.json["arm"] == "current"

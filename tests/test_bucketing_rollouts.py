@@ -209,3 +209,45 @@ def test_importing_a_file_twice_changes_nothing(app: Flask) -> None:
         assert second.exit_code == 0 and second.output.count("unchanged") == 2, second.output
         assert {role: _binding(client, role)["salt"] for role in roles["roles"]} == salts
         assert client.get("/v1/bindings/summarizer", headers=OP).json["version"] == 1
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_each_version_splits_evenly_and_salts_draw_other_units(version: int) -> None:
+    """Over 10,000 keys each version and salt gives the share within 1.5 points; two salts
+    pick nearly independent canaries (overlap near share squared); raising the share within
+    one salt only adds keys."""
+    from rolegate.routing import bucket
+
+    keys = [f"k{i}" for i in range(10_000)]
+    canaries = []
+    for salt in ("first", "second"):
+        buckets = [bucket("summarizer", k, salt=salt, version=version) for k in keys]
+        at = {share: {k for k, b in zip(keys, buckets, strict=True) if b < share}
+              for share in (0.1, 0.5, 0.95)}
+        assert all(abs(len(units) / len(keys) - share) <= 0.015 for share, units in at.items())
+        assert at[0.1] <= at[0.5] <= at[0.95]
+        canaries.append(at[0.1])
+    overlap = len(canaries[0] & canaries[1]) / len(keys)
+    assert overlap < 0.02  # independent: about 0.01; the same salt would be 0.1
+
+
+def test_one_tenant_one_arm_at_every_share() -> None:
+    """bucket_by tenant: every job of a tenant shares an arm at each share, and raising the
+    share only moves whole tenants to the candidate."""
+    from bindings.models import Binding
+    from rolegate.routing import resolve
+
+    tenants = [f"t{n}" for n in range(300)]
+    previous: set[str] = set()
+    for share in (0.1, 0.25, 0.5):
+        binding = Binding(current="a", candidate="b", stage="canary", share=share,
+                          bucket_by="tenant", salt="s1", bucket_version=2)
+        chosen = set()
+        for tenant in tenants:
+            arms = {resolve("r", binding, 1, f"{tenant}-job-{n}",
+                            attributes={"tenant": tenant})["arm"] for n in range(5)}
+            assert len(arms) == 1, tenant
+            if arms == {"candidate"}:
+                chosen.add(tenant)
+        assert previous <= chosen and 0 < len(chosen) < len(tenants)
+        previous = chosen

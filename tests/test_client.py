@@ -17,6 +17,7 @@ from bindings.models import Binding, VersionedBinding
 from rolegate.client import Client, SnapshotTooOld, SnapshotUnavailable
 from rolegate.routing import resolve
 from router.api.resolve import resolve_role
+from router.api.watch import notifier
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
 from tests.live import (
     LiveRouter,
@@ -202,7 +203,8 @@ def test_rollback_reaches_a_subscribed_client_under_a_second(router: LiveRouter)
     with Client(router.url, CALLER, refresh_interval=60, subscribe=True,
                 watch_timeout=2) as client:
         keys = _candidate_keys(client, "r")
-        time.sleep(0.1)  # let the watch reach the router before the change
+        # The watch reached the router and waits there before the change.
+        wait_for(lambda: notifier(router.app).waiting >= 1)
         for _ in range(2):
             started = time.monotonic()
             rollback(router, "r") if _ == 0 else canary(router, "r", 0.1)
@@ -223,7 +225,8 @@ def test_rollback_reaches_a_default_client_under_a_second(router: LiveRouter) ->
     canary(router, "r", 0.5)
     with Client(router.url, CALLER) as client:
         keys = _candidate_keys(client, "r")
-        time.sleep(0.1)  # let the watch reach the router before the change
+        # The watch reached the router and waits there before the change.
+        wait_for(lambda: notifier(router.app).waiting >= 1)
         started = time.monotonic()
         rollback(router, "r")
         wait_for(lambda: all(client.resolve("r", k)["arm"] == "current" for k in keys),
@@ -302,7 +305,9 @@ def test_subscribed_client_under_gunicorn_sees_a_rollback_under_a_second(redis_u
                          timeout=5).ok
         with Client(url, CALLER, refresh_interval=60, subscribe=True, watch_timeout=2) as client:
             wait_for(lambda: client.resolve("r", "k")["stage"] == "canary")
-            time.sleep(0.2)  # the watch is waiting in a worker now
+            # The watch is waiting in a worker: one worker's /metrics says so.
+            wait_for(lambda: "rolegate_watches_waiting 1.0" in http.get(
+                f"{url}/metrics", headers={"Connection": "close"}, timeout=5).text)
             started = time.monotonic()
             assert http.post(f"{url}/v1/bindings/r/rollback", json={"reason": "t"},
                              timeout=5).ok

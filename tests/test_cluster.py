@@ -20,6 +20,7 @@ from bindings.errors import Conflict, NotFound
 from bindings.models import Binding
 from bindings.store import GENERATION_KEY, ROLES_KEY, ArchiveNote, BindingStore
 from router import create_app
+from router.api.watch import notifier
 from router.server.cache import BindingCache
 from tests.cluster import OwnCluster, close_client, slot_ranges, started_cluster
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, REVIEWER, TOKENS, auth
@@ -227,7 +228,7 @@ def test_watch_wakes_on_a_cluster(cluster_app: Flask) -> None:
 
         waiter = threading.Thread(target=watch)
         waiter.start()
-        time.sleep(0.5)
+        wait_for(lambda: notifier(cluster_app).waiting == 1, 10, "the watch to wait")
         started = time.monotonic()
         r = requests.post(f"{url}/v1/bindings/w/pause", json={"reason": "hold"},
                           headers=auth(OPERATOR), timeout=5)

@@ -197,3 +197,31 @@ def test_restore_snapshot_writes_the_newest_copy_any_worker_holds(own: OwnRedis,
                  "both workers on the restored newest copy")
         wait_for(lambda: admin.hlen(KEPT_KEY) == 0 or None, 10, "the copies withdrawn")
     admin.close()
+
+
+def test_a_trace_for_a_role_redis_shows_older_is_retryable(own: OwnRedis) -> None:
+    """Redis went back to version 1 (no candidate) while the worker holds version 2: a
+    candidate trace is a 503 redis_data_lost to send again, not a 422 config_not_bound."""
+    app = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True,
+                      "refresh_interval_s": 1})
+    client = app.test_client()
+    try:
+        assert client.put("/v1/bindings/summarizer", json={"current": "cfg_a"},
+                          headers=auth(OPERATOR)).status_code == 201
+        conn = redis.Redis.from_url(own.url)
+        older = conn.hgetall("rolegate:{summarizer}:binding")
+        r = client.put("/v1/bindings/summarizer", json=CANARY,
+                       headers={**auth(OPERATOR), "If-Match": "1"})
+        assert r.status_code == 200, r.json
+        cache = app.extensions["rolegate"].cache
+        cache.refresh()
+        cache.stop()
+        conn.hset("rolegate:{summarizer}:binding", mapping=older)  # the backup's record
+        run = {"run_id": "r-9", "role": "summarizer", "config": "cfg_b", "arm": "candidate",
+               "key": "job-9", "stamps": STAMPS}
+        r = client.post("/v1/traces", json=run, headers=auth(CALLER))
+        assert r.status_code == 503, r.json
+        assert r.json["error"]["details"]["condition"] == "redis_data_lost"
+        conn.close()
+    finally:
+        app.extensions["rolegate"].redis.close()

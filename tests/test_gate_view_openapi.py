@@ -19,7 +19,10 @@ import jsonschema
 import pytest
 import requests
 from flask import Flask
+from flask.testing import FlaskClient
 
+from bindings.models import GatePolicy
+from bindings.responses_policy import RESPONSE_NAMES, RESPONSE_RULES
 from tests.conftest import CALLER, OPERATOR, auth
 from tests.gatekeeping import APPROVAL_STEPS, EVERY_RULE, QUICK_GATE
 from tests.population import Population
@@ -154,3 +157,20 @@ def test_the_schema_refuses_a_state_the_code_does_not_make() -> None:
             node = node[key]
         node[path[-1]] = bad
         assert list(validator.iter_errors(view)), path
+
+
+def test_the_binding_schema_names_the_rules_and_responses_the_model_accepts(
+        client: FlaskClient) -> None:
+    """gate.responses in the served Binding schema: its keys' pattern and its values' enum are
+    the model's own (every rule and criterion:<key> in, a typo out), as the model decides."""
+    spec = client.get("/openapi.json").json
+    gate = spec["components"]["schemas"]["GatePolicy"]["properties"]["responses"]
+    validator = jsonschema.Draft202012Validator(gate)
+    good = {**{rule: "warn" for rule in RESPONSE_RULES}, "criterion:tone": "hold"}
+    assert list(validator.iter_errors(good)) == []
+    GatePolicy(responses=good)  # the model accepts what the schema does
+    for bad in ({"seqential": "warn"}, {"criterion:": "hold"}, {"drift": "pause"}):
+        assert list(validator.iter_errors(bad)), bad
+        with pytest.raises(ValueError):
+            GatePolicy(responses=bad)
+    assert gate["additionalProperties"]["enum"] == list(RESPONSE_NAMES)

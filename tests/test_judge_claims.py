@@ -16,6 +16,7 @@ from typing import Any
 import requests
 from flask import Flask
 
+from gatekeeper.judging import report_verdicts
 from gatekeeper.store.judging import DEADLINES_KEY_TEMPLATE, JudgeStore
 from tests.conftest import GATEKEEPER, auth
 from tests.judge_server import JudgeServer
@@ -134,3 +135,27 @@ def test_a_claim_whose_verdict_never_came_is_judged_later_and_paid_once(
     assert r.status_code == 409 and r.json()["error"]["details"]["refused"][0]["why"] == \
         "not_claimed"
     assert _day(app)["judged"] == 4
+
+
+def test_the_gatekeeper_reports_again_without_a_claim_it_no_longer_holds(
+        app: Flask, live: str, api: Any, judge: JudgeServer) -> None:
+    """One result of a batch answers a claim that went back to the queue: the router refuses
+    the batch, the gatekeeper posts the rest again, and only the stale one waits to be
+    judged anew."""
+    setup(live, judge)
+    report(live, range(1), 0.0)
+    first, second = _claim(live, 2, lease_s=1)
+    redis = app.extensions["rolegate"].redis
+    key = DEADLINES_KEY_TEMPLATE.format(role=ROLE)
+    wait_for(lambda: redis.zrangebyscore(key, "-inf", time.time()), 10,
+             "the claims to pass their deadline")
+    again = _claim(live, 1)  # the next claim sends both back and takes one of them anew
+    assert len(again) == 1
+    fresh = again[0]
+    old = second if fresh["run_id"] == first["run_id"] else first
+    recorded = report_verdicts(api, f"/v1/roles/{ROLE}/judge/verdicts",
+                               [_verdict(old), _verdict(fresh)])
+    assert recorded == 1
+    day = _day(app)
+    assert day["judged"] == 1 and day["waiting"] == 1 and day["claimed"] == 0, day
+    assert _judged(live, fresh["run_id"]) and not _judged(live, old["run_id"])

@@ -75,7 +75,9 @@ def test_open_watches_do_not_starve_resolves_and_all_wake_on_a_change() -> None:
         watches = _in_background(pool, WATCHES, watch)
         for _ in range(WATCHES):
             started.acquire(timeout=10)
-        time.sleep(1.0)  # let them reach the server and wait there
+        # They reached the one worker and wait there (its /metrics counts them).
+        wait_for(lambda: f"rolegate_watches_waiting {WATCHES}.0" in requests.get(
+            f"{url}/metrics", timeout=10).text, 30, f"{WATCHES} watches to wait")
         assert not any(w.done() for w in watches), "a watch answered before any change"
 
         assert _resolves_answer(url) == [200] * 20

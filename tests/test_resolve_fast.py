@@ -13,13 +13,24 @@ from router.api.resolve_fast import ResolveFastPath
 from router.server import logs, metrics
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
 
-CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.5}
-#: (path, headers): plain resolves the fast path answers, and requests it hands to Flask.
+#: Bucketed by tenant, with a rule on region: the attributes decide the answer.
+CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.5,
+          "bucket_by": "tenant", "rules": [{"when": {"region": ["eu"]}, "arm": "candidate"}]}
+#: (path, headers): plain resolves the fast path answers (the first PLAIN), and requests it
+#: hands to Flask.
 CASES: list[tuple[str, dict[str, str]]] = [
     ("/v1/resolve/summarizer?key=job-7", auth(CALLER)),
     ("/v1/resolve/summarizer?key=job-8", {**auth(GATEKEEPER), "X-Request-Id": "req-1"}),
     ("/v1/resolve/summarizer?key=a.b~c:d@e-f_9", auth(OPERATOR)),
     ("/v1/resolve/summarizer?key=x", {**auth(CALLER), "X-Request-Id": 'bad" id'}),
+    *[(f"/v1/resolve/summarizer?key=job-7&attr.tenant=t{n}", auth(CALLER)) for n in range(4)],
+    ("/v1/resolve/summarizer?key=job-7&attr.tenant=acme&attr.region=eu", auth(CALLER)),
+    ("/v1/resolve/summarizer?key=job-7&attr.region=us&attr.a.b-c_d=x~y", auth(CALLER)),
+    ("/v1/resolve/summarizer?key=job-7&attr.tenant=a&attr.tenant=b", auth(CALLER)),
+    ("/v1/resolve/summarizer?attr.tenant=acme&key=job-7", auth(CALLER)),
+    ("/v1/resolve/summarizer?key=job-7&attr.tenant=", auth(CALLER)),
+    ("/v1/resolve/summarizer?key=job-7&attr.bad%20name=x", auth(CALLER)),
+    ("/v1/resolve/summarizer?key=job-7&attr.tenant=a%20b", auth(CALLER)),
     ("/v1/resolve/summarizer?key=job%207", auth(CALLER)),
     ("/v1/resolve/summarizer?key=k&other=1", auth(CALLER)),
     ("/v1/resolve/summarizer?key=" + "k" * 501, auth(CALLER)),
@@ -30,6 +41,7 @@ CASES: list[tuple[str, dict[str, str]]] = [
     ("/v1/resolve/summarizer/extra?key=job-7", auth(CALLER)),
     ("/v1/resolve/summarizer?key=job-7", {**auth(CALLER), "Host": "attacker.example"}),
 ]
+PLAIN = 10
 
 
 class CountingInner:
@@ -108,8 +120,8 @@ def test_fast_path_answers_like_the_flask_view(app: Flask, client: FlaskClient,
         if via_fast["status"] == 200:
             assert after - before == 2, path  # one resolve counted by each path
             assert [x["type"] for x in fast_lines] == ["decision", "request"]
-        # The plain cases are the first four: answered in front of Flask; the rest handed on.
-        assert handed_on == (0 if (path, headers) in CASES[:4] else 1), path
+        # The plain cases come first: answered in front of Flask; the rest handed on.
+        assert handed_on == (0 if (path, headers) in CASES[:PLAIN] else 1), path
 
 
 def test_unknown_request_hook_turns_the_fast_path_off(redis_url: str) -> None:

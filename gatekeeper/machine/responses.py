@@ -31,10 +31,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from bindings.models import RESPONSE_RULES
+from bindings.responses_policy import RESPONSE_NAMES, RESPONSE_RULES
 
-ROLLBACK, HOLD, WARN = "rollback", "hold", "warn"
-RESPONSES = (ROLLBACK, HOLD, WARN)
+#: The responses, most drastic first: the binding model's own list.
+RESPONSES = RESPONSE_NAMES
+ROLLBACK, HOLD, WARN = RESPONSES
 RULES = RESPONSE_RULES
 CRITERION_PREFIX = "criterion:"
 #: How a policy hold starts its reason (next_step and the loop key on it).

@@ -63,11 +63,6 @@ Buckets = Mapping[int, int]
 Counts = Mapping[tuple[int, str], tuple[int, int]]
 
 
-def report_bucket_of(start: float) -> int:
-    """The report bucket of a run that started (was resolved) at `start`."""
-    return int(start // REPORT_BUCKET_S)
-
-
 def mature_before(now: float, grace_s: float) -> int:
     """The first report bucket whose runs may still be in flight at `now` (those below
     it ended at least `grace_s` ago)."""

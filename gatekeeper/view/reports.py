@@ -46,16 +46,35 @@ def report_counts(ctx: GateContext) -> ReportCounts | None:
     trusted = ctx.record.binding.gate.trusted_reporters
     per_arm = []
     for arm in (judged, "current"):
-        config = ctx.arms[arm][0]
+        config, window = ctx.arms[arm]
         assigned = store.by_reporter(ctx.role, config, arm, ctx.epoch)
         if trusted is not None:
             assigned = {name: b for name, b in assigned.items() if name in trusted}
-        reported = store.reported(ctx.role, config, arm, ctx.epoch, assigned)
+        reported = _read_already(ctx, arm, assigned, trusted is not None)
+        if reported is None:
+            reported = store.reported(ctx.role, config, arm, ctx.epoch, assigned)
         per_arm.append((assigned, reported))
     names = per_arm[0][0].keys() | per_arm[1][0].keys()
     return {name: ((per_arm[0][0].get(name, {}), per_arm[0][1].get(name, {})),
                    (per_arm[1][0].get(name, {}), per_arm[1][1].get(name, {})))
             for name in sorted(names)}
+
+
+def _read_already(ctx: GateContext, arm: str, assigned: dict[str, dict[int, int]],
+                  whole: bool) -> dict[str, dict[int, int]] | None:
+    """Each reporter's reports per bucket when the context already holds them (None: read
+    them): under `trusted_reporters` each reporter's whole window is in the context; else
+    when one reporter sent every run of the arm, the arm's window is that reporter's."""
+    windows = ctx.by_reporter.get(arm, {})
+    if whole:
+        return {name: windows[name].reported_buckets() if name in windows else {}
+                for name in assigned}
+    window = ctx.arms[arm][1]
+    if len(windows) == 1 and set(assigned) <= set(windows):
+        (name, own), = windows.items()
+        if own.n == window.n:
+            return {name: window.reported_buckets()}
+    return {name: {} for name in assigned} if not windows else None
 
 
 def reports_section(ctx: GateContext, counts: ReportCounts | None) -> dict[str, Any] | None:
@@ -88,8 +107,10 @@ def missing_for(ctx: GateContext, counts: ReportCounts | None) -> Missing | None
     if counts is None or policy.missing_runs != FAIL or applies(binding) is not None:
         return None
     mature = mature_before(ctx.now, policy.grace_seconds)
-    figures = reporter_figures(counts, mature)
-    gone = missing_of(*_pooled(counts, [n for n, f in figures.items() if f.counted]), mature)
+    counted = [n for n, f in reporter_figures(counts, mature).items() if f.counted]
+    gone = missing_of(*_pooled(counts, counted), mature)
+    if len(counted) == len(counts):
+        return gone
     # Any reporter's runs still in flight make their cells wait: a cell enters once.
     waiting = missing_of(*_pooled(counts, list(counts)), mature).waiting_from
     return Missing(gone.candidate, gone.current, waiting)
@@ -98,6 +119,8 @@ def missing_for(ctx: GateContext, counts: ReportCounts | None) -> Missing | None
 def _pooled(counts: ReportCounts, names: list[str]) -> tuple[ArmCounts, ArmCounts]:
     """The named reporters' counts summed per arm and bucket, each reporter's reports
     capped at its own assignments (so one's extra reports never cover another's missing)."""
+    if len(names) == 1:
+        return counts[names[0]]  # missing_of floors each bucket: nothing to cap
     out: list[ArmCounts] = [({}, {}), ({}, {})]
     for name in names:
         for arm, (assigned, reported) in enumerate(counts[name]):

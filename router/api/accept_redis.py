@@ -48,10 +48,15 @@ def accept_redis() -> ResponseReturnValue:
                         "needs an operator token not limited to some roles")
     cache = services_of(current_app).cache
     generation, records, lost = cache.guarded()
-    kept = kept_copies.newest(cache.store.connection, {role: records[role] for role in lost})
-    lost.update({role: f"held at version {rec.version} by another worker"
-                 for role, rec in kept.items() if role not in lost})
-    done = accept(cache.store, kept, actor=actor(), reason=body.reason,
+    own = kept_copies.Copy({role: records[role] for role in lost if role in records},
+                           {role: cache.archived[role] for role in lost
+                            if role not in records and role in cache.archived})
+    kept = kept_copies.newest(cache.store.connection, own)
+    lost.update({role: f"held at version {version} by another worker"
+                 for role, version in [*((r, rec.version) for r, rec in kept.records.items()),
+                                       *kept.archived.items()] if role not in lost})
+    done = accept(cache.store, kept.records, actor=actor(), reason=body.reason,
+                  archived=kept.archived,
                   generation=max(cache.kept_generation, cache.generation, generation))
     cache.refresh()  # this worker serves Redis's table now; the others at their poll
     return jsonify({"accepted": done.written, "skipped": done.skipped, "lost": lost,

@@ -66,7 +66,7 @@ def archive(role: str) -> ResponseReturnValue:
                        version=expected + 1)
     record = store.write(role, current.binding, expected_version=expected, actor=note.actor,
                          action="archive", reason=body.reason, archive=note)
-    services_of(current_app).cache.drop(role)
+    services_of(current_app).cache.drop(role, record.version)
     return jsonify({**record.model_dump(mode="json"), "archived": note.model_dump()})
 
 

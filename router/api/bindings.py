@@ -13,7 +13,7 @@ from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
 from bindings.bucketing import new_salt, with_bucketing
-from bindings.errors import Conflict, NotFound, PreconditionRequired
+from bindings.errors import Archived, Conflict, NotFound, PreconditionRequired
 from bindings.models import Binding, VersionedBinding
 from bindings.store import archived_error
 from bindings.table_guard import DATA_LOST, lost_roles
@@ -158,6 +158,11 @@ def get_binding(role: str) -> ResponseReturnValue:
         raise NotFound(f"no binding for role {role!r}", role=role)
     if note is not None:
         raise archived_error(role, note)
+    at = _cache().archived.get(role)
+    if held is None and at is not None and lost_roles({}, {role: record}, {}, {role: at}):
+        # Archived where Redis lost that: out of the list, so out of this read too.
+        raise Archived(f"role {role!r} was archived at version {at}; Redis lost that and "
+                       f"shows version {record.version} live", role=role)
     return _record_json(record)
 
 

@@ -186,7 +186,7 @@ def readyz() -> ResponseReturnValue:
     and OFREP keep their answers; /healthz says failing, for alerting); one
     that has no table at all (Redis silent since it started, nothing kept) is not.
     """
-    cache = current_app.extensions["rolegate"].cache
+    cache = services_of(current_app).cache
     cache.all()  # loads this worker's copy (from Redis, else the kept file) if not yet done
     if not cache.loaded:
         return jsonify({"status": "not_ready",

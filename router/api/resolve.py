@@ -15,7 +15,7 @@ from typing import Any
 from flask import Blueprint, Flask, current_app, g, request
 from flask.typing import ResponseReturnValue
 
-from bindings.errors import NotFound, StoreUnavailable
+from bindings.errors import Archived, NotFound, StoreUnavailable
 from bindings.models import ATTRIBUTE_NAME_PATTERN, VersionedBinding, validate_role_name
 from rolegate.routing import new_key, resolve
 from rolegate.trace import MAX_ATTRIBUTES
@@ -111,6 +111,11 @@ def uncached(role: str) -> VersionedBinding:
     except (ValueError, StoreUnavailable):
         # An unusable name, or no Redis to ask: the copy's answer stands.
         raise NotFound(f"no binding for role {role!r}", role=role) from None
+    at = services_of(current_app).cache.archived.get(role)
+    if at is not None and record.version < at:
+        # Archived here; Redis lost that (a backup from before): not served (bindings.table_guard).
+        raise Archived(f"role {role!r} was archived at version {at}; Redis lost that and "
+                       f"shows version {record.version} live", role=role)
     return record
 
 

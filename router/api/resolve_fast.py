@@ -41,8 +41,12 @@ from router.server.services import services_of
 PREFIX = "/v1/resolve/"
 #: Scopes the Flask view allows (router.api.resolve: caller, gatekeeper; operator always).
 RESOLVE_SCOPES = access.allowed_scopes(("caller", "gatekeeper"))
-#: The query strings answered here: one plain `key` (the Flask view decodes the rest).
-_PLAIN_KEY = re.compile(r"key=([A-Za-z0-9._~:@-]{1,500})")
+#: The query strings answered here: one plain `key`, then up to 10 plain `attr.<name>=`
+#: (a role bucketed by an attribute, or with rules, is resolved with them on every job);
+#: the Flask view decodes the rest, and refuses what it must.
+_PLAIN_KEY = re.compile(r"key=([A-Za-z0-9._~:@-]{1,500})"
+                        r"((?:&attr\.[A-Za-z0-9_.-]{1,64}=[A-Za-z0-9._~:@-]{1,200}){0,10})")
+_PLAIN_ATTRIBUTE = re.compile(r"&attr\.([A-Za-z0-9_.-]{1,64})=([A-Za-z0-9._~:@-]{1,200})")
 #: The hooks this layer reproduces; any other registered hook turns it off.
 KNOWN_HOOKS = frozenset({
     "router.server.logs._before", "router.server.logs._after",
@@ -133,6 +137,7 @@ class ResolveFastPath:
         except RolegateError:
             return None
         query: str = environ.get("QUERY_STRING", "")
+        attributes: dict[str, str] | None = None
         if query == "":
             key = new_key()
         else:
@@ -140,10 +145,16 @@ class ResolveFastPath:
             if plain is None:
                 return None
             key = plain.group(1)
+            if plain.group(2):
+                pairs = _PLAIN_ATTRIBUTE.findall(plain.group(2))
+                attributes = dict(pairs)
+                if len(attributes) != len(pairs):
+                    return None  # a name given twice: the view's 400
         record, stale = services.cache.get(role)
         if record is None:
             return None
-        resolution = resolve(role, record.binding, record.version, key, stale=stale)
+        resolution = resolve(role, record.binding, record.version, key, stale=stale,
+                             attributes=attributes)
         count_resolution(self.app, role, resolution, record.binding, actor)
         body = json.dumps(resolution, separators=(",", ":")).encode()
         request_id = logs.request_id_from(environ.get("HTTP_X_REQUEST_ID"))

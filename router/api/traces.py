@@ -47,9 +47,9 @@ from typing import Any
 from flask import Blueprint, Flask, current_app, g, jsonify, request
 from flask.typing import ResponseReturnValue
 
-from bindings.errors import NotFound, StoreUnavailable
+from bindings.errors import NotFound
 from bindings.models import VersionedBinding, validate_role_name
-from bindings.table_guard import DATA_LOST
+from bindings.table_guard import trace_on_lost_role
 from gatekeeper import tripwire
 from gatekeeper.checks.invariants import check
 from gatekeeper.store.pending_spans import PendingSpans
@@ -151,18 +151,17 @@ class _Bindings:
 
     def _read(self, role: str) -> VersionedBinding:
         self.fresh.add(role)
+        held = self.services.cache.bindings.get(role)
         try:
-            record = self.services.store.get(role)
+            record: VersionedBinding | None = self.services.store.get(role)
         except NotFound:
-            # Held here but gone from Redis: the loss, even before the poll notices it.
-            if role not in self.services.cache.lost and role not in self.services.cache.bindings:
+            if role not in self.services.cache.lost and held is None:
                 raise
-            # Not the sender's mistake (a 422 would have it drop the trace): Redis
-            # lost the role; it can be counted once the table is written back.
-            raise StoreUnavailable(
-                f"Redis lost its data for role {role!r} (routers serve its kept binding); "
-                "the trace is not stored: send it again once `rolegate bindings "
-                "restore-snapshot` has run", role=role, condition=DATA_LOST) from None
+            record = None
+        if record is None or (held is not None and held.version > record.version):
+            # Redis lost the role or shows it older (noticed by the poll or not yet): a 503
+            # to send again, never a 422 that would have the sender drop the trace.
+            raise trace_on_lost_role(role)
         self.services.cache.put(record)
         return record
 

@@ -57,6 +57,8 @@ class ChangeNotifier:
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.ticks = 0
+        #: Watches waiting in this process now (the `rolegate_watches_waiting` gauge).
+        self.waiting = 0
         self.subscribed = False
         #: Set by stop(): waiting watches answer at once instead of holding threads.
         self.stopped = False
@@ -69,8 +71,12 @@ class ChangeNotifier:
         """Block until `ticks` differs from `since` or `timeout` passes; return `ticks`."""
         self._ensure_thread()
         with self._condition:
-            self._condition.wait_for(lambda: self.ticks != since, timeout)
-            return self.ticks
+            self.waiting += 1
+            try:
+                self._condition.wait_for(lambda: self.ticks != since, timeout)
+                return self.ticks
+            finally:
+                self.waiting -= 1
 
     def stop(self, timeout: float = 3.0) -> None:
         """Stop the listener thread and release every waiting watch (tests; workers just exit)."""

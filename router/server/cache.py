@@ -65,6 +65,9 @@ class BindingCache:
         self.full_reload_interval = full_reload_interval
         self._last_full = time.monotonic()
         self.bindings: dict[str, VersionedBinding] = {}
+        #: The version each archived role was archived at (as Redis said, or as held when
+        #: Redis lost it): a backup from before an archive must not bring the role back.
+        self.archived: dict[str, int] = {}
         self.generation = -1
         self.loaded = False
         self.stale = False
@@ -78,7 +81,6 @@ class BindingCache:
         #: What this worker last published of its kept records (bindings.kept_copies), and when.
         self._published: dict[str, int] = {}
         self._published_at = 0.0
-        self.last_refresh = 0.0
         self._lock = threading.Lock()
         #: Held while a process loads its first copy and starts its polling thread.
         self._start_lock = threading.Lock()
@@ -108,9 +110,9 @@ class BindingCache:
         go dark either when this worker's next poll has yet to notice the loss.
         """
         self._ensure_thread()
-        held = self.bindings
-        table = read_table(self.store, held.keys())
-        lost = lost_roles(held, table.bindings, table.archived)
+        held, held_archived = self.bindings, self.archived
+        table = read_table(self.store, held.keys() | held_archived.keys())
+        lost = lost_roles(held, table.bindings, table.archived, held_archived)
         return table.generation, kept_table(held, table.bindings, lost), lost
 
     def put(self, record: VersionedBinding) -> None:
@@ -120,11 +122,16 @@ class BindingCache:
             if known is None or known.version < record.version:
                 self.bindings = {**self.bindings, record.role: record}
 
-    def drop(self, role: str) -> None:
-        """Forget a role this worker just archived, so it stops serving it before the next poll."""
+    def drop(self, role: str, version: int) -> None:
+        """Forget a role this worker just archived (at `version`), so it stops serving it now.
+
+        Its archived version is kept: the role index no longer lists it, and a
+        Redis that later shows it live below that version lost the archive.
+        """
         with self._lock:
             if role in self.bindings:
                 self.bindings = {r: rec for r, rec in self.bindings.items() if r != role}
+            self.archived = {**self.archived, role: version}
 
     def refresh(self) -> bool:
         """Poll once; reload on a change. True if the copy is current afterwards."""
@@ -156,34 +163,42 @@ class BindingCache:
         if self.stale:
             log.warning("binding store reachable again")
         self.stale = False
-        self.last_refresh = time.time()
         return not self.lost
 
     def _reload(self) -> None:
         """Read the whole table and take it, except the roles Redis lost (table_guard)."""
         if self.loaded:
-            held, held_generation = self.bindings, self.generation
+            held, held_archived, held_generation = self.bindings, self.archived, self.generation
         else:
             # A worker starting afresh guards the table its router kept on disk.
-            held, held_generation = self._saved_here()
-        table = read_table(self.store, held.keys())
+            held, held_archived, held_generation = self._saved_here()
+        table = read_table(self.store, held.keys() | held_archived.keys())
         self._last_full = time.monotonic()
-        lost = lost_roles(held, table.bindings, table.archived)
+        lost = lost_roles(held, table.bindings, table.archived, held_archived)
         bindings = kept_table(held, table.bindings, lost)
+        # Archived as Redis says; as held where Redis lost the role or shows it older.
+        archived = {**{role: v for role, v in held_archived.items()
+                       if role in lost or (role not in table.bindings
+                                           and role not in table.archived)},
+                    **{role: v for role, v in table.archived.items() if role not in lost}}
         generation = table.generation
         if self.loaded and generation == held_generation:
             self._repair_lost_hint(held, bindings)
         self._report_lost(lost, held_generation)
-        self._share_kept({role: bindings[role] for role in lost})
+        self._share_kept(kept_copies.Copy({role: bindings[role] for role in lost if role in held},
+                                          {role: archived[role] for role in lost
+                                           if role not in held}))
         with self._lock:
             # Swap the whole dict: readers never see a half-built table.
             self.bindings = bindings
+            self.archived = archived
             self.generation = generation
             self.lost = lost
             self.loaded = True
         # While Redis lacks roles, the file keeps the last good table as it was.
-        if not lost and (generation != held_generation or bindings != held):
-            self._save(generation, bindings)
+        if not lost and (generation != held_generation or bindings != held
+                         or archived != held_archived):
+            self._save(generation, bindings, archived)
 
     def _report_lost(self, lost: dict[str, str], held_generation: int) -> None:
         """Log a loss loudly when found, again every LOST_LOG_INTERVAL_S, and its end."""
@@ -196,13 +211,14 @@ class BindingCache:
         elif not lost and self.lost:
             log.warning("Redis holds every role of the kept table again: serving its table")
 
-    def _share_kept(self, kept: dict[str, VersionedBinding]) -> None:
-        """Publish this worker's kept records of the lost roles; withdraw them when none are.
+    def _share_kept(self, kept: kept_copies.Copy) -> None:
+        """Publish this worker's kept copy of the lost roles; withdraw it when none are.
 
         The worker answering `restore-snapshot` or `accept-redis` acts on the
         newest copy any worker holds, which it can only learn from Redis.
         """
-        versions = {role: rec.version for role, rec in kept.items()}
+        versions = {**{role: rec.version for role, rec in kept.records.items()},
+                    **kept.archived}
         now = time.monotonic()
         if versions == self._published and (
                 not versions or now - self._published_at < KEPT_PUBLISH_INTERVAL_S):
@@ -245,7 +261,8 @@ class BindingCache:
         """
         self._ensure_thread()
 
-    def _save(self, generation: int, bindings: dict[str, VersionedBinding]) -> None:
+    def _save(self, generation: int, bindings: dict[str, VersionedBinding],
+              archived: dict[str, int]) -> None:
         """Keep `bindings` on disk with the Redis they came from (router.server.kept_file)."""
         if self.snapshot_path is None:
             return
@@ -254,21 +271,21 @@ class BindingCache:
         except RolegateError:
             identity = ""  # a read-only replica: the address alone says where it came from
         kept_file.save(self.snapshot_path, generation, bindings,
-                       {"address": self.address, "identity": identity})
+                       {"address": self.address, "identity": identity}, archived)
 
-    def _saved_here(self) -> tuple[dict[str, VersionedBinding], int]:
+    def _saved_here(self) -> tuple[dict[str, VersionedBinding], dict[str, int], int]:
         """The table kept on disk if it came from this Redis; else set aside, and nothing."""
         kept = None if self.snapshot_path is None else kept_file.read(self.snapshot_path)
         if kept is None:
-            return {}, -1
+            return {}, {}, -1
         identity = None
         if kept.redis is not None and kept.redis.get("address") != self.address:
             identity = read_identity(self.store.connection)
         if not same_redis(kept.redis, self.address, identity):
             assert self.snapshot_path is not None
             kept_file.set_aside(self.snapshot_path, kept, self.address)
-            return {}, -1
-        return kept.bindings, kept.generation
+            return {}, {}, -1
+        return kept.bindings, kept.archived, kept.generation
 
     def _load_saved(self) -> None:
         """Serve the table kept on disk (stale) when Redis cannot give us one.
@@ -290,6 +307,7 @@ class BindingCache:
         bindings, generation = saved.bindings, saved.generation
         with self._lock:
             self.bindings = bindings
+            self.archived = saved.archived
             self.generation = generation
             self.loaded = True
         log.warning("Redis unreachable at start: serving the binding table kept in %s "

@@ -26,18 +26,21 @@ log = logging.getLogger("rolegate.cache")
 
 @dataclass(frozen=True)
 class Kept:
-    """A table read from the file: its records, generation and origin (None: not recorded)."""
+    """A table read from the file: its records, generation and origin (None: not recorded),
+    and the version each archived role was archived at."""
 
     bindings: dict[str, VersionedBinding]
     generation: int
     redis: dict[str, str] | None
+    archived: dict[str, int]
 
 
 def save(path: Path, generation: int, bindings: dict[str, VersionedBinding],
-         redis: dict[str, str]) -> None:
+         redis: dict[str, str], archived: dict[str, int]) -> None:
     """Keep `bindings` in `path`, atomically (a reader never sees half a file)."""
     payload = {"generation": generation, "saved_at": time.time(), "redis": redis,
-               "roles": {role: rec.model_dump(mode="json") for role, rec in bindings.items()}}
+               "roles": {role: rec.model_dump(mode="json") for role, rec in bindings.items()},
+               "archived": archived}
     # Each worker writes its own temporary file; the rename is atomic.
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
     try:
@@ -59,12 +62,14 @@ def read(path: Path) -> Kept | None:
         if redis is not None and not (isinstance(redis, dict) and all(
                 isinstance(v, str) for v in redis.values())):
             raise ValueError("its \"redis\" is not {\"address\", \"identity\"}")
+        archived = {str(role): int(version)
+                    for role, version in (payload.get("archived") or {}).items()}
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, ValidationError) as exc:
         log.error("the binding table kept in %s is unreadable: %s", path, exc)
         return None
-    return Kept(bindings, generation, redis)
+    return Kept(bindings, generation, redis, archived)
 
 
 def set_aside(path: Path, kept: Kept, address: str) -> None:

@@ -269,6 +269,23 @@ class BindingCollector(Collector):
                                 value=float(cache.generation))
 
 
+class WatchCollector(Collector):
+    """How many watches the scraping worker holds open now: an operator sees the long-polls
+    a worker carries, and a test knows its watches arrived without sleeping."""
+
+    def __init__(self, app: Flask) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        """Yield the scraping worker's count of waiting watches."""
+        # Imported here: router.api.watch imports the server's modules, not the reverse.
+        from router.api.watch import notifier
+
+        yield GaugeMetricFamily("rolegate_watches_waiting",
+                                "Watches (GET /v1/bindings/watch) this worker holds open now.",
+                                value=float(notifier(self.app).waiting))
+
+
 class GatekeeperCollector(Collector):
     """The gatekeepers' last leading tick, read from Redis at scrape time.
 
@@ -320,6 +337,7 @@ def scrape_registry(app: Flask) -> CollectorRegistry:
         registry.register(_Forward(REGISTRY))
     registry.register(BindingCollector(app))
     registry.register(GatekeeperCollector(app))
+    registry.register(WatchCollector(app))
     if services_of(app).settings.export_otlp_endpoint:
         # Imported here: only routers that export read the exporter's state.
         from router.server.export_metrics import ExportCollector
