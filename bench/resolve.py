@@ -33,6 +33,11 @@ ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-caller-token"
 ROLE = "summarizer"
 PATHS = [f"/v1/resolve/{ROLE}?key=job-{i:03d}" for i in range(1000)]
+#: --attributes: the job's tenant too, after the key (the fast path's) or before it (the
+#: Flask view's: the fast path hands on any other order).
+WITH_ATTRIBUTES = [f"{path}&attr.tenant=t{i % 50}" for i, path in enumerate(PATHS)]
+ATTRIBUTES_FIRST = [f"/v1/resolve/{ROLE}?attr.tenant=t{i % 50}&key=job-{i:03d}"
+                    for i in range(1000)]
 HEADERS = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -72,7 +77,11 @@ def router_and_bare(redis_url: str, data_dir: str,
                     workers: int) -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
     """The router and the bare resolve app, each under deploy/gunicorn.conf.py."""
     env = router_env(redis_url, data_dir)
-    bare_env = {**env, "PROMETHEUS_MULTIPROC_DIR": os.path.join(data_dir, "prometheus-bare")}
+    # Its own data dir: the gunicorn master locks one per router (router.server.gunicorn_conf).
+    bare_dir = os.path.join(data_dir, "bare")
+    os.makedirs(bare_dir, exist_ok=True)
+    bare_env = {**env, "PROMETHEUS_MULTIPROC_DIR": os.path.join(data_dir, "prometheus-bare"),
+                "ROLEGATE_DATA_DIR": bare_dir}
     log = os.path.join(data_dir, "router.log")
     with gunicorn_app("router:create_app()", env, workers, log) as routed, \
             gunicorn_app("bench.bare_apps:resolve_app()", bare_env, workers) as bare:
@@ -134,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--python-load", action="store_true",
                         help="use the Python load generator even when wrk is installed")
+    parser.add_argument("--attributes", action="store_true",
+                        help="also resolve with ?attr.tenant=, through the fast path and the "
+                             "Flask view")
     args = parser.parse_args(argv)
     use_wrk = have_wrk() and not args.python_load
     print(f"resolve vs a separate bare Flask app: cpus={os.cpu_count()} workers={args.workers} "
@@ -142,13 +154,22 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.seconds:g}s each, alternating, loopback")
     with private_redis() as (url, data_dir), \
             router_and_bare(url, data_dir, args.workers) as ((rport, rmaster), (bport, bmaster)):
-        results = alternate({
+        contenders = {
             "bare Flask app (constant JSON)": (bport, bmaster, PATHS, HEADERS),
             "GET /v1/resolve (logs+metrics on)": (rport, rmaster, PATHS, HEADERS),
-        }, args.rounds, args.seconds, args.connections, use_wrk)
+        }
+        if args.attributes:
+            contenders["resolve key&attr (fast path)"] = (rport, rmaster, WITH_ATTRIBUTES,
+                                                          HEADERS)
+            contenders["resolve attr&key (Flask view)"] = (rport, rmaster, ATTRIBUTES_FIRST,
+                                                           HEADERS)
+        results = alternate(contenders, args.rounds, args.seconds, args.connections, use_wrk)
     rows = print_table(results)
-    bare, resolve = rows.values()
+    bare, resolve, *attributed = rows.values()
     ratio_line("resolve/bare", resolve, bare, 0.90)
+    if attributed:
+        ratio_line("key&attr fast/bare", attributed[0], bare, 0.90)
+        ratio_line("attr&key Flask/bare", attributed[1], bare, 0.0)
     return 0
 
 
