@@ -15,7 +15,7 @@ from typing import Literal, get_args
 #: decide()'s rules that can roll back, as `gate.responses` names them
 #: (`gatekeeper.machine.responses` says what each is).
 RESPONSE_RULES = ("gate", "drift", "shadow", "sequential", "criteria", "stage_end", "mcnemar",
-                  "vs_current", "reports")
+                  "vs_current", "reports", "units")
 #: What a response does, most drastic first (decide() takes the worst of several by it).
 ResponseName = Literal["rollback", "hold", "warn"]
 RESPONSE_NAMES: tuple[str, ...] = get_args(ResponseName)

@@ -27,7 +27,8 @@ QUICK_GATE: dict[str, Any] = {
 #: A ladder whose second step waits for an operator's approval.
 APPROVAL_STEPS = [0.3, {"share": 0.6, "approval": True}]
 #: Every rule but `gate` (zero tolerance) answered by one response.
-EVERY_RULE = ("drift", "shadow", "sequential", "criteria", "stage_end", "mcnemar", "vs_current")
+EVERY_RULE = ("drift", "shadow", "sequential", "criteria", "stage_end", "mcnemar", "vs_current",
+              "units")
 
 
 def put_canary(url: str, role: str, candidate: str, steps: list[Any],

@@ -6,6 +6,9 @@ The rule, in order (the first that applies wins):
 2. a zero-tolerance gate reason (a forbidden call with `max_forbidden_rate` 0,
    a lost required tool; in shadow a pair that lost a required tool; a failed
    criterion the policy marks blocking) fails it at once, at any n: roll back;
+2b. the unit test (`gatekeeper.stats.units`: which arm the units that went
+   wrong belong to, against the share) rejects the candidate: roll back. When
+   units carry several runs each, rules 3, 4 and 6 only hold (`machine.by_unit`);
 3. a CUSUM alarms on the candidate (against current over the same cells,
    `gatekeeper.stats.concurrent`; from an older view, against current's p0): roll back;
 4. the rollout's sequential evidence reaches its share of alpha: roll back. One
@@ -47,6 +50,7 @@ from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
 from gatekeeper.machine.baseline import baseline_failure, baseline_observed, baseline_runs
+from gatekeeper.machine.by_unit import repeats_hold, unit_details, unit_rejection
 from gatekeeper.machine.deadline import overdue
 from gatekeeper.machine.durations import stage_minimum
 from gatekeeper.machine.matched import (
@@ -116,6 +120,8 @@ class Evidence:
     judged_wait: str | None = None
     #: The gate view's `reports` section (assigned against reported); None: none.
     reports: Mapping[str, Any] | None = None
+    #: The view's `units` section (`gatekeeper.view.units`); None: no unit test.
+    units: Mapping[str, Any] | None = None
     #: Extra figures to keep in the history entry.
     figures: Mapping[str, Any] = field(default_factory=dict)
 
@@ -173,6 +179,9 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
         """Roll back, hold or (None) only warn, as gate.responses says for `rule` (and the
         criterion `keys` it names)."""
         applied, source = responder.response(rule, keys)
+        if applied != WARN and (held := repeats_hold(evidence.units, rule, reason)):
+            # A plain hold (no pause): the unit test keeps reading and decides.
+            return make(Action.HOLD, held, held_by_units=rule, **extra)
         if applied == WARN:
             responder.warn(rule, source, reason)
             return None
@@ -192,6 +201,9 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     if blocking and (failed := fail("gate", "gate failed: " + "; ".join(blocking),
                                     [v.counts.key for v in zero], gate_reasons=list(blocking),
                                     **_criteria_details(zero))):
+        return failed
+    if (rejected_units := unit_rejection(evidence.units)) and (failed := fail(
+            "units", rejected_units, **unit_details(evidence.units))):
         return failed
     alarms, what = candidate_alarms(evidence)
     if alarms and (failed := fail("drift", f"{what} on candidate {binding.candidate}: "
@@ -403,5 +415,6 @@ def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
         judged_wait=(view.get("judges") or {}).get("wait"),
         reports=view.get("reports"),
         concurrent=section if isinstance(section := view.get("concurrent"), Mapping) else None,
+        units=units if isinstance(units := view.get("units"), Mapping) else None,
     )
 

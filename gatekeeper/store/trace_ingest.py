@@ -53,6 +53,7 @@ from gatekeeper.store.trace_keys import (
     tally_key,
     window_key,
 )
+from gatekeeper.store.unit_events import UNITS_LUA, UnitFacts, unit_keys
 from gatekeeper.store.window_fold import FOLD_AT, FOLD_FUNCTION, FOLD_NOW_BYTES
 from gatekeeper.window import TOOL, increments
 from rolegate.trace import Trace
@@ -80,8 +81,11 @@ from rolegate.trace import Trace
 # charge out: it counted once. The window's increments go to its pending list
 # as one entry, folded into the window hashes every FOLD_AT entries, or at once
 # when the entry is longer than FOLD_NOW_BYTES (`window_fold`).
-INGEST_SCRIPT = FOLD_FUNCTION + """
+INGEST_SCRIPT = FOLD_FUNCTION + UNITS_LUA + """
 local n = tonumber(ARGV[6])
+-- The unit test's lines (`unit_events`), one per trace, when the group has any.
+local ulines = nil
+if ARGV[12 + 3 * n] then ulines = unit_lines(ARGV[12 + 3 * n]) end
 local extra = 8 + n
 if ARGV[10] ~= '' then
   local traces, size, traces_limit, bytes_limit, ttl =
@@ -130,6 +134,10 @@ for i = 1, n do
       clashes = clashes + 1
     else
       out[i + 1] = 'N' .. location
+    end
+    if ulines and ulines[i] and ulines[i] ~= '' then
+      record_unit(ulines[i], KEYS[#KEYS - 3], KEYS[#KEYS - 2], KEYS[#KEYS - 1], KEYS[#KEYS],
+                  ARGV[3])
     end
     added = added + 1
   end
@@ -205,6 +213,8 @@ class Checked:
     version: int | None = None
     #: The role's own stream cap (its binding's `trace_retention`); None: the store's.
     retention: int | None = None
+    #: What the run adds to the unit test (`gatekeeper.store.unit_events`); None: nothing.
+    units: UnitFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -336,6 +346,12 @@ class IngestGroup:
             args += (item.trace.model_dump_json(exclude_none=True),
                      item.verdict.json_text,
                      "1" if expect is not None and expect[index] else "0")
+        facts = next((item.units for item in items if item.units is not None), None)
+        if facts is not None:
+            # Last: one line per trace, and the group's four unit keys at the end of KEYS.
+            keys += unit_keys(role, facts, self.epoch, self.arm)
+            args.append("\n".join("" if item.units is None else item.units.spec()
+                                   for item in items))
         return keys, args
 
 

@@ -19,11 +19,13 @@ from gatekeeper.view import kept
 from gatekeeper.view.arms import arms_section, comparison_section
 from gatekeeper.view.context import gate_context, view_header
 from gatekeeper.view.criteria import criteria_section
+from gatekeeper.view.difference import difference_section
 from gatekeeper.view.judges import judges_section, merge_judged, merge_pairwise
 from gatekeeper.view.outlook import next_view_section, previous_section
 from gatekeeper.view.reports import merge_missing, missing_for, report_counts
 from gatekeeper.view.rollout import rollout_section
 from gatekeeper.view.sections import drift_section, paired_section
+from gatekeeper.view.units import units_section
 
 
 def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) -> dict[str, Any]:
@@ -42,6 +44,8 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["drift"] = drift_section(ctx)
     view["concurrent"] = kept.concurrent(ctx, missing_for(ctx, counts))
     view["rollout"] = rollout_section(store, ctx)
+    view["units"] = units_section(ctx, view["rollout"])
+    view["difference"] = difference_section(ctx, view["units"])
     view["previous"] = previous_section(store, traces, ctx.record, now)
     view["gatekeeper"] = HeartbeatStore(traces.connection).summary()
     # Last: it reads the sections above, as the gatekeeper's decide() does; it says

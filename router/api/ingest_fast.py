@@ -43,6 +43,7 @@ from gatekeeper import tripwire
 from gatekeeper.checks.invariants import check
 from gatekeeper.store.trace_ingest import Checked, OverQuota, Stored
 from gatekeeper.store.trace_keys import epoch_of
+from gatekeeper.store.unit_events import unit_facts
 from rolegate.trace import Trace
 from router.api import trace_answers as answers
 from router.api.judge_sampling import offer_sampled
@@ -142,7 +143,8 @@ class IngestFastPath:
         if tripwire.applies(trace, verdict) or not store.takes_charge:
             return None
         item = Checked(trace, verdict, epoch_of(record.binding), record.version,
-                       record.binding.trace_retention)
+                       record.binding.trace_retention,
+                       unit_facts(record.binding, trace, verdict, now))
         try:
             (outcome,) = store.add([item], charge)
         except OverQuota as over:

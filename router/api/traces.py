@@ -56,6 +56,7 @@ from gatekeeper.store.pending_spans import PendingSpans
 from gatekeeper.store.trace_ingest import Charge, Checked, Moved, OverQuota, Stored
 from gatekeeper.store.trace_keys import epoch_of
 from gatekeeper.store.traces import TraceStore
+from gatekeeper.store.unit_events import unit_facts
 from rolegate.trace import Trace
 from router.api import ingest_fast, otlp
 from router.api.bodies import SURROGATE_ESCAPE, json_body
@@ -295,7 +296,8 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
             trace = trace.model_copy(update={"time": now})
         verdict = check(trace, record.binding.gate.invariants)
         checked.append(Checked(trace, verdict, epoch_of(record.binding), record.version,
-                               record.binding.trace_retention))
+                               record.binding.trace_retention,
+                               unit_facts(record.binding, trace, verdict, now)))
         positions.append(index)
     return checked, positions
 

@@ -102,6 +102,23 @@ NEXT = _obj("action", "state", "summary", "then", "waits", "reason", "lines",
             warnings={"type": "array", "items": {"type": "string"}},
             response={"anyOf": [RESPONSE, {"type": "null"}]},
             deadline={"anyOf": [DEADLINE_AT, {"type": "null"}]})
+#: `gatekeeper.stats.units.UnitVerdict.as_dict()`.
+UNIT_TEST = _obj("log_e", "threshold", "alpha", "reject", "horizon", "leading", "metrics",
+                 "repeats", "repeats_why", log_e={"type": "number"},
+                 threshold={"type": "number"}, alpha={"type": "number"},
+                 reject={"type": "boolean"}, horizon={"type": ["number", "null"]},
+                 leading={"type": ["string", "null"]}, metrics={"type": "array", "items": OBJECT},
+                 repeats={"type": "boolean"}, repeats_why={"type": "string"})
+#: `gatekeeper.view.units.units_section`.
+UNITS = _obj("rollout", "stretches", "arms", "limits", "test", "reason",
+             rollout={"type": "string"}, stretches={"type": "array", "items": OBJECT},
+             arms=OBJECT, limits=OBJECT, test=UNIT_TEST, reason={"type": ["string", "null"]})
+#: `gatekeeper.stats.difference.Difference.as_dict()`.
+DIFFERENCE = {"type": "array", "items": _obj(
+    "metric", "estimate", "lower", "upper", "confidence",
+    metric={"type": "string"}, estimate={"type": ["number", "null"]},
+    lower={"type": ["number", "null"]}, upper={"type": ["number", "null"]},
+    confidence={"type": "number"}, arm={"type": "string"}, note={"type": ["string", "null"]})}
 GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", "arms",
             "comparison", "next", next={"anyOf": [NEXT, {"type": "null"}]},
             previous={"type": ["object", "null"]}, rule=OBJECT, role={"type": "string"}, version={"type": "integer"},
@@ -109,7 +126,9 @@ GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", 
             current={"type": "string"}, candidate={"type": ["string", "null"]},
             window=OBJECT, policy=OBJECT, arms=OBJECT, comparison=OBJECT,
             paired={"type": ["object", "null"]}, drift=OBJECT,
-            rollout={"type": ["object", "null"]})
+            rollout={"type": ["object", "null"]},
+            units={"anyOf": [UNITS, {"type": "null"}]},
+            difference={"anyOf": [DIFFERENCE, {"type": "null"}]})
 
 MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/traces": {"post": {
