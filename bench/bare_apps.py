@@ -7,7 +7,9 @@
 and shape: what any Flask service pays per request under the same gunicorn
 settings. `ingest_app` parses the posted JSON body and makes one Redis round
 trip (a SET NX with a TTL on the run id, as a dedup check would), then answers a
-constant body: the floor a single-trace ingest could reach. Neither imports
+constant body: the floor a single-trace ingest could reach. A batch body
+(`{"traces": [...]}`) is one round trip too: one LPUSH per trace (its JSON),
+pipelined, and a counts-only answer (bench/ingest_batch.py). Neither imports
 anything from rolegate, so neither pays the router's hooks (logs, metrics,
 auth); that is the point. The gunicorn config's hooks still run in the master
 (embedded Redis only when REDIS_URL is unset: the benches always set it).
@@ -15,6 +17,7 @@ auth); that is the point. The gunicorn config's hooks still run in the master
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -53,6 +56,13 @@ def ingest_app() -> Flask:
     @app.post("/v1/traces")
     def ingest() -> Any:
         body = request.get_json()
+        if isinstance(body, dict) and isinstance(body.get("traces"), list):
+            pipe = connection.pipeline(transaction=False)
+            for trace in body["traces"]:
+                pipe.lpush("bare:traces", json.dumps(trace))
+            pipe.ltrim("bare:traces", 0, 99_999)
+            pipe.execute()
+            return jsonify({"accepted": len(body["traces"]), "duplicates": 0, "refused": 0})
         run_id = body.get("run_id") if isinstance(body, dict) else None
         connection.set(f"bare:run:{run_id}", "1", nx=True, ex=3600)
         return jsonify(INGEST_ANSWER)

@@ -32,9 +32,11 @@ import http.client
 import json
 import multiprocessing
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -89,8 +91,10 @@ def gunicorn_router(redis_url: str,
                     app_spec: str = "router:create_app()") -> Iterator[tuple[str, int]]:
     """`app_spec` under deploy/gunicorn.conf.py on a free port; yields its URL and pid."""
     port = free_port()
+    # A data dir of its own: the gunicorn config locks it, so two servers never share one.
+    data_dir = tempfile.mkdtemp(prefix="rolegate-bench-")
     env = dict(os.environ, REDIS_URL=redis_url, ROLEGATE_BIND=f"127.0.0.1:{port}",
-               ROLEGATE_WORKERS="2", ROLEGATE_LOG_LEVEL="warning",
+               ROLEGATE_WORKERS="2", ROLEGATE_LOG_LEVEL="warning", ROLEGATE_DATA_DIR=data_dir,
                ROLEGATE_TOKENS=f"{OPERATOR}:operator,{CALLER}:caller")
     gunicorn = str(Path(sys.executable).with_name("gunicorn"))
     process = subprocess.Popen(
@@ -104,6 +108,7 @@ def gunicorn_router(redis_url: str,
     finally:
         process.terminate()
         process.wait(15)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _healthy(url: str) -> bool:
