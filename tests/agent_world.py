@@ -46,6 +46,9 @@ class Behaviour:
     #: The latency_s a run reports (None: its duration).
     latency_s: float | None = None
     cost_usd: float = 0.01
+    #: The tools a run calls, and the job input it reports (a spec's criteria read them).
+    tools: tuple[str, ...] = ("search",)
+    input: dict[str, Any] | None = None
 
 
 @dataclass
@@ -166,7 +169,9 @@ class World:
             passed = passed and not began <= start - self.start < ended
         duration = behaviour.duration_s * self.random.uniform(0.5, 1.5)
         trace = {"run_id": f"{scenario.role}-{next(self._order)}", "role": scenario.role,
-                 "config": answer["config"], "arm": arm, "key": key, "tools": ["search"],
+                 "config": answer["config"], "arm": arm, "key": key,
+                 "tools": list(behaviour.tools), **({"input": behaviour.input}
+                                                    if behaviour.input is not None else {}),
                  "artifacts": ["out.md"] if passed else [], "stamps": STAMPS,
                  "time": start + duration,
                  "latency_s": duration if behaviour.latency_s is None

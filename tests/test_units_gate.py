@@ -9,17 +9,20 @@ runs, over HTTP) ticks every `TICK_S`.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
+import requests
 from flask import Flask
 
 from tests.agent_world import Behaviour, Scenario, World, put_world_role
+from tests.conftest import OPERATOR, auth
 from tests.gatekeeping import binding, gate_view, keeper
-from tests.servers import wait_for, werkzeug_server
+from tests.servers import ROOT, wait_for, werkzeug_server
 
 pytestmark = pytest.mark.slow
 
@@ -146,3 +149,39 @@ def test_a_shared_outage_repeated_keys_retries_and_late_reports_roll_back_no_hea
         assert rate["lower"] <= rate["estimate"] <= rate["upper"], rate
         assert rate["confidence"] == 0.95 and rate["lower"] < 0.0 < rate["upper"], rate
         assert "mostly run_failure" in rolled["worse-customers"][1], rolled["worse-customers"]
+
+
+REFUNDS_SPEC = json.loads((ROOT / "examples" / "refunds" / "spec.json").read_text())
+HIGH_VALUE = {"amount": 4000}
+
+
+def test_what_users_feel_slower_runs_and_a_lost_criterion_are_rolled_back_in_canary(
+        app: Flask) -> None:
+    """At 10 jobs/s, canary 0.5: a candidate whose runs take 50% longer, and one that never
+    asks for the identity check the refunds spec demands over 1,000, are rolled back within
+    5 minutes, naming what users feel (the latency by the unit test's slow events)."""
+    slow = Scenario("slower-p95", rate=10, current=Behaviour(duration_s=2.0),
+                    candidate=Behaviour(duration_s=3.0))
+    lost = Scenario("lost-escalation", rate=10,
+                    current=Behaviour(tools=("lookupOrder", "verifyIdentity"), input=HIGH_VALUE),
+                    candidate=Behaviour(tools=("lookupOrder",), input=HIGH_VALUE))
+    with werkzeug_server(app) as url:
+        for config in ("cfg-a", "cfg-b"):
+            r = requests.put(f"{url}/v1/configs/{config}", json={"spec": REFUNDS_SPEC},
+                             headers=auth(OPERATOR), timeout=10)
+            assert r.status_code in (200, 201), r.text
+        for scenario in (slow, lost):
+            put_world_role(url, scenario)
+        with World(url, [slow, lost], seed=3) as world, ticking(url) as rolled:
+            wait_for(lambda: (slow.role in rolled and lost.role in rolled) or None, 300,
+                     "both rollbacks")
+        assert not world.errors, world.errors[:3]
+        _, why = rolled[slow.role]
+        assert why.startswith("unit test") and "mostly slow" in why, why
+        # The criterion's own test (unique keys: runs are units) or the unit test's crit: part.
+        _, why = rolled[lost.role]
+        assert "escalation:high-value" in why, why
+        for scenario in (slow, lost):
+            when, why = rolled[scenario.role]
+            print(f"{scenario.role}: rolled back {when - world.first_candidate[scenario.role]:.0f}"
+                  f" s after the candidate's first run: {why}")

@@ -250,3 +250,20 @@ def test_the_difference_interval_covers_the_truth_at_every_look() -> None:
                 missed += 1
                 break
     assert missed <= 10, missed
+
+
+def test_a_lost_criterion_with_repeating_keys_is_a_unit_event() -> None:
+    """The unit test's crit: events come from the config's spec, decided at ingest."""
+    from gatekeeper.checks.criteria import evaluate, generate
+    from gatekeeper.checks.spec import Spec
+
+    spec = Spec.model_validate({"system": "s", "escalation": [
+        {"id": "high-value", "condition": "over 1000", "when": [
+            {"field": "amount", "op": "gt", "value": 1000}], "tool": "verifyIdentity"}]})
+    criteria = [c for c in generate(spec) if c.deterministic]
+    binding = Binding(current="cfg-a", candidate="cfg-b", stage="canary", share=0.5,
+                      stage_since=900.0)
+    trace = _trace(tools=["lookupOrder"], input={"amount": 4000})
+    failed = tuple(k for k, v in evaluate(criteria, trace).items() if v is False)
+    facts = unit_facts(binding, trace, TraceVerdict(passed=True), 1001.0, failed)
+    assert facts is not None and facts.metrics == ("crit:escalation:high-value",)

@@ -29,10 +29,12 @@ import math
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from bindings.models import Binding, Stage
 from gatekeeper.checks.invariants import TraceVerdict
 from gatekeeper.stats.units import CRITERION, ArmUnits, lag_bucket
+from gatekeeper.store.gated_criteria import failed_gated
 from rolegate.trace import Trace
 
 UNIT_STAGES = frozenset({Stage.CANARY, Stage.FULL})
@@ -105,8 +107,13 @@ class UnitFacts:
 
 
 def unit_facts(binding: Binding, trace: Trace, verdict: TraceVerdict, now: float,
-               failed_criteria: tuple[str, ...] = ()) -> UnitFacts | None:
-    """The run's unit facts, or None when the run is not one the unit test reads."""
+               failed_criteria: tuple[str, ...] = (), connection: Any = None,
+               ) -> UnitFacts | None:
+    """The run's unit facts, or None when the run is not one the unit test reads.
+
+    With `connection`, the gated spec criteria the run failed are found through it
+    (`gatekeeper.store.gated_criteria`), only for a run the test reads.
+    """
     if binding.stage not in UNIT_STAGES or trace.time is None or trace.rule is not None:
         return None
     if not verdict.judged:
@@ -126,6 +133,8 @@ def unit_facts(binding: Binding, trace: Trace, verdict: TraceVerdict, now: float
         metrics.append("run_failure")
     if trace.tool_errors:
         metrics.append("tool_error")
+    if connection is not None:
+        failed_criteria = failed_gated(connection, binding, trace)
     metrics += [_safe(CRITERION + key) for key in failed_criteria]
     unit = hashlib.blake2b(named.encode(), digest_size=8).hexdigest()
     latency, cost = trace.latency_s, trace.cost_usd

@@ -18,6 +18,7 @@ from typing import Any
 
 from bindings.models import Stage
 from gatekeeper.stats.units import Stretch, lag_quantile, unit_test
+from gatekeeper.store.gated_criteria import config_criteria, gated
 from gatekeeper.store.unit_events import (
     UNIT_STAGES,
     epoch_units_key,
@@ -84,8 +85,7 @@ def _fixed_limits(ctx: GateContext, key: str, found: Mapping[bytes, bytes]) -> d
     return {k.decode(): int(v) for k, v in pipe.execute()[-1].items()}
 
 
-def units_section(ctx: GateContext, rollout: Mapping[str, Any] | None,
-                  criteria: tuple[str, ...] = ()) -> dict[str, Any] | None:
+def units_section(ctx: GateContext, rollout: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The `units` section of the gate view built from `ctx` (and its `rollout` section)."""
     binding = ctx.record.binding
     rollout_name = rollout_id(binding)
@@ -106,6 +106,9 @@ def units_section(ctx: GateContext, rollout: Mapping[str, Any] | None,
         parts[ARMS[index % 2]].append(parse_epoch_units(found))
     arms = {arm: merge_arm_units(parts[arm], units[arm]) for arm in ARMS}
     limits = _fixed_limits(ctx, limits_name, raw[-1])
+    # The weights follow the candidate's spec, fixed before any event (`weights_for`).
+    criteria = tuple(c.key for c in gated(config_criteria(connection, binding.candidate or ""),
+                                           binding))
     verdict = unit_test(arms["candidate"], arms["current"], [s for s, _ in stretches],
                         ctx.now, binding.gate.thresholds.alpha, criteria)
     return {"rollout": rollout_name,

@@ -144,7 +144,8 @@ class IngestFastPath:
             return None
         item = Checked(trace, verdict, epoch_of(record.binding), record.version,
                        record.binding.trace_retention,
-                       unit_facts(record.binding, trace, verdict, now))
+                       unit_facts(record.binding, trace, verdict, now,
+                                  connection=store.connection))
         try:
             (outcome,) = store.add([item], charge)
         except OverQuota as over:

@@ -265,7 +265,8 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
 
 
 def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],
-           bindings: _Bindings, now: float) -> tuple[list[Checked], list[int]]:
+           bindings: _Bindings, now: float,
+           connection: Any = None) -> tuple[list[Checked], list[int]]:
     """Check each trace against its role's binding; record a refusal for each one refused."""
     checked: list[Checked] = []
     positions: list[int] = []
@@ -297,7 +298,8 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
         verdict = check(trace, record.binding.gate.invariants)
         checked.append(Checked(trace, verdict, epoch_of(record.binding), record.version,
                                record.binding.trace_retention,
-                               unit_facts(record.binding, trace, verdict, now)))
+                               unit_facts(record.binding, trace, verdict, now,
+                                          connection=connection)))
         positions.append(index)
     return checked, positions
 
@@ -318,7 +320,7 @@ def _check_and_store(valid: list[tuple[int, Trace]],
     positions: list[int] = []
     pending = valid
     for _ in range(MOVE_ATTEMPTS):
-        checked, where = _check(pending, results, bindings, now)
+        checked, where = _check(pending, results, bindings, now, store.connection)
         pending = []
         moved: set[str] = set()
         try:
