@@ -25,7 +25,8 @@ def readme_test_command() -> str:
 def test_the_ci_command_and_addopts_deselect_no_marker() -> None:
     """No -m (or -k) in the README's test command or in pytest's addopts."""
     command = shlex.split(readme_test_command())
-    assert command[-3:] == [".venv/bin/pytest", "-n", "4"], command
+    at = max(i for i, word in enumerate(command) if word.endswith("pytest"))
+    assert not {"-m", "-k"} & set(command[at:]), command  # pytest's own arguments
     addopts = tomllib.loads(ROOT.joinpath("pyproject.toml").read_text())[
         "tool"]["pytest"]["ini_options"]["addopts"].split()
     assert not {"-m", "-k"} & set(addopts), addopts
