@@ -103,6 +103,17 @@ def test_every_command_of_maintenance_md_runs_as_written(tmp_path: Path) -> None
                 assert requests.put(f"{url}/v1/bindings/late", json={"current": "cfg_l"},
                                     headers=op, timeout=5).status_code == 201
 
+            def every_worker_reports_the_loss() -> None:
+                # What an operator waits for: /healthz naming the loss, on every worker.
+                def told() -> bool | None:
+                    answers = [requests.get(f"{url}/healthz", timeout=5,
+                                            headers={**op, "Connection": "close"}).json()
+                               for _ in range(6)]
+                    return all("late" in a["checks"]["bindings"].get("lost_roles", [])
+                               for a in answers) or None
+
+                wait_for(told, 10, "every worker to report the restored Redis as older")
+
             def backed_up() -> None:
                 assert "summarizer" in json.loads((clone / "table.json").read_text())["roles"]
                 assert (clone / "backup.rdb").stat().st_size > 0
@@ -137,7 +148,9 @@ def test_every_command_of_maintenance_md_runs_as_written(tmp_path: Path) -> None
                                        timeout=5).json()["binding"]
                 assert binding["trace_retention"] == 20000 and binding["current"] == "cfg_a"
 
-            before: dict[str, Callable[[], None]] = {"SHUTDOWN NOSAVE": made_after_the_backup}
+            before: dict[str, Callable[[], None]] = {
+                "SHUTDOWN NOSAVE": made_after_the_backup,
+                "accept-redis": every_worker_reports_the_loss}
             after: dict[str, Callable[[], None]] = {
                 "BGSAVE": backed_up, "SHUTDOWN NOSAVE": restored, "accept-redis": accepted,
                 "docker push": image_pushed, "kubectl apply -k": applied,
