@@ -11,6 +11,7 @@ from __future__ import annotations
 import email.utils
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import requests
@@ -27,6 +28,10 @@ from tenacity import (
 from rolegate.errors import InvalidToken
 
 RETRYABLE = (requests.ConnectionError, requests.Timeout)
+
+#: Header asking POST /v1/traces for its compact answer (RFC 7240): the counts, and results
+#: only for refused or tripping traces, all the reporter reads (~100x smaller per batch).
+COMPACT = {"Prefer": "return=minimal"}
 
 
 #: The longest Retry-After honoured; a router asking for more is asked again after this.
@@ -129,8 +134,8 @@ class ApiClient:
             raise _api_error(response)
         return response
 
-    def post_bytes(self, path: str, body: bytes,
-                   content_type: str = "application/json") -> requests.Response:
+    def post_bytes(self, path: str, body: bytes, content_type: str = "application/json",
+                   headers: Mapping[str, str] | None = None) -> requests.Response:
         """POST `body` to `path` and return the response, whatever its status.
 
         For a hot path (the trace reporter posts a batch many times a second):
@@ -139,12 +144,13 @@ class ApiClient:
         every time (merging headers, cookies and the environment's proxy and CA
         settings, which are read once here), about half the CPU of a small POST.
         Redirects are not followed. Connection errors are retried as `request` does.
+        `headers` join Content-Type on the path's first call (the request is prepared once).
         """
         found = self._prepared.get(path)
         if found is None:
             url = f"{self.url}{path}"
-            template = self.session.prepare_request(
-                requests.Request("POST", url, headers={"Content-Type": content_type}))
+            template = self.session.prepare_request(requests.Request(
+                "POST", url, headers={"Content-Type": content_type, **(headers or {})}))
             settings: dict[str, Any] = dict(
                 self.session.merge_environment_settings(url, {}, None, None, None))
             found = (template, self.session.get_adapter(url), settings)

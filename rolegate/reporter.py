@@ -40,7 +40,7 @@ import requests
 from pydantic_core import from_json
 
 from rolegate.encoding import encode
-from rolegate.http import ApiClient, retry_after
+from rolegate.http import COMPACT, ApiClient, retry_after
 from rolegate.report_stats import ReportStats
 from rolegate.trace import Trace
 
@@ -317,7 +317,7 @@ class TraceReporter:
         """POST one batch and settle it; the seconds to wait before retrying, or None."""
         body = _OPEN + _COMMA.join([item.body for item in batch]) + _CLOSE
         try:
-            response = self.api.post_bytes(TRACES_PATH, body)
+            response = self.api.post_bytes(TRACES_PATH, body, headers=COMPACT)
         except (requests.ConnectionError, requests.Timeout) as exc:
             log.warning("sending %d traces failed, will retry: %s", len(batch), exc)
             return self._backoff()

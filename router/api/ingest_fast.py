@@ -58,9 +58,10 @@ from router.server.tokens import Principal
 PATH = "/v1/traces"
 #: Scopes the Flask view allows (router.api.traces: caller, gatekeeper; operator always).
 INGEST_SCOPES = access.allowed_scopes(("caller", "gatekeeper"))
-#: Headers that send a request to Flask: browsers' (the cross-site check) and encodings.
+#: Headers that send a request to Flask: browsers' (the cross-site check), encodings, and
+#: Prefer (return=minimal: the view's compact answer).
 _FLASK_HEADERS = ("HTTP_ORIGIN", "HTTP_SEC_FETCH_SITE", "HTTP_CONTENT_ENCODING",
-                  "HTTP_TRANSFER_ENCODING")
+                  "HTTP_TRANSFER_ENCODING", "HTTP_PREFER")
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 

@@ -79,3 +79,27 @@ def single_answer(result: str, duplicates: int) -> str:
     """The 200 answer of a request whose one trace was stored and tripped nothing."""
     return (f'{{"accepted":{1 - duplicates},"duplicates":{duplicates},"refused":0,'
             f'"results":[{result}],"tripwire":[]}}\n')
+
+
+#: The `Prefer` token asking for the compact answer (RFC 7240), echoed in Preference-Applied.
+MINIMAL = "return=minimal"
+
+
+def wants_minimal(prefer: str | None) -> bool:
+    """Whether a `Prefer` header asks for `return=minimal` (among any other preferences)."""
+    if not prefer:
+        return False
+    return any(part.split(";")[0].strip().lower() == MINIMAL
+               for part in prefer.split(","))
+
+
+def compact(results: list[dict[str, Any] | str],
+            trips: list[dict[str, Any]]) -> list[dict[str, Any] | str]:
+    """The results a compact answer keeps: every refusal, and each trace that tripped the wire.
+
+    A batch's answer then grows with what went wrong, not with its size: a
+    stored trace that tripped nothing is only counted in `accepted`/`duplicates`.
+    """
+    tripped = {f'"run_id":{json.dumps(trip["run_id"])},' for trip in trips}
+    return [r for r in results if isinstance(r, dict)
+            or (tripped and any(mark in r for mark in tripped))]

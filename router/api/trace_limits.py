@@ -64,8 +64,11 @@ def quota_exceeded(refusal: Refusal) -> QuotaExceeded:
 
 
 def in_scope(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],
-             reporter: Principal) -> list[tuple[int, Trace]]:
+             reporter: Principal, now: float | None = None) -> list[tuple[int, Trace]]:
     """The traces `reporter` may report, stamped with its name; a refusal for each other one.
+
+    With `now`, a trace that says no `time` is stamped with it in the same copy (one
+    pydantic copy per trace, not two: a batch pays it per trace).
 
     An out-of-scope trace is refused before anything about its role is read or
     changed: no binding lookup, no store, no tripwire.
@@ -81,5 +84,8 @@ def in_scope(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str 
                           "details": {"role": trace.role}}}
             continue
         # Who reported it is the server's word, never the body's.
-        kept.append((index, trace.model_copy(update={"reporter": reporter.name})))
+        stamp: dict[str, Any] = {"reporter": reporter.name}
+        if now is not None and trace.time is None:
+            stamp["time"] = now
+        kept.append((index, trace.model_copy(update=stamp)))
     return kept

@@ -64,12 +64,15 @@ from router.api.judge_sampling import offer_sampled
 from router.api.trace_answers import (
     EXTENSION,
     MAY_BE_APPLIED,
+    MINIMAL,
     QUOTA_COUNTED,
     bound,
+    compact,
     honest_outcome,
     note_clash,
     single_answer,
     stored_result,
+    wants_minimal,
 )
 from router.api.trace_limits import charge_quota, in_scope, quota_exceeded, refuse_deep
 from router.api.trace_parse import (
@@ -207,11 +210,12 @@ def _ingest_json() -> ResponseReturnValue:
         valid = parse_each(items, results,
                             check_values=SURROGATE_ESCAPE.search(raw) is not None)
     duplicates, trips = store_traces(valid, results, time.time())
-    if len(results) == 1 and isinstance(results[0], str) and not trips:
+    minimal = wants_minimal(request.headers.get("Prefer"))
+    if len(results) == 1 and isinstance(results[0], str) and not trips and not minimal:
         # One trace stored (every single-trace POST): its answer without the batch walk.
         return current_app.response_class(single_answer(results[0], duplicates),
                                           mimetype="application/json")
-    return _answer([r for r in results if r is not None], duplicates, trips)
+    return _answer([r for r in results if r is not None], duplicates, trips, minimal)
 
 
 def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],
@@ -236,7 +240,7 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
               if len(results) == 1 and store.takes_charge and counted is None else None)
     if charge is None and counted is None:
         charge_quota(services.redis, services.quota, reporter.name, len(results), size)
-    valid = in_scope(valid, results, reporter)
+    valid = in_scope(valid, results, reporter, now)
     checked, stored, positions, charge = _check_and_store(valid, results, _Bindings(services),
                                                           store, now, charge)
     if charge is not None:
@@ -384,8 +388,12 @@ def _tripwire(checked: list[Checked], stored: list[Any], now: float,
 
 
 def _answer(results: list[dict[str, Any] | str], duplicates: int,
-            trips: list[dict[str, Any]]) -> ResponseReturnValue:
-    """Answer 200, 207 or 422; `results` are refusals (dicts) and stored outcomes (JSON text)."""
+            trips: list[dict[str, Any]], minimal: bool = False) -> ResponseReturnValue:
+    """Answer 200, 207 or 422; `results` are refusals (dicts) and stored outcomes (JSON text).
+
+    `minimal` (the request said `Prefer: return=minimal`): the counts, and results
+    only for the traces refused or that tripped the wire (`trace_answers.compact`).
+    """
     refused = [r for r in results if isinstance(r, dict)]
     if refused and len(refused) == len(results):
         one = len(refused) == 1
@@ -399,9 +407,13 @@ def _answer(results: list[dict[str, Any] | str], duplicates: int,
                 "error": {"code": code, "message": summary, "details": {"refused": [
                     {"index": r["index"], "reason": r["error"]["message"]} for r in refused]}}}
         return jsonify(body), 403 if forbidden else 422
-    parts = [r if isinstance(r, str) else json.dumps(r, separators=(",", ":")) for r in results]
+    kept = compact(results, trips) if minimal else results
+    parts = [r if isinstance(r, str) else json.dumps(r, separators=(",", ":")) for r in kept]
     text = (f'{{"accepted":{len(results) - len(refused) - duplicates},'
             f'"duplicates":{duplicates},"refused":{len(refused)},'
             f'"results":[{",".join(parts)}],"tripwire":{json.dumps(trips)}}}\n')
-    return current_app.response_class(text, status=207 if refused else 200,
-                                      mimetype="application/json")
+    response = current_app.response_class(text, status=207 if refused else 200,
+                                          mimetype="application/json")
+    if minimal:
+        response.headers["Preference-Applied"] = MINIMAL
+    return response

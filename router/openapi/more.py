@@ -147,7 +147,13 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
                        "the rolegate.role/config/arm/key attributes of the root span or "
                        "resource, and answered with an ExportTraceServiceResponse in the "
                        "request's encoding (partialSuccess counts refused spans). A forbidden "
-                       "execute_tool span trips the wire when it arrives.",
+                       "execute_tool span trips the wire when it arrives. With "
+                       "`Prefer: return=minimal` (what the SDK sends) a trace JSON answer "
+                       "keeps the counts and lists only the traces refused or that tripped "
+                       "the wire (Preference-Applied: return=minimal).",
+        "parameters": [{"name": "Prefer", "in": "header", "required": False,
+                        "description": "return=minimal: the compact answer (RFC 7240).",
+                        "schema": {"type": "string"}}],
         "requestBody": {"required": True, "content": {
             "application/json": {"schema": {"anyOf": [TRACE_BODY, OTLP_JSON]}},
             "application/x-protobuf": {"schema": {"type": "string", "format": "binary"}}}},
