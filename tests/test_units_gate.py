@@ -19,8 +19,9 @@ import pytest
 import requests
 from flask import Flask
 
+from router.cli.status import render
 from tests.agent_world import Behaviour, Scenario, World, put_world_role
-from tests.conftest import OPERATOR, auth
+from tests.conftest import CALLER, OPERATOR, auth
 from tests.gatekeeping import binding, gate_view, keeper
 from tests.servers import ROOT, wait_for, werkzeug_server
 
@@ -100,7 +101,7 @@ HEALTHY = [
              candidate=Behaviour(duration_s=9.2)),
 ]
 WORSE = [
-    Scenario("worse-customers", rate=8, customers=200, difficulty_sd=0.7,
+    Scenario("worse-customers", rate=8, customers=1000, difficulty_sd=0.7,
              candidate=Behaviour(0.6)),
     Scenario("worse-retries", rate=5, retries=3, candidate=Behaviour(0.5)),
     # Runs 2.5 times as long: what users feel, rolled back as slow, never as failing.
@@ -148,6 +149,14 @@ def test_a_shared_outage_repeated_keys_retries_and_late_reports_roll_back_no_hea
         rate = shown["pass_rate"]
         assert rate["lower"] <= rate["estimate"] <= rate["upper"], rate
         assert rate["confidence"] == 0.95 and rate["lower"] < 0.0 < rate["upper"], rate
+        # ... in `status` and on the dashboard, with the unit test's reading.
+        lines = render(gate_view(url, "customers-0"))
+        assert any(line.lstrip().startswith("effect") and "pass_rate" in line
+                   for line in lines), lines
+        assert any("unit test" in line and "keys repeat" in line for line in lines), lines
+        page = requests.get(f"{url}/ui/roles/plain-0", headers=auth(CALLER), timeout=10).text
+        assert 'id="difference"' in page and "valid at every look" in page, page[:500]
+        assert 'id="unit-test"' in page
         assert "mostly run_failure" in rolled["worse-customers"][1], rolled["worse-customers"]
 
 

@@ -89,6 +89,23 @@ def arm_line(arm: str, figures: dict[str, Any]) -> list[str]:
     return lines
 
 
+def effect_lines(view: dict[str, Any]) -> list[str]:
+    """candidate - current per metric with its always-valid interval, and the unit test."""
+    lines: list[str] = []
+    for metric in view.get("difference") or ():
+        if metric.get("lower") is None:
+            continue
+        lines.append(f"  {'effect' if not lines else '':<10} {metric['metric']} "
+                     f"{metric['estimate']:+.4g} [{metric['lower']:+.4g}, {metric['upper']:+.4g}] "
+                     f"({metric['confidence']:.0%}, valid at every look)")
+    test = (view.get("units") or {}).get("test")
+    if test:
+        repeats = f"; keys repeat ({test['repeats_why']})" if test.get("repeats") else ""
+        lines.append(f"  {'unit test':<10} e^{test['log_e']:.2f} of e^{test['threshold']:.2f} "
+                     f"to roll back{repeats}")
+    return lines
+
+
 def criteria_lines(view: dict[str, Any]) -> list[str]:
     """Every criterion of the shown arms: each arm's passes of n, its mode and its test.
 
@@ -188,6 +205,7 @@ def render(view: dict[str, Any], binding: dict[str, Any] | None = None) -> list[
     for arm in SHOWN_ARMS.get(str(view.get("stage")), ("current",)):
         if arm in arms:
             lines += arm_line(arm, arms[arm])
+    lines += effect_lines(view)
     lines += criteria_lines(view)
     lines += judge_lines(view)
     reports = view.get("reports")
