@@ -86,7 +86,7 @@ def test_a_candidate_failing_every_run_is_rolled_back_within_30_runs_or_10_secon
 OUTAGE = (10.0, 55.0)
 WORLD_SECONDS = 100.0
 HEALTHY = [
-    Scenario("plain-0", rate=5), Scenario("plain-1", rate=5),
+    *(Scenario(f"plain-{i}", rate=4) for i in range(6)),
     # Customers: one key, many runs, keys of different difficulty.
     Scenario("customers-0", rate=5, customers=40, difficulty_sd=1.0),
     Scenario("customers-1", rate=8, customers=200, difficulty_sd=0.7),
@@ -112,8 +112,8 @@ WORSE = [
 
 def test_a_shared_outage_repeated_keys_retries_and_late_reports_roll_back_no_healthy_candidate(
         app: Flask) -> None:
-    """A 45 s outage on both arms (keyed by job), customers, retries, late and slower
-    reports: healthy candidates stay in canary; worse ones (customers, retries, much
+    """A 45 s outage on both arms under 10 healthy candidates keyed by job (plain, retries,
+    late reports, slower runs), and customers: healthy candidates stay in canary; worse ones (customers, retries, much
     slower) are rolled back by the unit test, the slow one for latency."""
     scenarios = [*HEALTHY, *WORSE]
     for scenario in scenarios:
