@@ -29,7 +29,10 @@ Tables:
    allocation accumulates, shadow's pairs then each stage at its share for the
    stage durations a healthy candidate of that base got here);
 4. issue 24: the report-rate test and missing runs counted as failed, and the
-   per-criterion tests: false rollbacks, and detection.
+   per-criterion tests: false rollbacks, and detection;
+5. issues 34 and 35: the unit test on keys that repeat, retries, slow runs under
+   an outage, late reports, and its drops against the bounds and an mSPRT
+   (`bench.units_sim`, the same arguments).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 
-from bench import report_sim
+from bench import report_sim, units_sim
 from bench.sim_bounds import (
     ROLLOUT_ALPHA,
     one_sample_bound,
@@ -338,6 +341,8 @@ def main(argv: list[str] | None = None) -> None:
     print()
     for line in overheads():
         print(line)
+    print()
+    units_sim.main(argv)
     load = os.getloadavg()
     print(f"({time.perf_counter() - started:.0f} s wall, {args.jobs} jobs, load average "
           f"{load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end)")
