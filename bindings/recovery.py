@@ -26,6 +26,7 @@ from bindings.errors import Conflict
 from bindings.models import HistoryEntry, VersionedBinding
 from bindings.redis_errors import redis_errors, write_errors
 from bindings.store import (
+    ARCHIVED_KEY,
     GENERATION_KEY,
     ROLES_KEY,
     ArchiveNote,
@@ -76,18 +77,22 @@ def read_table(store: BindingStore, also: Iterable[str] = ()) -> Table:
         if is_cluster_client(connection):
             raw_generation = connection.get(GENERATION_KEY)
             members = connection.smembers(ROLES_KEY)
+            noted = connection.hgetall(ARCHIVED_KEY)
         else:
             head = connection.pipeline(transaction=False)
             head.get(GENERATION_KEY)
             head.smembers(ROLES_KEY)
-            raw_generation, members = head.execute()
+            head.hgetall(ARCHIVED_KEY)
+            raw_generation, members, noted = head.execute()
         roles = sorted({_text(m) for m in members} | set(also))
         pipe = connection.pipeline(transaction=False)
         for role in roles:
             pipe.hmget(binding_key(role), ["record", "archived", "version"])
         results = pipe.execute() if roles else []
     bindings: dict[str, VersionedBinding] = {}
-    archived: dict[str, int] = {}
+    # Every archived role's version, from the note the store keeps (one read, not one per
+    # role); the roles read one by one below correct it.
+    archived = {_text(role): int(version) for role, version in noted.items()}
     for role, (raw, note, version) in zip(roles, results):
         if raw is None:
             continue
@@ -95,6 +100,7 @@ def read_table(store: BindingStore, also: Iterable[str] = ()) -> Table:
             archived[role] = int(version or 0)
             continue
         bindings[role] = load_stored(VersionedBinding, raw, "stored binding record")
+        archived.pop(role, None)  # live: a note left by a lost removal says nothing
     return Table(int(raw_generation or 0), bindings, archived)
 
 
@@ -224,6 +230,11 @@ def _write(store: BindingStore, role: str, current: int, record: VersionedBindin
         raise Conflict(f"role {role!r} changed during the restore (now version "
                        f"{int(result[1])}); run it again", role=role,
                        current_version=int(result[1]))
+    with redis_errors():  # the archived versions' note follows (bindings.store)
+        if archived:
+            store.connection.hset(ARCHIVED_KEY, role, version)
+        else:
+            store.connection.hdel(ARCHIVED_KEY, role)
     store.announce(role)
     return version
 

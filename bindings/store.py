@@ -41,6 +41,7 @@ log = logging.getLogger("rolegate.store")
 BINDING_KEY_TEMPLATE = "rolegate:{{{role}}}:binding"
 HISTORY_KEY_TEMPLATE = "rolegate:{{{role}}}:history"
 ROLES_KEY = "rolegate:roles"
+ARCHIVED_KEY = "rolegate:archived"  # role -> version archived at (bindings.recovery)
 #: The change hint: grows by one after every change to any role; what routers poll.
 GENERATION_KEY = "rolegate:generation"
 CHANGES_CHANNEL = "rolegate:changes"
@@ -295,11 +296,14 @@ class BindingStore:
                 raise Conflict(f"role {role!r} is not archived", role=role,
                                current_version=int(result[1]))
             raise archived_error(role, self.get_any(role)[1])
-        if int(result[0]) == 1 and isinstance(archive, ArchiveNote):
-            # Out of the index after the archive committed; reads skip an archived
-            # role anyway, so a lost removal only leaves a member that lists nothing.
+        if int(result[0]) == 1 and archive is not None:
+            # Out of the index after the archive committed (a lost removal lists nothing).
             with _redis_errors():
-                self.connection.srem(ROLES_KEY, role)
+                if isinstance(archive, ArchiveNote):
+                    self.connection.srem(ROLES_KEY, role)
+                    self.connection.hset(ARCHIVED_KEY, role, archive.version)
+                else:
+                    self.connection.hdel(ARCHIVED_KEY, role)
         if int(result[0]) != 1:
             current = int(result[1])
             if current == 0:

@@ -96,6 +96,10 @@ def test_a_restore_from_an_rdb_backup_takes_on_running_routers(own: OwnRedis,
             wait_for(lambda url=url: _every_answer(url, "planner",
                                                    lambda r: r.status_code == 410),
                      10, "every worker dropping the archived role")
+            # /healthz has the worker answering poll now: every worker holds this table.
+            now = int(admin.get("rolegate:generation") or 0)
+            wait_for(lambda url=url, now=now: _every_health(
+                url, lambda c: c["generation"] >= now), 10, "every worker caught up")
         admin.close()
 
         # The restore, as docs/maintenance.md does it: stop, put the RDB in place, start.

@@ -184,7 +184,11 @@ def test_restore_snapshot_writes_the_newest_copy_any_worker_holds(own: OwnRedis,
             admin.flushdb()
         wait_for(lambda: len(admin.hkeys(KEPT_KEY)) == 2 or None, 10,
                  "both workers to publish their kept copies")
-        assert _versions(url, 16) == {(2, 0.25, True), (3, 0.6, True)}
+        # Each worker serves its own kept copy, marked stale (which one answers is the kernel's).
+        seen: set[tuple[int, float, bool]] = set()
+        wait_for(lambda: seen.update(_versions(url, 4))
+                 or seen == {(2, 0.25, True), (3, 0.6, True)} or None, 10,
+                 "both kept copies served, stale")
         with _stopped(first):
             # Answered by the worker holding the older copy.
             r = requests.post(f"{url}/v1/restore-snapshot", json={"reason": "flushed"},
@@ -225,3 +229,38 @@ def test_a_trace_for_a_role_redis_shows_older_is_retryable(own: OwnRedis) -> Non
         conn.close()
     finally:
         app.extensions["rolegate"].redis.close()
+
+
+def test_a_worker_that_never_held_a_role_knows_it_was_archived(own: OwnRedis) -> None:
+    """The archived versions are read from Redis (rolegate:archived), so a worker started after
+    an archive still takes a backup's live record of that role for lost data."""
+    first = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True})
+    client = first.test_client()
+    conn = redis.Redis.from_url(own.url)
+    assert client.put("/v1/bindings/planner", json={"current": "cfg_p"},
+                      headers=auth(OPERATOR)).status_code == 201
+    backup = conn.hgetall("rolegate:{planner}:binding")
+    backup_generation = conn.get("rolegate:generation")
+    assert client.delete("/v1/bindings/planner", json={"reason": "retired"},
+                         headers=auth(OPERATOR)).status_code == 200
+    later = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True})
+    try:
+        cache = later.extensions["rolegate"].cache
+        cache.refresh()
+        cache.stop()
+        assert cache.archived == {"planner": 2} and "planner" not in cache.bindings
+        # The backup's state comes back: planner live at version 1, no archive note.
+        conn.delete("rolegate:{planner}:binding", "rolegate:archived")
+        conn.hset("rolegate:{planner}:binding", mapping=backup)
+        conn.sadd("rolegate:roles", "planner")
+        conn.set("rolegate:generation", backup_generation)
+        assert cache.refresh() is False
+        assert "archived at version 2" in cache.lost["planner"]
+        view = later.test_client()
+        assert view.get("/v1/bindings/planner", headers=auth(CALLER)).status_code == 410
+        assert view.get("/v1/resolve/planner?key=k", headers=auth(CALLER)).status_code == 410
+    finally:
+        conn.close()
+        for app in (first, later):
+            app.extensions["rolegate"].cache.stop()
+            app.extensions["rolegate"].redis.close()

@@ -319,6 +319,11 @@ def test_the_router_deployments_env_on_a_real_router(tmp_path: Path) -> None:
             assert r.status_code == 400 and r.json()["error"]["code"] == "host_not_allowed"
             assert requests.get(f"{url}/readyz", timeout=5).json() == {"status": "ready",
                                                                       "stale": False}
+            # /healthz has the worker answering poll now: every worker holds the role.
+            wait_for(lambda: all(requests.get(
+                f"{url}/healthz", headers={**auth(OPERATOR), "Connection": "close"},
+                timeout=5).json()["checks"]["bindings"]["generation"] >= 1
+                for _ in range(6)) or None, 10, "every worker to hold the table")
             own.stop()
             wait_for(lambda: requests.get(f"{url}/healthz", timeout=5).status_code == 503
                      or None, 10, "/healthz to fail with Redis gone")

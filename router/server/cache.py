@@ -111,7 +111,7 @@ class BindingCache:
         """
         self._ensure_thread()
         held, held_archived = self.bindings, self.archived
-        table = read_table(self.store, held.keys() | held_archived.keys())
+        table = read_table(self.store, held.keys())
         lost = lost_roles(held, table.bindings, table.archived, held_archived)
         return table.generation, kept_table(held, table.bindings, lost), lost
 
@@ -172,7 +172,7 @@ class BindingCache:
         else:
             # A worker starting afresh guards the table its router kept on disk.
             held, held_archived, held_generation = self._saved_here()
-        table = read_table(self.store, held.keys() | held_archived.keys())
+        table = read_table(self.store, held.keys())
         self._last_full = time.monotonic()
         lost = lost_roles(held, table.bindings, table.archived, held_archived)
         bindings = kept_table(held, table.bindings, lost)
