@@ -140,7 +140,8 @@ def metrics(window: WindowStats) -> dict[str, Any]:
     }
 
 
-def evaluate(window: WindowStats, policy: GatePolicy, *, point_steps: bool = True) -> Verdict:
+def evaluate(window: WindowStats, policy: GatePolicy, *, point_steps: bool = True,
+             floor: tuple[int, int] | None = None) -> Verdict:
     """Judge one window against the policy's thresholds; every failing rule is a reason.
 
     `point_steps=False` leaves p95 steps out: the live gate view judges them with
@@ -171,14 +172,16 @@ def evaluate(window: WindowStats, policy: GatePolicy, *, point_steps: bool = Tru
             float(count), 0.0,
         ))
 
-    if n:
-        rate = window.passes / n
+    floor_n, floor_passes, whose = ((n, window.passes, "") if floor is None
+                                    else (floor[0], floor[1], " of the bucketed runs"))
+    if floor_n:
+        rate = floor_passes / floor_n
         if rate < t.min_pass_rate:
-            low, high = figures["pass_rate_interval"]
+            low, high = wilson_interval(floor_passes, floor_n)
             rated.append(Reason(
                 "pass_rate",
-                f"pass rate {rate:.3f} (95% CI {low:.3f}-{high:.3f}, {window.passes}/{n}) "
-                f"is under min_pass_rate {t.min_pass_rate:.3f}",
+                f"pass rate{whose} {rate:.3f} (95% CI {low:.3f}-{high:.3f}, "
+                f"{floor_passes}/{floor_n}) is under min_pass_rate {t.min_pass_rate:.3f}",
                 rate, t.min_pass_rate,
             ))
         if point_steps and t.p95_step_ceiling is not None:

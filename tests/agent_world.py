@@ -21,7 +21,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import requests
@@ -69,13 +69,21 @@ class Scenario:
     #: (start, end) in seconds from the world's start: runs starting then fail.
     outage: tuple[float, float] | None = None
     policy: dict[str, Any] = field(default_factory=dict)
+    #: A hard tenant: this fraction of jobs carry tenant=hard and pass at `hard_pass`
+    #: on both arms; with `hard_rule` a targeting rule sends them all to the candidate.
+    hard_fraction: float = 0.0
+    hard_pass: float = 0.65
+    hard_rule: bool = False
 
 
 def put_world_role(url: str, scenario: Scenario) -> None:
     """Create the scenario's role on a canary at its share, with the shipped gate policy."""
     gate = {"invariants": INVARIANTS, **scenario.policy}
-    body = {"current": "cfg-a", "candidate": "cfg-b", "stage": "canary",
-            "share": scenario.share, "steps": [scenario.share, 1.0], "gate": gate}
+    body: dict[str, Any] = {"current": "cfg-a", "candidate": "cfg-b", "stage": "canary",
+                            "share": scenario.share, "steps": [scenario.share, 1.0],
+                            "gate": gate}
+    if scenario.hard_rule:
+        body["rules"] = [{"when": {"tenant": ["hard"]}, "arm": "candidate", "name": "hard"}]
     r = requests.put(f"{url}/v1/bindings/{scenario.role}", json=body, headers=auth(OPERATOR),
                      timeout=10)
     assert r.status_code in (200, 201), r.text
@@ -155,9 +163,13 @@ class World:
 
     def _run(self, scenario: Scenario, key: str, difficulty: float, attempt: int) -> None:
         binding, version = self._bindings[scenario.role]
-        answer = resolve(scenario.role, binding, version, key)
+        hard = scenario.hard_fraction > 0 and self.random.random() < scenario.hard_fraction
+        attributes = {"tenant": "hard" if hard else "easy"} if scenario.hard_fraction else None
+        answer = resolve(scenario.role, binding, version, key, attributes=attributes)
         arm = answer["arm"]
         behaviour = scenario.candidate if arm == "candidate" else scenario.current
+        if hard:
+            behaviour = replace(behaviour, pass_rate=scenario.hard_pass)
         start = time.time()
         if arm == "candidate":
             self.first_candidate.setdefault(scenario.role, start)
@@ -176,7 +188,9 @@ class World:
                  "time": start + duration,
                  "latency_s": duration if behaviour.latency_s is None
                  else behaviour.latency_s * self.random.uniform(0.5, 1.5),
-                 "cost_usd": behaviour.cost_usd}
+                 "cost_usd": behaviour.cost_usd,
+                 **({"attributes": attributes} if attributes else {}),
+                 **({"rule": answer["rule"]} if answer.get("rule") else {})}
         self._at(start + duration + behaviour.report_delay_s, lambda: self._due.append(trace))
         if not passed and attempt < scenario.retries:
             self._at(start + duration + 0.1,

@@ -27,14 +27,29 @@ def arms_section(ctx: GateContext) -> dict[str, Any]:
     trusted = policy.trusted_reporters
     _, current = ctx.arms["current"]
     stage = ctx.record.binding.stage
+    ruled = bool(ctx.record.binding.rules)
     return {arm: {"config": config, **with_latency(
-                      evaluate(window, policy, point_steps=False).to_json(),
+                      evaluate(window, policy, point_steps=False,
+                               floor=bucketed(window) if ruled else None).to_json(),
                       _quantile_reasons(arm, window, current, policy, stage)),
                   "clashes": sum(own.clashes for own in ctx.by_reporter.get(arm, {}).values()),
                   "by_reporter": {
                       name: {**_evidence(own), "counted": trusted is None or name in trusted}
                       for name, own in ctx.by_reporter.get(arm, {}).items()}}
             for arm, (config, window) in ctx.arms.items()}
+
+
+def bucketed(window: WindowStats) -> tuple[int, int] | None:
+    """(runs, passes) of the arm's bucketed runs: those no targeting rule picked.
+
+    A rule may send a whole population (a hard tenant) to one arm; the pass-rate
+    floor then reads the runs both arms share in kind, as the comparison with
+    current does (its cells are per rule stratum). None when no cell says.
+    """
+    cells = window.cells("run_failure")
+    runs = sum(n for (_, stratum), (n, _) in cells.items() if stratum == "")
+    failed = sum(f for (_, stratum), (_, f) in cells.items() if stratum == "")
+    return (runs, runs - failed) if cells else None
 
 
 def _quantile_reasons(arm: str, window: WindowStats, current: WindowStats, policy: GatePolicy,
