@@ -237,3 +237,13 @@ def test_reports_are_counted_in_the_exposures_buckets_whatever_the_cells_are(
     out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, check=True,
                          capture_output=True, text=True).stdout
     assert out.strip() == "['cn:9:', 'rep:3']", out  # end 95 s: cell 9; start 93 s: bucket 3
+
+
+def test_a_run_started_a_moment_after_its_resolve_is_not_missing() -> None:
+    """Resolved at the end of bucket 4, started (and filed as reported) in bucket 5: the
+    surplus of bucket 5 covers bucket 4, on either arm; a real shortfall still counts."""
+    moved = missing_of(({4: 10, 5: 10}, {4: 8, 5: 12}), ({4: 90, 5: 90}, {4: 87, 5: 93}),
+                       mature=6)
+    assert dict(moved.candidate) == {} and dict(moved.current) == {}
+    lost = missing_of(({4: 10, 5: 10}, {4: 5, 5: 11}), ({4: 90}, {4: 90}), mature=6)
+    assert dict(lost.candidate) == {4: 4}

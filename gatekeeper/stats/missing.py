@@ -116,7 +116,12 @@ def missing_of(candidate: tuple[Buckets, Buckets], current: tuple[Buckets, Bucke
     waiting: int | None = None
     for arm, (assigned, reported) in enumerate((candidate, current)):
         for bucket, n in assigned.items():
-            short = max(0, int(n) - int(reported.get(bucket, 0)))
+            # A run is assigned at its resolve and filed as reported by when it started,
+            # a moment later: one resolved at the end of a bucket starts in the next. The
+            # next bucket's surplus of reports covers this bucket's shortfall, so the
+            # gap between resolve and start makes no phantom missing runs.
+            later = int(reported.get(bucket + 1, 0)) - int(assigned.get(bucket + 1, 0))
+            short = max(0, int(n) - int(reported.get(bucket, 0)) - max(0, later))
             if not short:
                 continue
             if bucket < mature:
