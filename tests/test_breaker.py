@@ -14,9 +14,10 @@ def test_hung_redis_opens_the_circuit_and_a_probe_closes_it() -> None:
         assert client.put("/v1/bindings/summarizer", json=CANARY,
                           headers=auth(OPERATOR)).status_code == 201
         with hung(own):
+            # The first command to time out opens the circuit: this request's, or the
+            # worker's binding poller's if it met the hung Redis first.
             first = client.get("/v1/bindings/summarizer", headers=auth(OPERATOR))
-            assert first.status_code == 503  # waited out the socket timeout: Redis is hung
-            assert "circuit open" not in first.json["error"]["message"]
+            assert first.status_code == 503
             for _ in range(3):
                 read = client.get("/v1/bindings/summarizer", headers=auth(OPERATOR))
                 assert read.status_code == 503

@@ -223,7 +223,7 @@ def test_watch_wakes_on_a_cluster(cluster_app: Flask) -> None:
         def watch() -> None:
             answers.append(requests.get(
                 f"{url}/v1/bindings/watch", params={"generation": known["generation"],
-                                                    "timeout": 20},
+                                                    "timeout": 20, "view": "full"},
                 headers=auth(CALLER), timeout=30))
 
         waiter = threading.Thread(target=watch)

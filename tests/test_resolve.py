@@ -15,11 +15,13 @@ from tests.conftest import CALLER, OPERATOR, TOKENS, auth
 from tests.servers import OwnRedis, wait_for
 
 CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.5}
-FIELDS = {"role", "config", "arm", "stage", "share", "shadow", "version", "key", "stale"}
+FIELDS = {"role", "config", "arm", "stage", "share", "shadow", "version", "key", "stale",
+          "bucketing"}
 
 
 def test_resolve_answers_every_field(client: FlaskClient) -> None:
-    """A resolve names role, config, arm, stage, share, shadow, version, key and stale."""
+    """A resolve names role, config, arm, stage, share, shadow, version, key, stale and
+    how the job was bucketed."""
     client.put("/v1/bindings/summarizer", json=CANARY, headers=auth(OPERATOR))
     r = client.get("/v1/resolve/summarizer?key=job-7", headers=auth(CALLER))
     assert r.status_code == 200 and set(r.json) == FIELDS
