@@ -29,7 +29,16 @@ import os
 import sys
 
 from bench.load import Sample, gunicorn_app, have_wrk
-from bench.resolve import HEADERS, PATHS, ROLE, TOKEN, private_redis, router_env, summarize
+from bench.resolve import (
+    HEADERS,
+    PATHS,
+    ROLE,
+    TOKEN,
+    private_redis,
+    router_env,
+    second_server_env,
+    summarize,
+)
 
 OFREP_SINGLE = [f"/ofrep/v1/evaluate/flags/{ROLE}"]
 OFREP_BULK = ["/ofrep/v1/evaluate/flags"]
@@ -101,8 +110,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.seconds:g}s each, alternating, loopback")
     with private_redis() as (url, data_dir):
         env = router_env(url, data_dir)
-        two_env = {**env, "ROLEGATE_ONE_SEND": "0",
-                   "PROMETHEUS_MULTIPROC_DIR": os.path.join(data_dir, "prometheus-two")}
+        two_env = {**second_server_env(env, data_dir, "two"), "ROLEGATE_ONE_SEND": "0"}
         with gunicorn_app("router:create_app()", env, args.workers,
                           os.path.join(data_dir, "router.log")) as (port, master), \
                 gunicorn_app("router:create_app()", two_env, args.workers,

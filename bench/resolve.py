@@ -72,16 +72,21 @@ def router_env(redis_url: str, data_dir: str) -> dict[str, str]:
             "PROMETHEUS_MULTIPROC_DIR": os.path.join(data_dir, "prometheus")}
 
 
+def second_server_env(env: dict[str, str], data_dir: str, name: str) -> dict[str, str]:
+    """`env` for another server beside the router: its own data dir and metrics dir (the
+    gunicorn master locks its data dir, `router.server.gunicorn_conf`)."""
+    own = os.path.join(data_dir, name)
+    os.makedirs(own, exist_ok=True)
+    return {**env, "ROLEGATE_DATA_DIR": own,
+            "PROMETHEUS_MULTIPROC_DIR": os.path.join(data_dir, f"prometheus-{name}")}
+
+
 @contextmanager
 def router_and_bare(redis_url: str, data_dir: str,
                     workers: int) -> Iterator[tuple[tuple[int, int], tuple[int, int]]]:
     """The router and the bare resolve app, each under deploy/gunicorn.conf.py."""
     env = router_env(redis_url, data_dir)
-    # Its own data dir: the gunicorn master locks one per router (router.server.gunicorn_conf).
-    bare_dir = os.path.join(data_dir, "bare")
-    os.makedirs(bare_dir, exist_ok=True)
-    bare_env = {**env, "PROMETHEUS_MULTIPROC_DIR": os.path.join(data_dir, "prometheus-bare"),
-                "ROLEGATE_DATA_DIR": bare_dir}
+    bare_env = second_server_env(env, data_dir, "bare")
     log = os.path.join(data_dir, "router.log")
     with gunicorn_app("router:create_app()", env, workers, log) as routed, \
             gunicorn_app("bench.bare_apps:resolve_app()", bare_env, workers) as bare:

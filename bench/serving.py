@@ -47,6 +47,7 @@ from bench.resolve import (
     private_redis,
     ratio_line,
     router_env,
+    second_server_env,
 )
 from gatekeeper.store.trace_keys import tally_key
 
@@ -284,12 +285,13 @@ def main(argv: list[str] | None = None) -> int:
     with private_redis() as (url, data_dir):
         env = router_env(url, data_dir)
         env["ROLEGATE_TOKENS"] += f",op={OPERATOR}:operator"
-        bare_env = {**env, "PROMETHEUS_MULTIPROC_DIR": os.path.join(data_dir, "prom-bare")}
+        bare_env = second_server_env(env, data_dir, "bare")
         log = os.path.join(data_dir, "router.log")
         with gunicorn_app("router:create_app()", env, args.workers, log) as (port, master), \
                 gunicorn_app("bench.bare_apps:resolve_app()", bare_env,
                              args.workers) as (bport, bmaster), \
-                gunicorn_app("bench.bare_apps:ingest_app()", bare_env,
+                gunicorn_app("bench.bare_apps:ingest_app()",
+                             second_server_env(env, data_dir, "bare-ingest"),
                              args.workers) as (iport, imaster):
             setup_ingest_role(port)
             resolve = (port, master, PATHS, HEADERS)
