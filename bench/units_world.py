@@ -79,6 +79,8 @@ class UnitWorld:
     gap: tuple[float, float] = (0.0, 0.0)
     #: The policy's max_p95_latency_increase (None: the shipped default).
     latency_tolerance: float | None = None
+    #: False: runs report no latency (latency_s 0, time = their start), so no `slow` events.
+    report_latency: bool = True
     #: Stop at this many candidate runs started (a drop row's cap), else at `seconds`.
     cap_runs: int | None = None
     #: Read the unit test at every change of what it reads (no skipping; for tests).
@@ -270,8 +272,9 @@ def rollout(world: UnitWorld, rnd: random.Random) -> Outcome:
         config = "cfg-b" if run.arm == "candidate" else "cfg-a"
         trace = Trace.model_validate({
             "run_id": f"run-{index}", "role": "r", "config": config, "arm": run.arm,
-            "key": run.key, "stamps": STAMPS, "time": run.start + run.duration,
-            "latency_s": run.duration})
+            "key": run.key, "stamps": STAMPS,
+            "time": run.start + run.duration if world.report_latency else run.start,
+            "latency_s": run.duration if world.report_latency else 0.0})
         facts = unit_facts(binding, trace, FAILED if run.failed else PASSED, now)
         if theirs is None and msprt.add(run.arm, run.failed):
             theirs = now
