@@ -286,7 +286,8 @@ def rollout(world: UnitWorld, rnd: random.Random) -> Outcome:
         arm.lags[facts.lag_bucket] += 1
         arm.units.add(facts.unit)
         metrics = list(facts.metrics)
-        if "slow_ms" in limits and facts.latency_ms > limits["slow_ms"]:
+        if ("slow_ms" in limits and facts.start_second >= limits["from_s"]
+                and facts.latency_ms > limits["slow_ms"]):
             metrics.append("slow")
         for metric in metrics:
             arm.event_runs[metric] += 1
@@ -305,6 +306,7 @@ def rollout(world: UnitWorld, rnd: random.Random) -> Outcome:
         # gatekeeper.view.units._fixed_limits: once current has LIMIT_RUNS runs.
         if not limits and arms["current"].runs >= LIMIT_RUNS:
             limits["slow_ms"] = round(_quantile(arms["current"].latencies, LIMIT_QUANTILE) * 1000)
+            limits["from_s"] = int(now) + 1
         if ours is not None:
             if theirs is not None:
                 break

@@ -267,3 +267,16 @@ def test_a_lost_criterion_with_repeating_keys_is_a_unit_event() -> None:
     failed = tuple(k for k, v in evaluate(criteria, trace).items() if v is False)
     facts = unit_facts(binding, trace, TraceVerdict(passed=True), 1001.0, failed)
     assert facts is not None and facts.metrics == ("crit:escalation:high-value",)
+
+
+def test_no_reading_until_every_arm_has_reported_enough_to_know_its_lag() -> None:
+    """Current's reports come 150 s late and only 4 are in: the candidate's failures of the
+    last seconds are not read against a current that has not reported them yet."""
+    candidate = ArmUnits(events={"run_failure": {s: 1 for s in range(10, 26)}},
+                         lags={lag_bucket(1.0): 300})
+    current = ArmUnits(events={}, lags={lag_bucket(150.0): 4})
+    early = unit_test(candidate, current, [Stretch(0.0, 0.5)], 30.0, ALPHA)
+    assert early.horizon is None and not early.reject
+    enough = ArmUnits(events={}, lags={lag_bucket(150.0): 5})
+    later = unit_test(candidate, enough, [Stretch(0.0, 0.5)], 30.0, ALPHA)
+    assert later.horizon is not None and not later.reject  # 150 s: nothing is read yet

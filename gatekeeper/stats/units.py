@@ -37,6 +37,7 @@ those tests hold promotion only (`gatekeeper.machine.by_unit`).
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -85,12 +86,14 @@ def lag_quantile(histogram: Mapping[int, int], quantile: float = LAG_QUANTILE) -
 def report_horizon(lags: Mapping[str, Mapping[int, int]], now: float) -> float | None:
     """Runs that started before this time have had their reports counted on every arm.
 
-    None when no arm has reported enough runs to know its lag.
+    None until every arm has reported enough runs to know its lag.
     """
-    known = [q for q in (lag_quantile(h) for h in lags.values()) if q is not None]
-    if not known:
+    known = [lag_quantile(h) for h in lags.values()]
+    if not known or any(q is None for q in known):
+        # Every arm's lag must be known: an arm whose reports have not come yet (current's
+        # 150 s late) would otherwise leave the other's events read against none of its own.
         return None
-    return now - max(LAG_FLOOR_S, *known)
+    return now - max(LAG_FLOOR_S, *(q for q in known if q is not None))
 
 
 @dataclass(frozen=True)
@@ -231,14 +234,19 @@ def _log_lr(share: float, risk: float, cand: int, cur: int) -> float:
     return cand * math.log(q / share) + cur * math.log((1.0 - q) / (1.0 - share))
 
 
-def _plug_in_risk(recent: list[tuple[float, int, int]]) -> float:
-    """The relative risk the recent events show (smoothed toward 1, at most the grid's top)."""
-    expected_cand = sum(share * (c + k) for share, c, k in recent)
-    expected_cur = sum((1.0 - share) * (c + k) for share, c, k in recent)
-    cand = sum(c for _, c, _ in recent)
-    cur = sum(k for _, _, k in recent)
+def _plug_in_risk(cand: float, cur: float, expected_cand: float, expected_cur: float) -> float:
+    """The relative risk recent events show (smoothed toward 1, at most the grid's top):
+    candidate events over those expected at the shares, against current's."""
     risk = ((cand + 1.0) / (expected_cand + 1.0)) / ((cur + 1.0) / (expected_cur + 1.0))
     return min(RISKS[-1], max(1.0, risk))
+
+
+def _add(sums: list[float], share: float, cand: int, cur: int, sign: int) -> None:
+    """Add (sign 1) or take away (-1) one second's events from the plug-in's running sums."""
+    sums[0] += sign * cand
+    sums[1] += sign * cur
+    sums[2] += sign * share * (cand + cur)
+    sums[3] += sign * (1.0 - share) * (cand + cur)
 
 
 def metric_log_e(candidate: Mapping[int, int], current: Mapping[int, int],
@@ -254,19 +262,24 @@ def metric_log_e(candidate: Mapping[int, int], current: Mapping[int, int],
     seconds = _events_in_order(candidate, current, stretches, horizon)
     mixture = [0.0] * len(RISKS)
     plug_in = 0.0
-    recent: list[tuple[float, int, int]] = []
+    recent: deque[tuple[float, int, int]] = deque()
+    # Running sums over `recent` (events on each arm, and those expected at the shares):
+    # a read costs one pass over the seconds, not one over the window per second.
+    sums = [0.0, 0.0, 0.0, 0.0]
     held = 0
     for share, cand, cur in seconds:
-        risk = _plug_in_risk(recent)
+        risk = _plug_in_risk(*sums)
         if risk > 1.0:
             plug_in += _log_lr(share, risk, cand, cur)
         for index, r in enumerate(RISKS):
             mixture[index] += _log_lr(share, r, cand, cur)
         recent.append((share, cand, cur))
+        _add(sums, share, cand, cur, 1)
         held += cand + cur
         while len(recent) > 1 and held - (recent[0][1] + recent[0][2]) >= WINDOW:
-            held -= recent[0][1] + recent[0][2]
-            recent.pop(0)
+            old_share, old_cand, old_cur = recent.popleft()
+            _add(sums, old_share, old_cand, old_cur, -1)
+            held -= old_cand + old_cur
     top = max(mixture)
     mixed = top + math.log(sum(math.exp(v - top) for v in mixture) / len(mixture))
     high = max(mixed, plug_in)

@@ -12,8 +12,9 @@ the trace:
   and ``e|<metric>|<second>`` (units whose first event started in that second);
 - ``rolegate:{role}:units:hll:<rollout>:<arm>``: a HyperLogLog of the arm's units;
 - ``rolegate:{role}:units:limits:<rollout>``: ``slow_ms`` and ``costly_micros``,
-  fixed once per rollout from current's runs (`gatekeeper.view.units`); a run
-  over a limit is a ``slow`` / ``costly`` event, decided in the script so every
+  fixed once per rollout from current's runs (`gatekeeper.view.units`), and
+  ``from_s``, the second they apply from; a run started then or later over a
+  limit is a ``slow`` / ``costly`` event, decided in the script so every
   router reads the same limit.
 
 Units are hashed (8 bytes of BLAKE2b): a customer id never lands in Redis as a
@@ -170,9 +171,13 @@ local function record_unit(spec, seen, hash, hll, limits, ttl)
   redis.call('HINCRBY', hash, 'runs', 1)
   redis.call('HINCRBY', hash, 'lag|' .. lag, 1)
   redis.call('PFADD', hll, unit)
-  local limit = redis.call('HMGET', limits, 'slow_ms', 'costly_micros')
-  if limit[1] and tonumber(latency) > tonumber(limit[1]) then metrics = metrics .. ',slow' end
-  if limit[2] and tonumber(cost) > tonumber(limit[2]) then metrics = metrics .. ',costly' end
+  -- The limits apply to runs started once they were fixed (`from_s`): before, only the
+  -- runs that ended after it would be checked, more of the slower arm's.
+  local limit = redis.call('HMGET', limits, 'slow_ms', 'costly_micros', 'from_s')
+  if limit[3] and tonumber(second) >= tonumber(limit[3]) then
+    if limit[1] and tonumber(latency) > tonumber(limit[1]) then metrics = metrics .. ',slow' end
+    if limit[2] and tonumber(cost) > tonumber(limit[2]) then metrics = metrics .. ',costly' end
+  end
   for metric in string.gmatch(metrics, '[^,]+') do
     redis.call('HINCRBY', hash, 'r|' .. metric, 1)
     if redis.call('HSETNX', seen, metric .. '|' .. unit, second) == 1 then

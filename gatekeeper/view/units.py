@@ -76,6 +76,8 @@ def _fixed_limits(ctx: GateContext, key: str, found: Mapping[bytes, bytes]) -> d
         wanted["costly_micros"] = round(_quantile(cost, LIMIT_QUANTILE) * 1_000_000)
     if not wanted:
         return limits
+    # From the next whole second: runs started before it were never checked against them.
+    wanted["from_s"] = int(ctx.now) + 1
     connection = ctx.traces.connection
     pipe = connection.pipeline(transaction=False)
     for name, value in wanted.items():
@@ -116,5 +118,6 @@ def units_section(ctx: GateContext, rollout: Mapping[str, Any] | None) -> dict[s
             "arms": {arm: {"runs": a.runs, "units": a.units,
                            "lag_p99_s": lag_quantile(a.lags)} for arm, a in arms.items()},
             "limits": {"slow_ms": limits.get("slow_ms"),
-                       "costly_micros": limits.get("costly_micros")},
+                       "costly_micros": limits.get("costly_micros"),
+                       "from_s": limits.get("from_s")},
             "test": verdict.as_dict(), "reason": verdict.reason() if verdict.reject else None}
