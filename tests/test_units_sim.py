@@ -25,7 +25,7 @@ def wilson_lower(k: int, n: int) -> float:
 def test_the_quick_table_prints_every_row_and_healthy_rows_fit_the_bound(
         capsys: pytest.CaptureFixture[str]) -> None:
     """--quick with 6 healthy rollouts and 1 drop rollout a row: every row printed; no healthy row
-    (KNOWN_FAULTS aside: faults of gatekeeper/ the full run shows, see docs/gatekeeper.md)
+    (KNOWN_FAULTS aside: none since the two faults the full run showed were fixed)
     shows more false rollbacks than 1.5% allows at this n (its Wilson lower bound above 1.5%)."""
     units_sim.main(["--quick", "--rollouts", "6", "--regressed", "1", "--jobs", "2"])
     out = capsys.readouterr().out
