@@ -106,6 +106,17 @@ def _resolve_lines_written() -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _single_process_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with the in-process metrics registry: no PROMETHEUS_MULTIPROC_DIR.
+
+    Importing the gunicorn config sets it (`os.environ.setdefault`); left over in a
+    pytest worker it made a later in-process /metrics scrape read the multiprocess
+    directory and miss this process's counters. A test that wants it sets it itself.
+    """
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+
+
+@pytest.fixture(autouse=True)
 def _exposure_counts_stop_with_the_test(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Each app built during a test stops adding exposure counts to Redis when it ends.
 
