@@ -235,6 +235,21 @@ const { OFREPApi } = require('@openfeature/ofrep-core');
       { context: { targetingKey: 'job-1' } }, { headers: [...headers, ['If-None-Match', etag]] });
   out.bulk = { status: bulk.httpStatus, keys: bulk.value.flags.map((f) => f.key),
                again: cached.httpStatus };
+  // A context as the SDK merges it: global (6) + client (3) + invocation attributes,
+  // a list, a nested object, app:version and a 201-character user agent.
+  OpenFeature.setContext({ region: 'eu', plan: 'pro', seats: 12, beta: true,
+                           'app:version': '4.2.0', locale: 'de-DE' });
+  client.setContext({ service: 'billing', groups: ['a', 'b'], meta: { team: 'x' } });
+  out.rich = [];
+  for (const key of ['job-7', 'job-8', 'job-9', 'job-10']) {
+    const d = await client.getStringDetails('summarizer', 'fallback', {
+      targetingKey: key, userAgent: 'x'.repeat(201), nested: { a: { b: 1 } }, list: [1, 2] });
+    out.rich.push({ key, value: d.value, variant: d.variant, reason: d.reason,
+                    errorCode: d.errorCode });
+  }
+  const richStaff = await client.getStringDetails('summarizer', 'fallback',
+      { targetingKey: 'job-7', tenant: 'internal', groups: ['x'] });
+  out.richStaff = { value: richStaff.value, reason: richStaff.reason };
   console.log(JSON.stringify(out));
 })().catch((e) => { console.error(e); process.exit(1); });
 """
@@ -265,7 +280,8 @@ def node_modules(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_js_provider_resolves_the_same(router: LiveRouter,  # noqa: F811
                                            node_modules: Path) -> None:
-    """Under node, @openfeature/ofrep-provider gets /v1/resolve's answers and OFREP's errors."""
+    """Under node, @openfeature/ofrep-provider gets /v1/resolve's answers and OFREP's errors,
+    also for a context merged from global, client and invocation attributes of any shape."""
     put_role(router, "summarizer", **{**CANARY, "share": 0.5})
     script = node_modules / "check.js"
     script.write_text(NODE_SCRIPT)
@@ -283,3 +299,9 @@ def test_the_js_provider_resolves_the_same(router: LiveRouter,  # noqa: F811
     assert out["missing"] == {"value": "fallback", "errorCode": "FLAG_NOT_FOUND"}
     assert out["nokey"] == {"value": "fallback", "errorCode": "TARGETING_KEY_MISSING"}
     assert out["bulk"] == {"status": 200, "keys": ["summarizer"], "again": 304}
+    # The merged rich context is evaluated as /v1/resolve answers the same key and attributes.
+    for rich in out["rich"]:
+        expected = router.api("GET", f"/v1/resolve/summarizer?key={rich['key']}", token=CALLER)
+        assert (rich["value"], rich["variant"]) == (expected["config"], expected["arm"]), rich
+        assert rich["reason"] == "SPLIT" and rich.get("errorCode") is None, rich
+    assert out["richStaff"] == {"value": "sum-v2", "reason": "TARGETING_MATCH"}
