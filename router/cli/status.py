@@ -22,6 +22,7 @@ from gatekeeper.stats.fleet import outlook
 from gatekeeper.stats.fleet_budget import BUDGET_SOURCE, BudgetAdvice, budget_advice
 from rolegate.http import ApiClient, ApiError
 from router.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, api_command, echo_json
+from router.cli.effect import effect_lines
 
 #: --wait's answers: the candidate became stable, it was rolled back, time ran out.
 WAIT_STABLE, WAIT_ROLLED_BACK, WAIT_TIMEOUT = EXIT_OK, EXIT_REFUSED, EXIT_USAGE
@@ -86,23 +87,6 @@ def arm_line(arm: str, figures: dict[str, Any]) -> list[str]:
     for reason in figures.get("reasons", []):
         message = reason.get("message") if isinstance(reason, dict) else str(reason)
         lines.append(f"{'':13}- {message}")
-    return lines
-
-
-def effect_lines(view: dict[str, Any]) -> list[str]:
-    """candidate - current per metric with its always-valid interval, and the unit test."""
-    lines: list[str] = []
-    for metric in view.get("difference") or ():
-        if metric.get("lower") is None:
-            continue
-        lines.append(f"  {'effect' if not lines else '':<10} {metric['metric']} "
-                     f"{metric['estimate']:+.4g} [{metric['lower']:+.4g}, {metric['upper']:+.4g}] "
-                     f"({metric['confidence']:.0%}, valid at every look)")
-    test = (view.get("units") or {}).get("test")
-    if test:
-        repeats = f"; keys repeat ({test['repeats_why']})" if test.get("repeats") else ""
-        lines.append(f"  {'unit test':<10} e^{test['log_e']:.2f} of e^{test['threshold']:.2f} "
-                     f"to roll back{repeats}")
     return lines
 
 
