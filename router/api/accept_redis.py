@@ -18,9 +18,9 @@ from flask import Blueprint, current_app, jsonify
 from flask.typing import ResponseReturnValue
 from pydantic import BaseModel, ConfigDict, Field
 
-from bindings import kept_copies
 from bindings.recovery import accept_redis as accept
 from router.api.bodies import json_body, parse
+from router.api.restore_snapshot import newest_held
 from router.server.auth import actor, principal, require
 from router.server.errors import Forbidden
 from router.server.services import services_of
@@ -47,17 +47,9 @@ def accept_redis() -> ResponseReturnValue:
         raise Forbidden("accepting Redis's table writes every role the routers hold: it "
                         "needs an operator token not limited to some roles")
     cache = services_of(current_app).cache
-    generation, records, lost = cache.guarded()
-    own = kept_copies.Copy({role: records[role] for role in lost if role in records},
-                           {role: cache.archived[role] for role in lost
-                            if role not in records and role in cache.archived})
-    kept = kept_copies.newest(cache.store.connection, own)
-    lost.update({role: f"held at version {version} by another worker"
-                 for role, version in [*((r, rec.version) for r, rec in kept.records.items()),
-                                       *kept.archived.items()] if role not in lost})
+    kept, lost, generation = newest_held(cache)
     done = accept(cache.store, kept.records, actor=actor(), reason=body.reason,
-                  archived=kept.archived,
-                  generation=max(cache.kept_generation, cache.generation, generation))
+                  archived=kept.archived, generation=generation)
     cache.refresh()  # this worker serves Redis's table now; the others at their poll
     return jsonify({"accepted": done.written, "skipped": done.skipped, "lost": lost,
                     "still_lost": sorted(cache.lost)})

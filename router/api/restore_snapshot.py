@@ -24,6 +24,7 @@ from bindings import kept_copies
 from bindings.recovery import write_back
 from router.api.bodies import json_body, parse
 from router.server.auth import actor, principal, require
+from router.server.cache import BindingCache
 from router.server.errors import Forbidden
 from router.server.services import services_of
 
@@ -42,6 +43,20 @@ class RestoreRequest(BaseModel):
     discard: bool = False
 
 
+def newest_held(cache: BindingCache) -> tuple[kept_copies.Copy, dict[str, str], int]:
+    """The newest copy of each lost role any worker holds, the lost roles (with why), and
+    the generation to write at: what restore-snapshot and accept-redis both start from."""
+    generation, records, lost = cache.guarded()
+    own = kept_copies.Copy({role: records[role] for role in lost if role in records},
+                           {role: cache.archived[role] for role in lost
+                            if role not in records and role in cache.archived})
+    kept = kept_copies.newest(cache.store.connection, own)
+    lost.update({role: f"held at version {version} by another worker"
+                 for role, version in [*((r, rec.version) for r, rec in kept.records.items()),
+                                       *kept.archived.items()] if role not in lost})
+    return kept, lost, max(cache.kept_generation, cache.generation, generation)
+
+
 @bp.post("/v1/restore-snapshot")
 @require()
 def restore_snapshot() -> ResponseReturnValue:
@@ -51,17 +66,9 @@ def restore_snapshot() -> ResponseReturnValue:
         raise Forbidden("restoring the table writes every lost role: it needs an operator "
                         "token not limited to some roles")
     cache = services_of(current_app).cache
-    generation, records, lost = cache.guarded()
-    own = kept_copies.Copy({role: records[role] for role in lost if role in records},
-                           {role: cache.archived[role] for role in lost
-                            if role not in records and role in cache.archived})
-    kept = kept_copies.newest(cache.store.connection, own)
-    lost.update({role: f"held at version {version} by another worker"
-                 for role, version in [*((r, rec.version) for r, rec in kept.records.items()),
-                                       *kept.archived.items()] if role not in lost})
+    kept, lost, generation = newest_held(cache)
     done = write_back(cache.store, kept.records, actor=actor(), reason=body.reason,
-                      discard=body.discard, archived=kept.archived,
-                      generation=max(cache.kept_generation, cache.generation, generation))
+                      discard=body.discard, archived=kept.archived, generation=generation)
     cache.refresh()  # this worker serves the written table now; the others at their poll
     return jsonify({"restored": {} if body.discard else done.written,
                     "discarded": done.written if body.discard else {},
