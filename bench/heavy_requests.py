@@ -28,7 +28,7 @@ import requests
 
 from bench.load import gunicorn_app
 from bench.resolve import TOKEN, private_redis, router_env
-from bench.serving import OPERATOR, trace
+from bench.serving_load import OPERATOR, trace
 
 ROLE = "heavy"
 CHUNK = 2_000
