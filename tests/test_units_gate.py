@@ -138,8 +138,10 @@ def test_a_shared_outage_repeated_keys_retries_and_late_reports_roll_back_no_hea
         assert not wrongly, wrongly
         for scenario in HEALTHY:
             assert binding(url, scenario.role)["stage"] == "canary", scenario.role
-            # The candidate ran (a 10% share of 60 Zipf customers may hold few of the runs).
-            assert world.runs[scenario.role]["candidate"] > 15, world.runs[scenario.role]
+            # The candidate ran: 50 runs of a job-keyed role; a 10% share of 60 Zipf customers
+            # may hold none of the heavy ones, and only a few runs.
+            least = 1 if scenario.customers and scenario.share < 0.5 else 50
+            assert world.runs[scenario.role]["candidate"] >= least, world.runs[scenario.role]
         for scenario in WORSE:
             _, why = rolled[scenario.role]
             assert why.startswith("unit test"), why
