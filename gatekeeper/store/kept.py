@@ -26,6 +26,7 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+import hiredis
 import redis
 
 #: Peek without waiting: BlockingIOError means no bytes are waiting.
@@ -43,20 +44,38 @@ class KeptConnections:
 
     def call(self, *command: Any) -> Any:
         """Send `command` on a ready connection and read its answer."""
+        return self.pipeline([command])[0]
+
+    def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Send `commands` in one write on a ready connection; their answers, in order.
+
+        Packed by hiredis in C, whole: redis-py's packer encodes each argument in
+        Python (a type check and an encode per argument), which for a 100-trace
+        ingest call of ~300 arguments was about a sixth of the request's CPU.
+        An error reply is raised once every answer is read, the first one, as
+        redis-py's pipeline does (the connection is then clean and kept).
+        """
         conn = self._take()
+        answers: list[Any] = []
+        failed: redis.ResponseError | None = None
         try:
-            conn.send_command(*command)
-            answer = conn.read_response()
-        except redis.ResponseError:
-            self._idle.append(conn)  # an error reply was read whole: the connection is clean
-            raise
+            conn.send_packed_command([b"".join([hiredis.pack_command(c) for c in commands])])
+            for _ in commands:
+                try:
+                    answers.append(conn.read_response())
+                except redis.ResponseError as exc:
+                    # Read whole: the connection stays in step; the rest still come.
+                    failed = failed or exc
+                    answers.append(exc)
         except BaseException:
             # Half sent or half read: whatever is left belongs to this connection only.
             conn.disconnect()
             self.pool.release(conn)
             raise
         self._idle.append(conn)
-        return answer
+        if failed is not None:
+            raise failed
+        return answers
 
     def _take(self) -> Any:
         if self._pid != os.getpid():

@@ -215,6 +215,10 @@ class TraceStore(WindowReads):
         if len(calls) == 1:
             keys, args = calls[0]
             return [self._evalsha_one(keys, args)]
+        if self._kept is not None:
+            sha = self._ingest.sha
+            return self._kept.pipeline([("EVALSHA", sha, len(keys), *keys, *args)
+                                        for keys, args in calls])
         return self._pipelined(self._ingest.sha, calls)
 
     def _evalsha_one(self, keys: list[str], args: list[Any]) -> Any:
