@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     Strict,
     StringConstraints,
+    ValidationInfo,
     model_validator,
 )
 
@@ -74,6 +75,10 @@ ToolName = Annotated[str, StringConstraints(min_length=1, max_length=MAX_TOOL_NA
                                             pattern=r"^[^\n]+$")]
 #: Job attributes a trace may carry (those a targeting rule read).
 MAX_ATTRIBUTES = 10
+#: The validation context key of what the receiving server stamps on a trace as it
+#: validates it: `{STAMP: {"reporter": name, "time": now}}` sets `reporter` whatever
+#: the body said, and `time` where the body gives none (router ingest).
+STAMP = "stamp"
 
 
 class Step(BaseModel):
@@ -176,14 +181,24 @@ class Trace(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _derive(cls, data: Any) -> Any:
-        """Fill tools, step_count and tool_errors from steps (or tools) when left out."""
+    def _derive(cls, data: Any, info: ValidationInfo) -> Any:
+        """Fill tools, step_count and tool_errors from steps (or tools) when left out.
+
+        With a `STAMP` in the validation context, also set what the receiving
+        server decides (`reporter`, and `time` where the body gives none).
+        """
         if not isinstance(data, dict):
             return data
+        stamp = info.context.get(STAMP) if info.context else None
+        if stamp is not None:
+            # In the one validation: a batch would otherwise pay a model copy per trace.
+            data = {**data, "reporter": stamp["reporter"]}
+            if data.get("time") is None:
+                data["time"] = stamp["time"]
         steps = data.get("steps")
         if isinstance(steps, list | tuple) and all([type(s) is dict or isinstance(s, dict)
                                                     for s in steps]):
-            data = dict(data)
+            data = data if stamp is not None else dict(data)  # a stamped one is a copy already
             if "tools" not in data:
                 data["tools"] = [s.get("tool") for s in steps]
             if "step_count" not in data:
@@ -192,7 +207,7 @@ class Trace(BaseModel):
                 data["tool_errors"] = len([s for s in steps if s.get("error")])
         elif steps is None and isinstance(data.get("tools"), list | tuple):
             # Only tool names were given: each call is a step.
-            data = dict(data)
+            data = data if stamp is not None else dict(data)
             data.setdefault("step_count", len(data["tools"]))
         if "tokens" not in data and (data.get("tokens_in") is not None
                                      or data.get("tokens_out") is not None):

@@ -83,6 +83,9 @@ def in_scope(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str 
                                      f"{trace.role!r}",
                           "details": {"role": trace.role}}}
             continue
+        if trace.reporter == reporter.name and trace.time is not None:
+            kept.append((index, trace))  # stamped as it was validated (`Trace`'s STAMP)
+            continue
         # Who reported it is the server's word, never the body's.
         stamp: dict[str, Any] = {"reporter": reporter.name}
         if now is not None and trace.time is None:

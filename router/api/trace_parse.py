@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from rolegate.trace import Trace
+from rolegate.trace import STAMP, Trace
 from router.api.bodies import unstorable
 from router.server.errors import BadRequest, validation_details
 
@@ -60,35 +60,40 @@ class _Batch(BaseModel):
 _TRACE_LIST: TypeAdapter[list[Trace]] = TypeAdapter(list[Trace])
 
 
-def parse_all_valid(raw: bytes) -> list[Trace] | None:
+def parse_all_valid(raw: bytes, stamp: dict[str, Any] | None = None) -> list[Trace] | None:
     """Every trace of a body in which all are valid, parsed in one pass; else None.
 
     Validating the raw bytes in pydantic-core skips building Python dicts first.
     NaN and Infinity, which its parser reads, are refused by the Trace model.
     Any failure (bad JSON, a bad trace, an unexpected shape) returns None and the
-    request takes the per-trace path, which explains each refusal.
+    request takes the per-trace path, which explains each refusal. `stamp`
+    (`{"reporter", "time"}`) is set on each trace as it is validated (`Trace`'s `STAMP`).
     """
     body = raw.lstrip()
+    context = None if stamp is None else {STAMP: stamp}
     try:
         if body[:1] == b"[":
-            traces = _TRACE_LIST.validate_json(raw)
+            traces = _TRACE_LIST.validate_json(raw, context=context)
         elif body[1:].lstrip().startswith(b'"traces"'):
-            traces = _Batch.model_validate_json(raw).traces
+            traces = _Batch.model_validate_json(raw, context=context).traces
         else:
-            traces = [Trace.model_validate_json(raw)]
+            traces = [Trace.model_validate_json(raw, context=context)]
     except ValidationError:
         return None
     return traces if 0 < len(traces) <= MAX_BATCH else None
 
 
 def parse_each(items: list[Any], results: list[dict[str, Any] | str | None], *,
-                check_values: bool) -> list[tuple[int, Trace]]:
+                check_values: bool, stamp: dict[str, Any] | None = None,
+                ) -> list[tuple[int, Trace]]:
     """Validate each item on its own, recording a refusal in `results` for each bad one.
 
     `check_values`: the body may hold an unpaired surrogate (the parse let it
-    through), so look for one (or a NaN) in each item first.
+    through), so look for one (or a NaN) in each item first. `stamp` as for
+    `parse_all_valid`.
     """
     valid: list[tuple[int, Trace]] = []
+    context = None if stamp is None else {STAMP: stamp}
     for index, item in enumerate(items):
         if not isinstance(item, dict):
             results[index] = item_refusal(index, item, "bad_request",
@@ -99,7 +104,7 @@ def parse_each(items: list[Any], results: list[dict[str, Any] | str | None], *,
             results[index] = item_refusal(index, item, "invalid", problem)
             continue
         try:
-            valid.append((index, Trace.model_validate(item)))
+            valid.append((index, Trace.model_validate(item, context=context)))
         except ValidationError as exc:
             errors = validation_details(exc)
             message = "; ".join(f"{e['field']}: {e['message']}" if e["field"] else e["message"]

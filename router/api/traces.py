@@ -196,9 +196,14 @@ def ingest() -> ResponseReturnValue:
 def _ingest_json() -> ResponseReturnValue:
     """The trace JSON body: one trace or a batch."""
     raw = request.get_data(cache=True)
+    now = time.time()
+    # Who reported each trace (the server's word) and its time where it gives none, set as
+    # it is validated: `in_scope` then copies none.
+    stamp = {"reporter": principal().name, "time": now}
     # A big batch's validation is pure and long (10,000 traces: most of a second
     # of CPU), which under a gevent worker would hold every resolve it serves.
-    fast = off_loop(parse_all_valid, raw) if len(raw) > OFF_LOOP_BYTES else parse_all_valid(raw)
+    fast = (off_loop(parse_all_valid, raw, stamp) if len(raw) > OFF_LOOP_BYTES
+            else parse_all_valid(raw, stamp))
     if fast is not None:
         refuse_deep(fast, raw)
         results: list[dict[str, Any] | str | None] = [None] * len(fast)
@@ -208,8 +213,8 @@ def _ingest_json() -> ResponseReturnValue:
         items = batch_items(json_body(allow_empty=False, strict=False))
         results = [None] * len(items)
         valid = parse_each(items, results,
-                            check_values=SURROGATE_ESCAPE.search(raw) is not None)
-    duplicates, trips = store_traces(valid, results, time.time())
+                           check_values=SURROGATE_ESCAPE.search(raw) is not None, stamp=stamp)
+    duplicates, trips = store_traces(valid, results, now)
     minimal = wants_minimal(request.headers.get("Prefer"))
     if len(results) == 1 and isinstance(results[0], str) and not trips and not minimal:
         # One trace stored (every single-trace POST): its answer without the batch walk.
