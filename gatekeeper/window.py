@@ -28,7 +28,7 @@ from typing import Any
 from bindings.models import Invariants
 from gatekeeper.checks.invariants import CRITERIA, TraceVerdict, check
 from gatekeeper.stats.concurrent import bucket_of
-from gatekeeper.stats.missing import REPORT_BUCKET_S
+from gatekeeper.stats.matching import REPORTED, reported_fields
 from gatekeeper.stats.statistics import histogram_percentile
 from rolegate.trace import Trace
 
@@ -45,9 +45,6 @@ COST = "cost:"
 TOOL = "tool:"
 FORBID = "forbid:"
 LOST = "lost:"
-#: Runs that arrived, per report bucket (30 s, the exposures' own: not `BUCKET_S`) of
-#: their start.
-REPORTED = "rep:"
 #: Latency histogram: milliseconds rounded up to COST_DIGITS significant digits.
 LATENCY = "lat:"
 #: Tokens histogram, rounded up to COST_DIGITS significant digits.
@@ -77,15 +74,12 @@ def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
     # Plain dict work: this runs once per ingested trace, on the hot path.
     # Every arriving run, judged or not, counts as reported in the time bucket it
     # started in (`gatekeeper.stats.reports` compares these with the assignments).
-    started = (None if trace.time is None
-               else f"{REPORTED}{int((trace.time - trace.latency_s) // REPORT_BUCKET_S)}")
+    started = reported_fields(trace)
     if not verdict.judged:
-        return {"unjudged": 1} if started is None else {"unjudged": 1, started: 1}
+        return {"unjudged": 1, **started}
     cost = round(trace.cost_usd * MICROS)
     steps = trace.step_count
-    out = {"n": 1, f"{STEPS}{steps}": 1, f"{COST}{cost_bucket(cost)}": 1}
-    if started is not None:
-        out[started] = 1
+    out = {"n": 1, f"{STEPS}{steps}": 1, f"{COST}{cost_bucket(cost)}": 1, **started}
     if trace.latency_s:
         out[f"{LATENCY}{cost_bucket(round(trace.latency_s * 1000))}"] = 1
     if trace.tokens:
@@ -318,9 +312,9 @@ class WindowStats:
         names = sorted(judged, key=lambda name: (order.get(name, len(order)), name))
         return {name: (passed.get(name, 0), judged[name]) for name in names}
 
-    def reported_buckets(self) -> dict[int, int]:
-        """{time bucket of the run's start: runs that arrived}."""
-        return {int(k): v for k, v in self._group(REPORTED).items() if v}
+    def reported_buckets(self, prefix: str = REPORTED) -> dict[int, int]:
+        """{time bucket of the run's start: runs that arrived} (under minted ids: ID_REPORTED)."""
+        return {int(k): v for k, v in self._group(prefix).items() if v}
 
     def cells(self, metric: str) -> dict[tuple[int, str], tuple[int, int]]:
         """{(bucket, stratum): (runs, runs with `metric`'s event)} for the concurrent test."""

@@ -208,7 +208,9 @@ class Client(SnapshotRefresher):
             # Rules read the attributes; a role bucketed by one needs its value.
             targeted = self._snapshot.targeted(role, key, attributes, self._stale)
             if targeted is not None:
-                self._exposures.count(role, targeted["config"], targeted["arm"], epoch)
+                run_id = self._exposures.count(role, targeted["config"], targeted["arm"], epoch)
+                if run_id is not None:
+                    targeted["run_id"] = run_id
                 if shadow_counter is not None:
                     next(shadow_counter)  # shadow: the candidate runs this job too
                 return targeted
@@ -222,7 +224,8 @@ class Client(SnapshotRefresher):
             if shadow_counter is not None:
                 next(shadow_counter)  # shadow: the candidate runs this job too
         answer = first.copy()
-        next(counter)
+        # The run's id, minted by its arm's exposure counter (`rolegate.run_ids`).
+        answer["run_id"] = next(counter)
         answer["key"] = key
         if self._stale:  # the precompiled answers say "stale": False
             answer["stale"] = True

@@ -10,19 +10,31 @@ so keeps each count within a second of its bucket.
 
 The epoch is the stage's start as the window keys write it (`epoch_of`), so a
 count lands in the same stage window as the runs it assigned.
+
+Each counter but the shadow's also mints the run ids of its assignments
+(`rolegate.run_ids`): `counter(...)` hands out an iterator whose `next()` is the
+id, its stem drawn when the counter is made, so a drained row names the ids it
+counts as one range, ``"ids": {"stem", "from", "to"}`` (values from..to-1). A
+shadow run is the same job run again on the shadow config: it has no id of its
+own, and its arm keeps count-only matching.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Iterator
 from typing import Any
+
+from rolegate.run_ids import minter, new_stem
 
 #: Seconds per time bucket (gatekeeper.stats.concurrent.BUCKET_S: the buckets the
 #: report-rate test compares; the SDK may not import the service's packages).
 BUCKET_S = 30
 #: Where counts are sent (the router adds them to its exposure hashes).
 EXPOSURES_PATH = "/v1/exposures"
+#: Run ids one POST may name (the router refuses more): longer drains go in several.
+MAX_IDS_PER_POST = 100_000
 def epoch_of(since: float | None) -> str:
     """A stage's window epoch from its start (as the trace store's keys write it)."""
     return "0" if since is None else f"{since:.6f}"
@@ -38,21 +50,34 @@ class Exposures:
 
     def __init__(self) -> None:
         self._counters: dict[tuple[str, str, str, str], itertools.count[int]] = {}
+        #: What `counter()` hands out: the id minter, or the plain counter (shadow).
+        self._handed: dict[tuple[str, str, str, str], Iterator[Any]] = {}
+        self._stems: dict[tuple[str, str, str, str], str] = {}
         self._drained: dict[tuple[str, str, str, str], int] = {}
         self._lock = threading.Lock()
 
-    def counter(self, role: str, config: str, arm: str, epoch: str) -> itertools.count[int]:
-        """The counter of (role, config, arm, epoch): call `next()` on it per assignment."""
+    def counter(self, role: str, config: str, arm: str, epoch: str) -> Iterator[Any]:
+        """The counter of (role, config, arm, epoch): call `next()` on it per assignment;
+        it answers the run's id (the shadow's: a plain number)."""
         key = (role, config, arm, epoch)
-        found = self._counters.get(key)
+        found = self._handed.get(key)
         if found is None:
             with self._lock:
-                found = self._counters.setdefault(key, itertools.count())
+                found = self._handed.get(key)
+                if found is None:
+                    counter = self._counters[key] = itertools.count()
+                    if arm == "shadow":
+                        found = counter
+                    else:
+                        stem = self._stems[key] = new_stem()
+                        found = minter(stem, counter)
+                    self._handed[key] = found
         return found
 
-    def count(self, role: str, config: str, arm: str, epoch: str) -> None:
-        """Count one assignment (a dict lookup and a `next()`)."""
-        next(self.counter(role, config, arm, epoch))
+    def count(self, role: str, config: str, arm: str, epoch: str) -> str | None:
+        """Count one assignment (a dict lookup and a `next()`): its run id (None: shadow)."""
+        value = next(self.counter(role, config, arm, epoch))
+        return value if isinstance(value, str) else None
 
     def drain(self, now: float) -> list[dict[str, Any]]:
         """Rows of what each counter gained since the last drain, in `now`'s time bucket."""
@@ -65,8 +90,12 @@ class Exposures:
                 if gained > 0:
                     self._drained[key] = value
                     role, config, arm, epoch = key
-                    rows.append({"role": role, "config": config, "arm": arm, "epoch": epoch,
-                                 "bucket": bucket, "count": gained})
+                    row: dict[str, Any] = {"role": role, "config": config, "arm": arm,
+                                           "epoch": epoch, "bucket": bucket, "count": gained}
+                    stem = self._stems.get(key)
+                    if stem is not None:
+                        row["ids"] = {"stem": stem, "from": value - gained, "to": value}
+                    rows.append(row)
         return rows
 
     def give_back(self, rows: list[dict[str, Any]]) -> None:
@@ -75,6 +104,31 @@ class Exposures:
             for row in rows:
                 key = (row["role"], row["config"], row["arm"], row["epoch"])
                 self._drained[key] = self._drained.get(key, 0) - int(row["count"])
+
+
+def batches(rows: list[dict[str, Any]],
+            most: int = MAX_IDS_PER_POST) -> list[list[dict[str, Any]]]:
+    """`rows` in posts naming at most `most` run ids each, a longer range split into rows of
+    its own (each with its part's count), in order: what a failed post gives back is the
+    later part of each counter's drain."""
+    posts: list[list[dict[str, Any]]] = [[]]
+    named = 0
+    for row in rows:
+        ids = row.get("ids")
+        if ids is None:
+            posts[-1].append(row)
+            continue
+        start, stop = ids["from"], ids["to"]
+        while start < stop:
+            if named == most:
+                posts.append([])
+                named = 0
+            part = min(stop, start + most - named)
+            posts[-1].append({**row, "count": part - start,
+                              "ids": {"stem": ids["stem"], "from": start, "to": part}})
+            named += part - start
+            start = part
+    return [post for post in posts if post]
 
 
 class Sender:
@@ -97,15 +151,17 @@ class Sender:
         self._thread.start()
 
     def send(self) -> None:
-        """Drain and post once now."""
+        """Drain and post once now (in posts of at most MAX_IDS_PER_POST run ids)."""
         rows = self.exposures.drain(self.clock())
-        if not rows:
-            return
-        try:
-            self.post(rows)
-        except Exception:  # noqa: BLE001 - any failure: keep the counts for the next send
-            self.failures += 1
-            self.exposures.give_back(rows)
+        posts = batches(rows)
+        for n, batch in enumerate(posts):
+            try:
+                self.post(batch)
+            except Exception:  # noqa: BLE001 - any failure: keep the counts for the next send
+                self.failures += 1
+                for unsent in posts[n:]:
+                    self.exposures.give_back(unsent)
+                return
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -14,6 +14,7 @@ exception carries it as the trace's `error` (type and message).
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -48,6 +49,28 @@ def _stamps(value: Stamps | Mapping[str, Any]) -> Stamps:
     return found
 
 
+#: Run ids born at assignment (`rolegate.run_ids`) a recorder already took: a resolution
+#: recorded twice (a retry under one answer) gives the second run a fresh id, else its
+#: trace would be a duplicate of the first and never counted. Bounded: the newest only.
+_TAKEN: dict[str, None] = {}
+_TAKEN_LOCK = threading.Lock()
+MAX_TAKEN = 4096
+
+
+def _claim(resolution: Mapping[str, Any]) -> str | None:
+    """The resolution's `run_id` the first time a recorder asks for it; else None."""
+    run_id = resolution.get("run_id")
+    if not isinstance(run_id, str) or not run_id:
+        return None
+    with _TAKEN_LOCK:
+        if run_id in _TAKEN:
+            return None
+        if len(_TAKEN) >= MAX_TAKEN:
+            del _TAKEN[next(iter(_TAKEN))]  # the oldest (dicts keep insertion order)
+        _TAKEN[run_id] = None
+    return run_id
+
+
 class Recorder:
     """Collects tool calls, cost, artifacts and the output of one run."""
 
@@ -68,7 +91,7 @@ class Recorder:
             raise ValueError(f"role {resolution.get('role')!r} has no shadow config to record")
         self.resolution = dict(resolution)
         self.stamps = _stamps(stamps)
-        self.run_id = run_id or uuid.uuid4().hex
+        self.run_id = run_id or (None if shadow else _claim(resolution)) or uuid.uuid4().hex
         self.shadow = shadow
         self.sink = sink
         self.input = input

@@ -134,6 +134,9 @@ class Resolution(TypedDict):
     bucketing: Bucketing
     #: In `full` only: the share of bucketed jobs kept on current (0: none).
     holdback: NotRequired[float]
+    #: The run this assignment starts (`rolegate.run_ids`): report its trace under it and
+    #: the report is matched to this assignment. Every resolve path answers one.
+    run_id: NotRequired[str]
 
 
 def routed_share(binding: Routable) -> float:

@@ -7,12 +7,11 @@ is kept as received (compressed), so a saved snapshot is a complete
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import os
 import zlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,11 +39,12 @@ Entry = tuple[dict[str, Any], dict[str, Any] | None, float, Callable[[str], floa
 #: One role as `Client.resolve` reads it, in one lookup: the first answer; the second
 #: (None: every key gets the first); the message head and integer cut of an inlined
 #: version-2 split (`rolegate.fast_bucket`; None and the share otherwise); the exposure
-#: counters of the first and second answers (the first's again without a second) and of
+#: counters of the first and second answers (the first's again without a second; each
+#: `next()` mints the run's id, `rolegate.run_ids`) and of
 #: the shadow (None outside shadow); the stage epoch they count under; and the entry's
 #: bucket_of (None: the role is resolved in full, `Snapshot.targeted`).
-Fast = tuple[dict[str, Any], dict[str, Any] | None, str | None, Any, "itertools.count[int]",
-             "itertools.count[int]", "itertools.count[int] | None", str,
+Fast = tuple[dict[str, Any], dict[str, Any] | None, str | None, Any, "Iterator[Any]",
+             "Iterator[Any]", "Iterator[Any] | None", str,
              Callable[[str], float] | None]
 
 

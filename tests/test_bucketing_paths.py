@@ -157,6 +157,8 @@ def test_ofrep_single_and_bulk(app: Flask, client: FlaskClient,
                 bulk = client.post("/ofrep/v1/evaluate/flags", json=context,
                                    headers=auth(CALLER)).json
                 flag = next(f for f in bulk["flags"] if f["key"] == role)
+                # Each evaluation is its own run: its own run id, the rest alike.
+                assert single["metadata"].pop("run_id") != flag["metadata"].pop("run_id")
                 assert single == flag
                 arms[(key, tenant)] = single["variant"]
                 assert single["variant"] == _expected(role, rolled[role], key, tenant)

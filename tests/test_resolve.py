@@ -16,7 +16,7 @@ from tests.servers import OwnRedis, wait_for
 
 CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.5}
 FIELDS = {"role", "config", "arm", "stage", "share", "shadow", "version", "key", "stale",
-          "bucketing"}
+          "bucketing", "run_id"}
 
 
 def test_resolve_answers_every_field(client: FlaskClient) -> None:

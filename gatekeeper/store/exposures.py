@@ -25,10 +25,10 @@ from dataclasses import dataclass
 
 from bindings.connection import Connection
 from bindings.store import _redis_errors
+from gatekeeper.stats.matching import ID_REPORTED, REPORTED
 from gatekeeper.store.trace_keys import pending_key, reporter_window_key
 from gatekeeper.store.traces import WINDOW_TTL_S
 from gatekeeper.store.window_fold import pending_counts
-from gatekeeper.window import REPORTED
 
 EXPOSURES_KEY_TEMPLATE = "rolegate:{{{role}}}:exposures:{config}:{arm}:{epoch}"
 
@@ -110,6 +110,12 @@ class ExposureStore:
         pending increments (`window_fold`) in one MULTI, so no report is missed or
         counted twice.
         """
+        return self.reports_of(role, config, arm, epoch, asks)[0]
+
+    def reports_of(self, role: str, config: str, arm: str, epoch: str,
+                   asks: Mapping[str, Iterable[int]]) -> tuple[ByReporter, ByReporter]:
+        """(`reported`, and of those the runs reported under a minted run id: the
+        ``rid:`` fields, `gatekeeper.stats.matching`), read together."""
         names = sorted(asks)
         wanted = {name: sorted(set(asks[name])) for name in names}
         with _redis_errors():
@@ -118,13 +124,18 @@ class ExposureStore:
             for name in names:
                 if wanted[name]:
                     pipe.hmget(reporter_window_key(role, config, arm, epoch, name),
-                               [f"{REPORTED}{b}" for b in wanted[name]])
+                               [f"{REPORTED}{b}" for b in wanted[name]]
+                               + [f"{ID_REPORTED}{b}" for b in wanted[name]])
             answers = iter(pipe.execute())
         _, pending = pending_counts(next(answers))
         out: ByReporter = {}
+        with_ids: ByReporter = {}
         for name in names:
-            stored = next(answers) if wanted[name] else []
+            asked = wanted[name]
+            stored = next(answers) if asked else []
             extra = pending.get(name, Counter())
             out[name] = {b: int(v or 0) + extra.get(f"{REPORTED}{b}", 0)
-                         for b, v in zip(wanted[name], stored)}
-        return out
+                         for b, v in zip(asked, stored)}
+            with_ids[name] = {b: int(v or 0) + extra.get(f"{ID_REPORTED}{b}", 0)
+                              for b, v in zip(asked, stored[len(asked):])}
+        return out, with_ids

@@ -43,6 +43,7 @@ from typing import Any
 
 from bindings.store import binding_key
 from gatekeeper.checks.invariants import TraceVerdict
+from gatekeeper.store.run_matches import MATCH_LUA
 from gatekeeper.store.trace_keys import (
     Location,
     claims_key,
@@ -69,6 +70,8 @@ from rolegate.trace import Trace
 #       the quota charge "traces bytes traces_limit bytes_limit ttl" ("" for none),
 #       the tally's share of the increments (n, tool:*), encoded the same way,
 #       then (trace JSON, verdict JSON, "1" if expected known else "0") * n traces
+# A new trace whose run id was minted at assignment removes that id from its reporter's
+# pending set beside the window (`run_matches.MATCH_LUA`).
 # Returns {"Q", "traces"|"bytes", used} without storing when the charge went over
 # a limit (the charge still counts); {"V", version or ""} without writing when
 # the binding is at another version; {"R", "0"|"1" per trace} without writing
@@ -81,7 +84,7 @@ from rolegate.trace import Trace
 # charge out: it counted once. The window's increments go to its pending list
 # as one entry, folded into the window hashes every FOLD_AT entries, or at once
 # when the entry is longer than FOLD_NOW_BYTES (`window_fold`).
-INGEST_SCRIPT = FOLD_FUNCTION + UNITS_LUA + """
+INGEST_SCRIPT = FOLD_FUNCTION + UNITS_LUA + MATCH_LUA + """
 local n = tonumber(ARGV[6])
 -- The unit test's lines (`unit_events`), one per trace, when the group has any.
 local ulines = nil
@@ -129,6 +132,8 @@ for i = 1, n do
     local location = ARGV[4] .. id .. '"}'
     redis.call('HSET', claims, ARGV[9], location)
     redis.call('EXPIRE', claims, ARGV[2])
+    -- The run's own assignment is matched (`run_matches`): stored and matched at once.
+    match_run(KEYS[2], ARGV[9], claims)
     if #others > 0 then
       out[i + 1] = 'C' .. location .. '\\n' .. table.concat(others, '\\n')
       clashes = clashes + 1

@@ -22,7 +22,7 @@ from gatekeeper.view.criteria import criteria_section
 from gatekeeper.view.difference import difference_section
 from gatekeeper.view.judges import judges_section, merge_judged, merge_pairwise
 from gatekeeper.view.outlook import next_view_section, previous_section
-from gatekeeper.view.reports import merge_missing, missing_for, report_counts
+from gatekeeper.view.reports import merge_missing, missing_for, report_counts, with_runs
 from gatekeeper.view.rollout import rollout_section
 from gatekeeper.view.sections import drift_section, paired_section
 from gatekeeper.view.units import units_section
@@ -38,7 +38,7 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     view["judges"] = judges_section(ctx, JudgeStore(traces.connection))
     merge_judged(view["by_criterion"], view["judges"], ctx)
     counts = report_counts(ctx)  # the exposure hashes, read once for both sections
-    view["reports"] = kept.reports(ctx, counts)
+    view["reports"] = with_runs(kept.reports(ctx, counts), counts)
     merge_missing(view["arms"], view["reports"])
     view["paired"] = merge_pairwise(paired_section(ctx), view["judges"], ctx)
     view["drift"] = drift_section(ctx)

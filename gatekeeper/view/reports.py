@@ -5,7 +5,9 @@ adds: the runs each arm was assigned and never reported, handed to the
 `concurrent` section (where they count as failed runs under "fail") and shown
 beside each arm's pass rate (`merge_missing`). The exposure hashes, and each
 reporter's own reports of the buckets it counted, are read once per view
-(`report_counts`). Each reporter's assignments are set against its own reports;
+(`report_counts`), with each reporter's runs that carry ids matched run by run
+(`gatekeeper.stats.matching`; `runs` shows them). Each reporter's assignments are
+set against its own reports;
 with `trusted_reporters` in the policy only theirs are read, as only their runs
 count; only the reporters whose missing runs say something about a config
 (`ReporterFigures.counted`) add missing runs.
@@ -17,15 +19,36 @@ from typing import Any
 
 from bindings.models import Stage
 from gatekeeper.stats.budget import REPORTS_SHARE
-from gatekeeper.stats.missing import FAIL, Missing, applies, mature_before, missing_of
+from gatekeeper.stats.matching import ID_REPORTED, RunIds, matched_reports, run_figures
+from gatekeeper.stats.missing import (
+    FAIL,
+    REPORT_BUCKET_S,
+    Missing,
+    applies,
+    mature_before,
+    missing_of,
+)
 from gatekeeper.stats.reports import report_check_by, reporter_figures
 from gatekeeper.store.exposures import ExposureStore
+from gatekeeper.store.run_matches import RunMatchStore
+from gatekeeper.store.traces import WINDOW_TTL_S
 from gatekeeper.view.context import GateContext
 
 #: Per arm: ({bucket: assigned}, {bucket: reported}).
 ArmCounts = tuple[dict[int, int], dict[int, int]]
-#: Per reporter: (the judged arm's counts, current's).
-ReportCounts = dict[str, tuple[ArmCounts, ArmCounts]]
+
+
+class ReportCounts(dict[str, tuple[ArmCounts, ArmCounts]]):
+    """Per reporter: (the judged arm's counts, current's), "reported" being assigned minus
+    missing (`gatekeeper.stats.matching`: runs with ids matched one by one); and per arm
+    (judged, current) each reporter's runs with ids (`runs`), for the section's figures."""
+
+    def __init__(self, counts: dict[str, tuple[ArmCounts, ArmCounts]],
+                 runs: tuple[dict[str, RunIds], dict[str, RunIds]] = ({}, {}),
+                 mature: int = 0) -> None:
+        super().__init__(counts)
+        self.runs = runs
+        self.mature = mature
 
 
 def judged_arm(ctx: GateContext) -> str | None:
@@ -38,43 +61,75 @@ def judged_arm(ctx: GateContext) -> str | None:
 
 
 def report_counts(ctx: GateContext) -> ReportCounts | None:
-    """Each arm's assigned and reported runs per report bucket; None outside a live rollout."""
+    """Each arm's assigned and reported runs per report bucket; None outside a live rollout.
+
+    A reporter's runs with ids are matched run by run (`run_matches`, `stats.matching`):
+    its "reported" is what was assigned less what is missing; without ids, as reported.
+    """
     judged = judged_arm(ctx)
     if judged is None:
         return None
     store = ExposureStore(ctx.traces.connection)
+    matches = RunMatchStore(ctx.traces.connection, WINDOW_TTL_S)
     trusted = ctx.record.binding.gate.trusted_reporters
+    mature = mature_before(ctx.now, ctx.record.binding.gate.reports.grace_seconds)
     per_arm = []
+    runs: list[dict[str, RunIds]] = []
     for arm in (judged, "current"):
         config, window = ctx.arms[arm]
         assigned = store.by_reporter(ctx.role, config, arm, ctx.epoch)
         if trusted is not None:
             assigned = {name: b for name, b in assigned.items() if name in trusted}
-        reported = _read_already(ctx, arm, assigned, trusted is not None)
-        if reported is None:
-            reported = store.reported(ctx.role, config, arm, ctx.epoch, assigned)
-        per_arm.append((assigned, reported))
+        got = _read_already(ctx, arm, assigned, trusted is not None)
+        if got is None:
+            got = store.reports_of(ctx.role, config, arm, ctx.epoch, assigned)
+        reported, id_reported = got
+        own = matches.read(ctx.role, config, arm, ctx.epoch, assigned,
+                           mature * REPORT_BUCKET_S) if assigned else {}
+        runs.append(own)
+        per_arm.append((assigned, {
+            name: matched_reports(given, reported.get(name, {}), id_reported.get(name, {}),
+                                  own.get(name), mature)
+            for name, given in assigned.items()}))
     names = per_arm[0][0].keys() | per_arm[1][0].keys()
-    return {name: ((per_arm[0][0].get(name, {}), per_arm[0][1].get(name, {})),
-                   (per_arm[1][0].get(name, {}), per_arm[1][1].get(name, {})))
-            for name in sorted(names)}
+    return ReportCounts({name: ((per_arm[0][0].get(name, {}), per_arm[0][1].get(name, {})),
+                                (per_arm[1][0].get(name, {}), per_arm[1][1].get(name, {})))
+                         for name in sorted(names)}, (runs[0], runs[1]), mature)
 
 
 def _read_already(ctx: GateContext, arm: str, assigned: dict[str, dict[int, int]],
-                  whole: bool) -> dict[str, dict[int, int]] | None:
-    """Each reporter's reports per bucket when the context already holds them (None: read
-    them): under `trusted_reporters` each reporter's whole window is in the context; else
-    when one reporter sent every run of the arm, the arm's window is that reporter's."""
+                  whole: bool) -> tuple[dict[str, dict[int, int]],
+                                        dict[str, dict[int, int]]] | None:
+    """Each reporter's reports per bucket, and those under minted run ids, when the context
+    already holds them (None: read them): under `trusted_reporters` each reporter's whole
+    window is in the context; else when one reporter sent every run of the arm, the arm's
+    window is that reporter's."""
     windows = ctx.by_reporter.get(arm, {})
     if whole:
-        return {name: windows[name].reported_buckets() if name in windows else {}
-                for name in assigned}
+        return ({name: windows[name].reported_buckets() if name in windows else {}
+                 for name in assigned},
+                {name: windows[name].reported_buckets(ID_REPORTED) if name in windows else {}
+                 for name in assigned})
     window = ctx.arms[arm][1]
     if len(windows) == 1 and set(assigned) <= set(windows):
         (name, own), = windows.items()
         if own.n == window.n:
-            return {name: window.reported_buckets()}
-    return {name: {} for name in assigned} if not windows else None
+            return {name: window.reported_buckets()}, {name: window.reported_buckets(ID_REPORTED)}
+    if not windows:
+        return {name: {} for name in assigned}, {name: {} for name in assigned}
+    return None
+
+
+def with_runs(section: dict[str, Any] | None,
+              counts: ReportCounts | None) -> dict[str, Any] | None:
+    """The section (a copy: a kept one is shared) with `runs`: per arm the runs with ids
+    past the grace, `matched` and `missing`, and those `in_flight` (`stats.matching`), over
+    the reporters whose missing runs count; the rest of the section reads them already."""
+    if section is None or counts is None:
+        return section
+    counted = set(section.get("missing_runs", {}).get("counted_reporters") or ())
+    return {**section, "runs": {arm: run_figures(runs, counts.mature, counted)
+                                for arm, runs in zip(("candidate", "current"), counts.runs)}}
 
 
 def reports_section(ctx: GateContext, counts: ReportCounts | None) -> dict[str, Any] | None:

@@ -134,6 +134,8 @@ def evaluate_flags() -> ResponseReturnValue:
         response = current_app.response_class(status=304)
     else:
         count_all(current_app, resolutions, records, principal().name)
+        # Now with each evaluation's run id; the tag stays the evaluations' own.
+        payload, _ = bulk_payload(resolutions, _bodies(resolutions) if include else None)
         response = current_app.response_class(payload, mimetype="application/json")
     response.headers["ETag"] = tag
     return response

@@ -56,7 +56,8 @@ def count_all(app: Flask, resolutions: list[Resolution],
 
 def bulk_payload(resolutions: list[Resolution],
                  bodies: Mapping[str, Any] | None = None) -> tuple[bytes, str]:
-    """The bulk answer's JSON bytes and its ETag.
+    """The bulk answer's JSON bytes and its ETag (built before the evaluations are counted,
+    so the tag never covers their run ids: the same evaluations give the same tag).
 
     The tag covers the answer itself, so it changes exactly when a role, a
     stage, a share or a rule moves this context's evaluations.

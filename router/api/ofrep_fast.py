@@ -127,6 +127,8 @@ class OfrepFastPath:
                 status, body, headers = "304 NOT MODIFIED", b"", []
             else:
                 count_all(self.app, resolutions, records, principal.name)
+                # Now with each evaluation's run id; the tag stays the evaluations' own.
+                body, _ = bulk_payload(resolutions)
             headers.append(("ETag", tag))
         if body:
             headers.append(("Content-Length", str(len(body))))

@@ -133,8 +133,9 @@ def evaluation(resolution: Resolution,
     attributes that decided (the rule's, the unit's) come as `attr.<name>`, the
     bucketing as `bucketing.version`, `bucketing.bucket_by` (`targetingKey` when
     the job key is the unit), `bucketing.salted` (and `bucketing.unit_missing`),
-    and a config body (when `bodies` holds it) as its JSON text under `body`
-    (`shadow_body` for the shadow's).
+    a config body (when `bodies` holds it) as its JSON text under `body`
+    (`shadow_body` for the shadow's), and the run's id (`run_id`, minted when the
+    evaluation was counted: `rolegate.run_ids`).
     """
     bucketing = resolution["bucketing"]
     metadata: dict[str, Any] = {
@@ -153,6 +154,8 @@ def evaluation(resolution: Resolution,
         metadata["shadow"] = resolution["shadow"]
     if "rule" in resolution:
         metadata["rule"] = resolution["rule"]
+    if "run_id" in resolution:
+        metadata["run_id"] = resolution["run_id"]
     for name, value in resolution.get("attributes", {}).items():
         metadata[f"attr.{name}"] = value
     if bodies is not None:

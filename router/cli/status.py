@@ -23,6 +23,7 @@ from gatekeeper.stats.fleet_budget import BUDGET_SOURCE, BudgetAdvice, budget_ad
 from rolegate.http import ApiClient, ApiError
 from router.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, api_command, echo_json
 from router.cli.effect import effect_lines
+from router.cli.run_lines import matched_lines
 
 #: --wait's answers: the candidate became stable, it was rolled back, time ran out.
 WAIT_STABLE, WAIT_ROLLED_BACK, WAIT_TIMEOUT = EXIT_OK, EXIT_REFUSED, EXIT_USAGE
@@ -196,6 +197,7 @@ def render(view: dict[str, Any], binding: dict[str, Any] | None = None) -> list[
     if isinstance(reports, dict) and reports.get("assigned"):
         # Runs that never arrived: reported against assigned, per arm.
         lines.append(f"  reported   {reports.get('verdict')}: {reports.get('reason')}")
+        lines += matched_lines(reports)
         lines.append(f"{'':13}{missing_policy_words(reports)}")
     previous = view.get("previous")
     if previous:

@@ -16,8 +16,9 @@ from gatekeeper.machine.next_step import STATES, WAIT_KINDS
 from gatekeeper.machine.responses import RESPONSES
 from gatekeeper.stats.drift import METRICS
 from rolegate.config_ids import CONFIG_ID_PATTERN, MAX_CONFIG_ID
+from rolegate.run_ids import STEM
 from rolegate.trace import ROLE_PATTERN, TraceArm
-from router.api.exposures import MAX_ROWS
+from router.api.exposures import MAX_IDS, MAX_ROWS
 from router.api.feedback import QUOTA_PATTERN
 from router.api.trace_parse import MAX_BATCH
 from router.openapi.paths import AUTH, HTML, enum_of, json_body, json_response, ref
@@ -46,6 +47,11 @@ OTLP_JSON = {"type": "object", "required": ["resourceSpans"],
              "properties": {"resourceSpans": {"type": "array", "items": OBJECT}}}
 OTLP_ANSWER = {"type": "object", "properties": {"partialSuccess": _obj(
     "rejectedSpans", rejectedSpans={"type": "string"}, errorMessage={"type": "string"})}}
+_RUN_IDS = {**_obj("stem", "from", "to",
+                   stem={"type": "string", "pattern": "^" + STEM.pattern + "$"},
+                   **{end: {"type": "integer", "minimum": 0, "maximum": 10**18}
+                      for end in ("from", "to")}),
+            "additionalProperties": False}
 _EXPOSURE = {**_obj("role", "config", "arm", "epoch", "bucket", "count",
                     role={"type": "string", "minLength": 1, "maxLength": 128,
                           "pattern": ROLE_PATTERN},
@@ -54,7 +60,11 @@ _EXPOSURE = {**_obj("role", "config", "arm", "epoch", "bucket", "count",
                     arm=enum_of(TraceArm),
                     epoch={"type": "string", "pattern": r"^(0|\d{1,12}\.\d{6})$"},
                     bucket={"type": "integer", "minimum": 0, "maximum": 10**10},
-                    count={"type": "integer", "minimum": 1, "maximum": 10**7}),
+                    count={"type": "integer", "minimum": 1, "maximum": 10**7},
+                    ids={"anyOf": [{"type": "null"}, _RUN_IDS],
+                         "description": "The rows' run ids, stem + n for n in [from, to): "
+                                        "to - from equals count; not for the shadow arm; "
+                                        f"at most {MAX_IDS} per request."}),
              "additionalProperties": False}
 EXPOSURES = {**_obj("exposures", exposures={"type": "array", "items": _EXPOSURE,
                                             "maxItems": MAX_ROWS}),
@@ -119,6 +129,23 @@ DIFFERENCE = {"type": "array", "items": _obj(
     metric={"type": "string"}, estimate={"type": ["number", "null"]},
     lower={"type": ["number", "null"]}, upper={"type": ["number", "null"]},
     confidence={"type": "number"}, arm={"type": "string"}, note={"type": ["string", "null"]})}
+#: One arm's runs with ids (gatekeeper.stats.matching.run_figures).
+_RUN_FIGURES = {**_obj("with_id", "matched", "missing", "in_flight",
+                       with_id={"type": "integer", "minimum": 0,
+                                "description": "Runs assigned with a run id, past the grace."},
+                       matched={"type": "integer", "minimum": 0,
+                                "description": "Of those, reported under their own id."},
+                       missing={"type": "integer", "minimum": 0,
+                                "description": "Of those, whose id never reported."},
+                       in_flight={"type": "integer", "minimum": 0,
+                                  "description": "Runs within the grace not reported yet."}),
+                "additionalProperties": False}
+REPORTS = {"anyOf": [{"type": "object", "properties": {
+    "runs": {**_obj("candidate", "current", candidate=_RUN_FIGURES, current=_RUN_FIGURES),
+             "description": "Reports matched to their own assignments by run id, over the "
+                            "reporters whose missing runs count (runs without ids: bucket "
+                            "arithmetic, docs/gatekeeper.md)."}}},
+                     {"type": "null"}]}
 GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", "arms",
             "comparison", "next", next={"anyOf": [NEXT, {"type": "null"}]},
             previous={"type": ["object", "null"]}, rule=OBJECT, role={"type": "string"}, version={"type": "integer"},
@@ -128,7 +155,7 @@ GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", 
             paired={"type": ["object", "null"]}, drift=OBJECT,
             rollout={"type": ["object", "null"]},
             units={"anyOf": [UNITS, {"type": "null"}]},
-            difference={"anyOf": [DIFFERENCE, {"type": "null"}]})
+            difference={"anyOf": [DIFFERENCE, {"type": "null"}]}, reports=REPORTS)
 
 MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/traces": {"post": {
@@ -277,8 +304,9 @@ MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/exposures": {"post": {
         "summary": "Add an SDK's assignment counts (in-process resolves), per arm and bucket.",
         "description": "Each row: `count` runs of (role, config, arm) assigned in stage "
-                       "`epoch` during 30 s time bucket `bucket`. The gate view's `reports` "
-                       "section compares them with the runs that reported.",
+                       "`epoch` during 30 s time bucket `bucket`, and with `ids` the run "
+                       "ids its resolves minted. The gate view's `reports` section compares "
+                       "them with the runs that reported: ids one by one, counts by bucket.",
         "requestBody": json_body(EXPOSURES, required=True),
         "responses": {"200": json_response("How many assignments were added.",
                                            _obj("added", added={"type": "integer"}))},

@@ -34,7 +34,8 @@ METADATA = {
                    "targeting rule picked the arm; attr.<name>, the attributes that decided "
                    "(the rule's, the unit's); bucketing.version, bucketing.bucket_by "
                    "(targetingKey for the key), bucketing.salted (bucketing.unit_missing); "
-                   "body (and shadow_body), the config body as JSON text, when asked.",
+                   "body (and shadow_body), the config body as JSON text, when asked; "
+                   "run_id, the run this evaluation starts (report its trace under it).",
     "additionalProperties": {"type": ["string", "number", "boolean"]},
 }
 SUCCESS = {

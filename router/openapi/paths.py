@@ -15,6 +15,7 @@ from typing import Any, get_args
 
 from bindings.models import Stage
 from rolegate.routing import Arm
+from rolegate.run_ids import MINTED
 
 #: Every error status some operation answers; each becomes a shared response.
 ERROR_STATUSES = (400, 401, 403, 404, 409, 410, 413, 422, 428, 429, 503, 504)
@@ -151,6 +152,10 @@ RESOLUTION = {
                                       "unit's when the role buckets by an attribute."},
         "holdback": {"type": "number", "minimum": 0, "maximum": 1,
                      "description": "In full: the share of bucketed units kept on current."},
+        "run_id": {"type": "string", "pattern": "^" + MINTED.pattern + "$",
+                   "description": "The run this assignment starts: report its trace under "
+                                  "this run_id and the report is matched to the assignment "
+                                  "(a run is missing only when its own id never reports)."},
         "bucketing": {
             "type": "object", "description": "How the job was bucketed (docs/bucketing.md).",
             "required": ["version", "bucket_by", "salted"], "additionalProperties": False,

@@ -1,0 +1,46 @@
+"""Run ids born at assignment: each resolve names the run it starts.
+
+Every resolve path (the SDK's in-process `Client.resolve`, the router's HTTP
+resolve and its fast path, OFREP single and bulk) answers a `run_id`, and counts
+the assignment under it (`rolegate.exposures`). A run whose trace carries that
+id as its `run_id` is matched to its own assignment when the report lands
+(`gatekeeper.store.run_matches`), so "missing" means this run's report never
+came, not that one report bucket came up short of another.
+
+An id is ``r1.<stem>.<n>``: the stem is 12 random hex digits drawn per counter
+(a process's (role, config, arm, epoch) counter, so each process and each
+counter has its own), `n` the counter's value. Minting one is a `next()` on a
+C-level iterator: no lock, no clock, no randomness per call (the resolve is the
+hot path). Ids are sent to the router as ranges ``(stem, from, to)``, never one
+by one. A forked child draws new stems (`rolegate.exposures.Exposures` is made
+anew after a fork), so parent and child never mint the same id.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import secrets
+from collections.abc import Iterator
+
+#: What every minted id starts with (the version of this shape).
+PREFIX = "r1."
+#: A minted id, whole: what the ingest script and the exposure rows accept as one.
+MINTED = re.compile(r"r1\.[0-9a-f]{12,32}\.[0-9]{1,19}")
+#: A stem as an exposure row names it (`r1.<hex>.`).
+STEM = re.compile(r"r1\.[0-9a-f]{12,32}\.")
+
+
+def new_stem() -> str:
+    """A fresh stem: ``r1.<12 random hex digits>.``."""
+    return f"{PREFIX}{secrets.token_hex(6)}."
+
+
+def minter(stem: str, counter: itertools.count[int]) -> Iterator[str]:
+    """The ids ``stem + str(n)`` for `counter`'s values, one per `next()` (advancing it)."""
+    return map(stem.__add__, map(str, counter))
+
+
+def is_minted(run_id: str) -> bool:
+    """True when `run_id` has the shape of an id minted at assignment."""
+    return run_id.startswith(PREFIX) and MINTED.fullmatch(run_id) is not None
