@@ -208,9 +208,10 @@ class Client(SnapshotRefresher):
             # Rules read the attributes; a role bucketed by one needs its value.
             targeted = self._snapshot.targeted(role, key, attributes, self._stale)
             if targeted is not None:
-                run_id = self._exposures.count(role, targeted["config"], targeted["arm"], epoch)
-                if run_id is not None:
-                    targeted["run_id"] = run_id
+                arm = targeted["arm"]
+                targeted["run_seq"] = next(self._exposures.counter(role, targeted["config"],
+                                                                   arm, epoch))
+                targeted["run_stem"] = self._exposures.stem(role, targeted["config"], arm, epoch)
                 if shadow_counter is not None:
                     next(shadow_counter)  # shadow: the candidate runs this job too
                 return targeted
@@ -224,8 +225,8 @@ class Client(SnapshotRefresher):
             if shadow_counter is not None:
                 next(shadow_counter)  # shadow: the candidate runs this job too
         answer = first.copy()
-        # The run's id, minted by its arm's exposure counter (`rolegate.run_ids`).
-        answer["run_id"] = next(counter)
+        # The run's number under its arm's counter: with the answer's `run_stem`, its id.
+        answer["run_seq"] = next(counter)
         answer["key"] = key
         if self._stale:  # the precompiled answers say "stale": False
             answer["stale"] = True

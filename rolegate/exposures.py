@@ -11,22 +11,21 @@ so keeps each count within a second of its bucket.
 The epoch is the stage's start as the window keys write it (`epoch_of`), so a
 count lands in the same stage window as the runs it assigned.
 
-Each counter but the shadow's also mints the run ids of its assignments
-(`rolegate.run_ids`): `counter(...)` hands out an iterator whose `next()` is the
-id, its stem drawn when the counter is made, so a drained row names the ids it
-counts as one range, ``"ids": {"stem", "from", "to"}`` (values from..to-1). A
-shadow run is the same job run again on the shadow config: it has no id of its
-own, and its arm keeps count-only matching.
+Each counter but the shadow's also numbers the runs it counts: run n of a
+counter has the id ``stem + str(n)`` (`rolegate.run_ids`), its stem drawn when
+the counter is made, so a drained row names the ids it counts as one range,
+``"ids": {"stem", "from", "to"}`` (values from..to-1). A shadow run is the same
+job run again on the shadow config: it has no id of its own, and its arm keeps
+count-only matching.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-from rolegate.run_ids import minter, new_stem
+from rolegate.run_ids import new_stem
 
 #: Seconds per time bucket (gatekeeper.stats.concurrent.BUCKET_S: the buckets the
 #: report-rate test compares; the SDK may not import the service's packages).
@@ -50,34 +49,35 @@ class Exposures:
 
     def __init__(self) -> None:
         self._counters: dict[tuple[str, str, str, str], itertools.count[int]] = {}
-        #: What `counter()` hands out: the id minter, or the plain counter (shadow).
-        self._handed: dict[tuple[str, str, str, str], Iterator[Any]] = {}
+        #: Each counter's run-id stem (`rolegate.run_ids`); none for the shadow's.
         self._stems: dict[tuple[str, str, str, str], str] = {}
         self._drained: dict[tuple[str, str, str, str], int] = {}
         self._lock = threading.Lock()
 
-    def counter(self, role: str, config: str, arm: str, epoch: str) -> Iterator[Any]:
+    def counter(self, role: str, config: str, arm: str, epoch: str) -> itertools.count[int]:
         """The counter of (role, config, arm, epoch): call `next()` on it per assignment;
-        it answers the run's id (the shadow's: a plain number)."""
+        its value is the run's number under the counter's `stem`."""
         key = (role, config, arm, epoch)
-        found = self._handed.get(key)
+        found = self._counters.get(key)
         if found is None:
             with self._lock:
-                found = self._handed.get(key)
+                found = self._counters.get(key)
                 if found is None:
-                    counter = self._counters[key] = itertools.count()
-                    if arm == "shadow":
-                        found = counter
-                    else:
-                        stem = self._stems[key] = new_stem()
-                        found = minter(stem, counter)
-                    self._handed[key] = found
+                    if arm != "shadow":
+                        self._stems[key] = new_stem()
+                    found = self._counters[key] = itertools.count()
         return found
 
+    def stem(self, role: str, config: str, arm: str, epoch: str) -> str | None:
+        """The run-id stem of the counter (made with it); None for the shadow's."""
+        self.counter(role, config, arm, epoch)
+        return self._stems.get((role, config, arm, epoch))
+
     def count(self, role: str, config: str, arm: str, epoch: str) -> str | None:
-        """Count one assignment (a dict lookup and a `next()`): its run id (None: shadow)."""
-        value = next(self.counter(role, config, arm, epoch))
-        return value if isinstance(value, str) else None
+        """Count one assignment: its run id (None for a shadow run, which has none)."""
+        number = next(self.counter(role, config, arm, epoch))
+        stem = self._stems.get((role, config, arm, epoch))
+        return None if stem is None else f"{stem}{number}"
 
     def drain(self, now: float) -> list[dict[str, Any]]:
         """Rows of what each counter gained since the last drain, in `now`'s time bucket."""

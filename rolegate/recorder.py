@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from rolegate.run_ids import run_id_of
 from rolegate.trace import Stamps, Step, Trace, declared_fields
 
 #: The optional fields `Recorder.tool()` takes beside name, args, result and error.
@@ -59,8 +60,8 @@ MAX_TAKEN = 4096
 
 def _claim(resolution: Mapping[str, Any]) -> str | None:
     """The resolution's `run_id` the first time a recorder asks for it; else None."""
-    run_id = resolution.get("run_id")
-    if not isinstance(run_id, str) or not run_id:
+    run_id = run_id_of(resolution)
+    if run_id is None:
         return None
     with _TAKEN_LOCK:
         if run_id in _TAKEN:

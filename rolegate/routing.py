@@ -135,8 +135,11 @@ class Resolution(TypedDict):
     #: In `full` only: the share of bucketed jobs kept on current (0: none).
     holdback: NotRequired[float]
     #: The run this assignment starts (`rolegate.run_ids`): report its trace under it and
-    #: the report is matched to this assignment. Every resolve path answers one.
+    #: the report is matched to this assignment. HTTP and OFREP answer it whole; the SDK
+    #: as `run_stem` and `run_seq` (`run_ids.run_id_of` joins them; its recorder does).
     run_id: NotRequired[str]
+    run_stem: NotRequired[str | None]
+    run_seq: NotRequired[int]
 
 
 def routed_share(binding: Routable) -> float:

@@ -9,10 +9,13 @@ came, not that one report bucket came up short of another.
 
 An id is ``r1.<stem>.<n>``: the stem is 12 random hex digits drawn per counter
 (a process's (role, config, arm, epoch) counter, so each process and each
-counter has its own), `n` the counter's value. Minting one is a `next()` on a
-C-level iterator: no lock, no clock, no randomness per call (the resolve is the
-hot path). Ids are sent to the router as ranges ``(stem, from, to)``, never one
-by one. A forked child draws new stems (`rolegate.exposures.Exposures` is made
+counter has its own), `n` the counter's value: no lock, no clock, no randomness
+per call (the resolve is the hot path). The SDK's in-process answer carries the
+id as its two parts, `run_stem` (held in the precompiled answer) and `run_seq`
+(the counter's value, which counting the exposure draws anyway), joined by
+`run_id_of` and the recorder: building a string per resolve would cost about
+0.2 us, 40% of the resolve (bench.peers). Ids are sent to the router as ranges
+``(stem, from, to)``, never one by one. A forked child draws new stems (`rolegate.exposures.Exposures` is made
 anew after a fork), so parent and child never mint the same id.
 """
 
@@ -21,7 +24,8 @@ from __future__ import annotations
 import itertools
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 #: What every minted id starts with (the version of this shape).
 PREFIX = "r1."
@@ -39,6 +43,18 @@ def new_stem() -> str:
 def minter(stem: str, counter: itertools.count[int]) -> Iterator[str]:
     """The ids ``stem + str(n)`` for `counter`'s values, one per `next()` (advancing it)."""
     return map(stem.__add__, map(str, counter))
+
+
+def run_id_of(resolution: Mapping[str, Any]) -> str | None:
+    """The run id a resolve answered: `run_id` (HTTP, OFREP), or the SDK's `run_stem` and
+    `run_seq` joined (None: an answer from before run ids)."""
+    run_id = resolution.get("run_id")
+    if isinstance(run_id, str) and run_id:
+        return run_id
+    stem, seq = resolution.get("run_stem"), resolution.get("run_seq")
+    if isinstance(stem, str) and isinstance(seq, int):
+        return f"{stem}{seq}"
+    return None
 
 
 def is_minted(run_id: str) -> bool:

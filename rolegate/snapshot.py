@@ -262,12 +262,20 @@ class Snapshot:
 def _counted(exposures: Exposures, role: str, split: tuple[Any, Any, Any, Any], epoch: str,
              bucket_of: Callable[[str], float] | None) -> Fast:
     """A role's answers and split with `exposures`' counters for each answer (and shadow)."""
+    # Each answer holds its counter's run-id stem and a `run_seq` slot the resolve fills
+    # with the counter's value (`rolegate.run_ids`): setting a key the copy already has
+    # never grows the dict.
     first, second = split[0], split[1]
     shadow = first.get("shadow")
     counter = exposures.counter(role, first["config"], first["arm"], epoch)
-    return (*split, counter,
-            counter if second is None else exposures.counter(role, second["config"],
-                                                             second["arm"], epoch),
+    first = {**first, "run_stem": exposures.stem(role, first["config"], first["arm"], epoch),
+             "run_seq": 0}
+    if second is not None:
+        second_counter = exposures.counter(role, second["config"], second["arm"], epoch)
+        second = {**second, "run_seq": 0,
+                  "run_stem": exposures.stem(role, second["config"], second["arm"], epoch)}
+    return (first, second, split[2], split[3], counter,
+            counter if second is None else second_counter,
             None if not shadow else exposures.counter(role, shadow, "shadow", epoch), epoch,
             bucket_of)
 

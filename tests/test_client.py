@@ -17,7 +17,7 @@ from flask import Flask
 from bindings.models import Binding, VersionedBinding
 from rolegate.client import Client, SnapshotTooOld, SnapshotUnavailable
 from rolegate.routing import resolve
-from rolegate.run_ids import is_minted
+from rolegate.run_ids import is_minted, run_id_of
 from router.api.resolve import resolve_role
 from router.api.watch import notifier
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
@@ -67,11 +67,14 @@ def test_local_answers_equal_the_servers_for_10000_keys(router: LiveRouter, app:
 
 def _same_run_apart(local: Mapping[str, Any], server: Mapping[str, Any]) -> bool:
     """The SDK's answer is the server's but for the run id each minted for its own run
-    (`rolegate.run_ids`); the pure function mints none."""
-    assert is_minted(local["run_id"]), local
-    assert "run_id" not in server or server["run_id"] != local["run_id"]
-    return {k: v for k, v in local.items() if k != "run_id"} == {
-        k: v for k, v in server.items() if k != "run_id"}
+    (`rolegate.run_ids`: the SDK's as `run_stem` and `run_seq`); the pure function mints
+    none."""
+    mine = run_id_of(local)
+    assert mine is not None and is_minted(mine), local
+    assert run_id_of(server) != mine
+    apart = ("run_id", "run_stem", "run_seq")
+    return {k: v for k, v in local.items() if k not in apart} == {
+        k: v for k, v in server.items() if k not in apart}
 
 
 def test_unknown_role_and_long_key_are_refused(router: LiveRouter) -> None:

@@ -23,7 +23,8 @@ from gatekeeper.stats.missing import missing_of
 from gatekeeper.stats.reports import SHORT
 from rolegate import Client
 from rolegate.exposures import BUCKET_S, epoch_of
-from rolegate.run_ids import is_minted
+from rolegate.recorder import Recorder
+from rolegate.run_ids import is_minted, run_id_of
 from router.api.exposures import exposure_counter
 from router.app import create_app
 from tests.conftest import OPERATOR, TOKENS, auth
@@ -80,6 +81,16 @@ def test_runs_in_flight_make_their_bucket_wait() -> None:
     got = matched_reports({7: 10}, {7: 6}, {7: 6}, runs, mature=6)
     missing = missing_of(({7: 10}, got), ({7: 10}, {7: 10}), 6)
     assert missing.candidate == {} and missing.waiting_from is not None
+
+
+def test_a_resolution_recorded_twice_gives_the_second_run_its_own_id() -> None:
+    """The recorder reports the first run under the resolve's id; a retry recorded from the
+    same answer gets a fresh one (else its trace would be a duplicate, never counted)."""
+    answer = {"role": ROLE, "config": "cfg_b", "arm": "candidate", "key": "k", "shadow": None,
+              "run_stem": "r1.0123456789ab.", "run_seq": 7}
+    first, again = Recorder(answer, STAMPS), Recorder(answer, STAMPS)
+    assert first.run_id == "r1.0123456789ab.7" and run_id_of(answer) == first.run_id
+    assert again.run_id != first.run_id and not is_minted(again.run_id)
 
 
 # -- on a real router ----------------------------------------------------------------
@@ -180,7 +191,8 @@ def test_the_sdk_mints_ids_its_recorder_reports_them_and_the_missing_roll_back(
         past = time.time() - PAST_S
         sdk._sender.clock = lambda: past  # counted 15 minutes back: past the grace
         answers = [sdk.resolve(ROLE, f"job-{n}") for n in range(200)]
-        assert all(is_minted(a["run_id"]) for a in answers)
+        ids = [run_id_of(a) for a in answers]
+        assert all(i is not None and is_minted(i) for i in ids) and len(set(ids)) == 200
         dropped = 0
         for n, answer in enumerate(answers):
             if answer["arm"] == "candidate" and n % 2:
@@ -188,7 +200,7 @@ def test_the_sdk_mints_ids_its_recorder_reports_them_and_the_missing_roll_back(
                 continue
             with sdk.recorder(answer) as run:
                 run.output("done")
-            assert run.trace is not None and run.trace.run_id == answer["run_id"]
+            assert run.trace is not None and run.trace.run_id == run_id_of(answer)
         assert sdk.flush(10)
     finally:
         sdk.close()
