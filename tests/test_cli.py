@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import click
 import pytest
 from click.testing import CliRunner, Result
 from flask import Flask, request
 
 from router.cli import main
+from router.cli.main import COMMAND_MODULES, COMMANDS
 from tests.conftest import CALLER, OPERATOR
 from tests.servers import free_port, werkzeug_server
 
@@ -144,3 +149,29 @@ def test_url_and_token_options_override_environment(live_url: str) -> None:
     result = CliRunner().invoke(main, ["bindings", "list", "--url", live_url, "--token", OPERATOR],
                                 env={"ROLEGATE_URL": dead, "ROLEGATE_TOKEN": "wrong"})
     assert result.exit_code == 0, result.output
+
+
+def test_the_command_table_names_what_each_module_registers() -> None:
+    """main's table of lazily imported commands is what the command modules register."""
+    registered: dict[str, set[str]] = {}
+    for module in COMMAND_MODULES:
+        group = click.Group()
+        importlib.import_module(module).register(group)
+        for name in group.commands:
+            registered.setdefault(name, set()).add(module)
+    assert set(COMMANDS) == set(registered)
+    assert all(registered[name] <= set(modules) for name, modules in COMMANDS.items())
+    assert "bindings" in CliRunner().invoke(main, ["--help"]).output
+
+
+def test_a_command_over_http_imports_no_server_module() -> None:
+    """`rolegate status --help` in a fresh interpreter loads neither gatekeeper nor gunicorn."""
+    script = ("import sys\n"
+              "from router.cli.main import main\n"
+              "main(['status', '--help'], standalone_mode=False)\n"
+              "print(sorted(name for name in sys.modules if name.split('.')[0] in\n"
+              "             ('gunicorn', 'gevent', 'opentelemetry', 'flask')\n"
+              "             or name in ('gatekeeper.loop', 'router.cli.serve')))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert "status" in done.stdout and done.stdout.rstrip().endswith("[]"), done.stdout[-500:]
