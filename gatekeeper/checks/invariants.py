@@ -50,9 +50,9 @@ CRITERIA: tuple[str, ...] = (
 )
 
 _HTML_TABLE = re.compile(r"<table\b", re.IGNORECASE)
-#: A markdown delimiter row: cells of hyphens, optionally colon-aligned, split by pipes.
-_DELIMITER_ROW = re.compile(
-    r"^[ \t]*\|?(?:[ \t]*:?-+:?[ \t]*\|)*[ \t]*:?-+:?[ \t]*\|?[ \t]*\r?$", re.MULTILINE)
+#: A markdown delimiter row (one line): cells of hyphens, optionally colon-aligned, split
+#: by pipes.
+_DELIMITER_ROW = re.compile(r"[ \t]*\|?(?:[ \t]*:?-+:?[ \t]*\|)*[ \t]*:?-+:?[ \t]*\|?[ \t]*\r?")
 
 
 @dataclass(frozen=True)
@@ -149,29 +149,32 @@ def tools_reported(trace: Trace) -> bool:
 
 def contains_table(text: str) -> bool:
     """True if `text` holds an HTML table or a markdown pipe table (header + delimiter row)."""
-    if _HTML_TABLE.search(text):
+    if "<" in text and _HTML_TABLE.search(text):
         return True
-    if "|" not in text:
+    if "|" not in text or "-" not in text:
         return False
-    # Find candidate delimiter rows with one regex pass, then check the header above.
-    for match in _DELIMITER_ROW.finditer(text):
-        delimiter = match.group(0)
-        if "|" not in delimiter or match.start() == 0:
+    # Line by line, the regex only on lines made of delimiter characters: ingest checks
+    # every trace's output, and a MULTILINE scan tried the pattern at every line start.
+    lines = text.split("\n")
+    for index in range(1, len(lines)):
+        line = lines[index]
+        if "-" not in line or "|" not in line or line.strip(" \t|:-\r"):
             continue
-        header = text[text.rfind("\n", 0, match.start() - 1) + 1:match.start() - 1]
-        # GFM: the header row has as many cells as the delimiter row.
-        if "|" in header and len(_cells(header)) == len(_cells(delimiter)):
+        # GFM: the header row above has as many cells as the delimiter row.
+        header = lines[index - 1]
+        if (_DELIMITER_ROW.fullmatch(line) is not None and "|" in header
+                and _cell_count(header) == _cell_count(line)):
             return True
     return False
 
 
-def _cells(line: str) -> list[str]:
+def _cell_count(line: str) -> int:
     body = line.strip()
     if body.startswith("|"):
         body = body[1:]
     if body.endswith("|"):
         body = body[:-1]
-    return [cell.strip() for cell in body.split("|")]
+    return body.count("|") + 1
 
 
 @dataclass(frozen=True)
