@@ -33,9 +33,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from bindings.models import Binding, Stage
+from gatekeeper.checks.criteria import Criterion, evaluate
 from gatekeeper.checks.invariants import TraceVerdict
 from gatekeeper.stats.units import CRITERION, ArmUnits, lag_bucket
-from gatekeeper.store.gated_criteria import failed_gated
+from gatekeeper.store.gated_criteria import config_criteria, gated
 from rolegate.trace import Trace
 
 UNIT_STAGES = frozenset({Stage.CANARY, Stage.FULL})
@@ -115,38 +116,75 @@ def unit_facts(binding: Binding, trace: Trace, verdict: TraceVerdict, now: float
     With `connection`, the gated spec criteria the run failed are found through it
     (`gatekeeper.store.gated_criteria`), only for a run the test reads.
     """
-    if binding.stage not in UNIT_STAGES or trace.time is None or trace.rule is not None:
-        return None
-    if not verdict.judged:
-        return None
-    expected = {"candidate": binding.candidate, "current": binding.current}.get(trace.arm)
-    if expected is None or expected != trace.config:
-        return None
-    trusted = binding.gate.trusted_reporters
-    if trusted is not None and trace.reporter not in trusted:
-        return None
-    rollout, named = rollout_id(binding), unit_of(binding, trace)
-    if rollout is None or named is None:
-        return None
-    start = trace.time - trace.latency_s
-    metrics = []
-    if not verdict.passed:
-        metrics.append("run_failure")
-    if trace.tool_errors:
-        metrics.append("tool_error")
-    if connection is not None:
-        failed_criteria = failed_gated(connection, binding, trace)
-    metrics += [_safe(CRITERION + key) for key in failed_criteria]
-    unit = hashlib.blake2b(named.encode(), digest_size=8).hexdigest()
-    latency, cost = trace.latency_s, trace.cost_usd
-    if trace.arm == "candidate":
-        # The candidate is slow or costly past the limit raised by what the policy lets
-        # it add: under "no worse than that", its units cross it no more often than
-        # current's cross the limit itself, so the coin stays fair (or favours it).
-        latency /= 1.0 + (binding.gate.thresholds.max_p95_latency_increase or 0.0)
-        cost /= 1.0 + COST_TOLERANCE
-    return UnitFacts(rollout, unit, math.floor(start), lag_bucket(now - start),
-                     round(latency * 1000), round(cost * 1_000_000), tuple(metrics))
+    return UnitRules(binding, connection).facts(trace, verdict, now, failed_criteria)
+
+
+class UnitRules:
+    """What the unit test reads of one binding, worked out once for all the runs checked against it.
+
+    A batch's runs share a binding: its stage, rollout, trusted reporters and
+    tolerances, and each config's gated criteria, are read once, not per run.
+    """
+
+    __slots__ = ("binding", "connection", "expected", "latency_scale", "live", "rollout",
+                 "trusted", "_gated")
+
+    def __init__(self, binding: Binding, connection: Any = None) -> None:
+        """`connection`: where each config's gated spec criteria are found (None: none)."""
+        self.binding = binding
+        self.connection = connection
+        self.live = binding.stage in UNIT_STAGES
+        self.expected = {"candidate": binding.candidate, "current": binding.current}
+        self.trusted = binding.gate.trusted_reporters
+        self.rollout = rollout_id(binding)
+        self.latency_scale = 1.0 + (binding.gate.thresholds.max_p95_latency_increase or 0.0)
+        self._gated: dict[str, tuple[Criterion, ...]] = {}
+
+    def facts(self, trace: Trace, verdict: TraceVerdict, now: float,
+              failed_criteria: tuple[str, ...] = ()) -> UnitFacts | None:
+        """The run's unit facts (see `unit_facts`)."""
+        if not self.live or trace.time is None or trace.rule is not None:
+            return None
+        if not verdict.judged:
+            return None
+        expected = self.expected.get(trace.arm)
+        if expected is None or expected != trace.config:
+            return None
+        trusted = self.trusted
+        if trusted is not None and trace.reporter not in trusted:
+            return None
+        rollout, named = self.rollout, unit_of(self.binding, trace)
+        if rollout is None or named is None:
+            return None
+        start = trace.time - trace.latency_s
+        metrics = []
+        if not verdict.passed:
+            metrics.append("run_failure")
+        if trace.tool_errors:
+            metrics.append("tool_error")
+        if self.connection is not None:
+            failed_criteria = self._failed_gated(trace)
+        metrics += [_safe(CRITERION + key) for key in failed_criteria]
+        unit = hashlib.blake2b(named.encode(), digest_size=8).hexdigest()
+        latency, cost = trace.latency_s, trace.cost_usd
+        if trace.arm == "candidate":
+            # The candidate is slow or costly past the limit raised by what the policy lets
+            # it add: under "no worse than that", its units cross it no more often than
+            # current's cross the limit itself, so the coin stays fair (or favours it).
+            latency /= self.latency_scale
+            cost /= 1.0 + COST_TOLERANCE
+        return UnitFacts(rollout, unit, math.floor(start), lag_bucket(now - start),
+                         round(latency * 1000), round(cost * 1_000_000), tuple(metrics))
+
+    def _failed_gated(self, trace: Trace) -> tuple[str, ...]:
+        """The gated criterion keys the run failed; its config's criteria read once here."""
+        criteria = self._gated.get(trace.config)
+        if criteria is None:
+            criteria = self._gated[trace.config] = gated(
+                config_criteria(self.connection, trace.config), self.binding)
+        if not criteria:
+            return ()
+        return tuple(key for key, held in evaluate(criteria, trace).items() if held is False)
 
 
 def unit_keys(role: str, facts: UnitFacts, epoch: str, arm: str) -> list[str]:

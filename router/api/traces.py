@@ -56,7 +56,7 @@ from gatekeeper.store.pending_spans import PendingSpans
 from gatekeeper.store.trace_ingest import Charge, Checked, Moved, OverQuota, Stored
 from gatekeeper.store.trace_keys import epoch_of
 from gatekeeper.store.traces import TraceStore
-from gatekeeper.store.unit_events import unit_facts
+from gatekeeper.store.unit_events import UnitRules
 from rolegate.trace import Trace
 from router.api import ingest_fast, otlp
 from router.api.bodies import SURROGATE_ESCAPE, json_body
@@ -240,17 +240,18 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
     counted = request.environ.get(QUOTA_COUNTED)
     if isinstance(counted, Refusal):
         raise quota_exceeded(counted)  # the fast path's script call went over the quota
-    # One trace: counted by the store's script (one round trip for the whole POST).
-    charge = (script_charge(services.quota, reporter.name, 1, size, now)
-              if len(results) == 1 and store.takes_charge and counted is None else None)
+    # Counted by the store's first script (one round trip for the whole POST, whatever
+    # its groups: `gatekeeper.store.ingest_quota`); on a Redis Cluster, a round trip first.
+    charge = (script_charge(services.quota, reporter.name, len(results), size, now)
+              if store.takes_charge and counted is None else None)
     if charge is None and counted is None:
         charge_quota(services.redis, services.quota, reporter.name, len(results), size)
     valid = in_scope(valid, results, reporter, now)
     checked, stored, positions, charge = _check_and_store(valid, results, _Bindings(services),
                                                           store, now, charge)
     if charge is not None:
-        # The trace never reached the store (refused): it still counts.
-        charge_quota(services.redis, services.quota, reporter.name, 1, size)
+        # No trace reached the store (all refused): the request still counts.
+        charge_quota(services.redis, services.quota, reporter.name, len(results), size)
     # For the metrics hook: what was newly stored, by role and arm.
     ctx = g._get_current_object()  # one proxy lookup for both attributes
     ctx.ingested = [(c.trace.role, c.trace.arm) for c, o in zip(checked, stored)
@@ -279,11 +280,21 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
     """Check each trace against its role's binding; record a refusal for each one refused."""
     checked: list[Checked] = []
     positions: list[int] = []
+    # What depends on the role or its binding alone is worked out once per request, not
+    # per trace: a batch's traces share a few roles.
+    role_problems: dict[str, str | None] = {}
+    per_binding: dict[tuple[str, int], tuple[str, UnitRules]] = {}
     for index, trace in valid:
-        try:
-            validate_role_name(trace.role)
-        except ValueError as exc:
-            results[index] = _refused(index, trace, "invalid", str(exc), {"field": "role"})
+        role = trace.role
+        if role not in role_problems:
+            try:
+                validate_role_name(role)
+                role_problems[role] = None
+            except ValueError as exc:
+                role_problems[role] = str(exc)
+        problem = role_problems[role]
+        if problem is not None:
+            results[index] = _refused(index, trace, "invalid", problem, {"field": "role"})
             continue
         if any("\n" in tool for tool in trace.tools):
             results[index] = _refused(index, trace, "invalid",
@@ -291,24 +302,28 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
                                       {"field": "tools"})
             continue
         try:
-            record = bindings.get(trace.role)
-            if not bound(trace.config, record.binding) and trace.role not in bindings.fresh:
-                record = bindings.reread(trace.role)
+            record = bindings.get(role)
+            if not bound(trace.config, record.binding) and role not in bindings.fresh:
+                record = bindings.reread(role)
         except NotFound as exc:
             results[index] = _refused(index, trace, exc.code, exc.message, exc.details)
             continue
-        if not bound(trace.config, record.binding):
+        binding = record.binding
+        if not bound(trace.config, binding):
             results[index] = _refused(index, trace, NOT_BOUND, _not_bound(trace, record), {
-                "field": "config", "config": trace.config, "current": record.binding.current,
-                "candidate": record.binding.candidate, "version": record.version})
+                "field": "config", "config": trace.config, "current": binding.current,
+                "candidate": binding.candidate, "version": record.version})
             continue
         if trace.time is None:
             trace = trace.model_copy(update={"time": now})
-        verdict = check(trace, record.binding.gate.invariants)
-        checked.append(Checked(trace, verdict, epoch_of(record.binding), record.version,
-                               record.binding.trace_retention,
-                               unit_facts(record.binding, trace, verdict, now,
-                                          connection=connection)))
+        shared = per_binding.get((role, record.version))
+        if shared is None:
+            shared = per_binding[(role, record.version)] = (
+                epoch_of(binding), UnitRules(binding, connection))
+        epoch, units = shared
+        verdict = check(trace, binding.gate.invariants)
+        checked.append(Checked(trace, verdict, epoch, record.version, binding.trace_retention,
+                               units.facts(trace, verdict, now)))
         positions.append(index)
     return checked, positions
 
