@@ -1,7 +1,10 @@
-"""A single-trace POST is counted against its token's quota inside the ingest script.
+"""A POST is counted against its token's quota inside the ingest script, whatever its shape.
 
-One round trip instead of two; the counts, the 429 and what gets stored stay
-those of the separate quota pipeline a batch still uses.
+One round trip instead of two, for a single trace and for a batch of several
+groups (a canary batch: one per arm) or several script calls (over 200 traces);
+the counts, the 429 and what gets stored stay those of the separate quota
+pipeline (which a Redis Cluster still uses): over the quota nothing of the
+request is stored.
 """
 
 from __future__ import annotations
@@ -136,5 +139,78 @@ def test_the_store_refuses_a_charge_over_the_bytes_limit_and_writes_nothing(
     assert (raised.value.what, raised.value.used, raised.value.limit) == ("bytes", 500, 400)
     assert _runs(redis_conn) == []
     assert store.length("role-a", "cfg_a", "current") == 0
-    with pytest.raises(ValueError, match="one group"):
-        store.add([_checked("b2"), _checked("b3", version=1)], _charge(9))
+
+
+def _many(prefix: str, n: int, arm: str = "current") -> list[Checked]:
+    config = "cfg_a" if arm == "current" else "cfg_b"
+    traces = [Trace.model_validate(_trace(f"{prefix}{i}", time=1.0, arm=arm, config=config))
+              for i in range(n)]
+    return [Checked(t, check(t, Invariants()), "100.000000") for t in traces]
+
+
+def test_a_request_of_several_script_calls_over_the_quota_stores_nothing_in_any(
+        redis_conn: redis.Redis) -> None:
+    """Two groups, one of them over 200 traces (three calls): the first call refuses the
+    charge and marks it, and the later calls store nothing either."""
+    store = TraceStore(redis_conn)
+    items = _many("c", 250) + _many("k", 3, arm="candidate")
+    charge = Charge(quota_key("t", "traces", 10), quota_key("t", "bytes", 10),
+                    len(items), 5000, 100, 0, 5)
+    with pytest.raises(OverQuota) as raised:
+        store.add(items, charge)
+    assert (raised.value.what, raised.value.used, raised.value.limit) == ("traces", 253, 100)
+    assert _runs(redis_conn) == []
+    assert store.length("role-a", "cfg_a", "current") == 0
+    assert store.length("role-a", "cfg_b", "candidate") == 0
+    (marker,) = redis_conn.keys(quota_key("t", "traces", 10) + ":refused:*")
+    assert redis_conn.get(marker) == b"traces 253" and 0 < redis_conn.ttl(marker) <= 5
+
+
+def test_a_request_of_several_script_calls_within_the_quota_counts_once(
+        redis_conn: redis.Redis) -> None:
+    """Within the limits every call stores, and the charge counts once (no marker left)."""
+    store = TraceStore(redis_conn)
+    items = _many("w", 230) + _many("v", 2, arm="candidate")
+    charge = Charge(quota_key("t", "traces", 11), quota_key("t", "bytes", 11),
+                    len(items), 5000, 1000, 0, 5)
+    outcomes = store.add(items, charge)
+    assert len(outcomes) == 232 and not any(isinstance(o, Moved) for o in outcomes)
+    assert int(redis_conn.get(quota_key("t", "traces", 11))) == 232
+    assert int(redis_conn.get(quota_key("t", "bytes", 11))) == 5000
+    assert redis_conn.keys(quota_key("t", "traces", 11) + ":refused:*") == []
+    assert store.length("role-a", "cfg_a", "current") == 230
+
+
+@pytest.fixture
+def canary_app(redis_url: str) -> Iterator[Flask]:
+    """agent-a may report 3 traces a second; role-a runs a canary of cfg_b on cfg_a."""
+    built = _app(redis_url, "traces=3")
+    client = built.test_client()
+    r = client.put("/v1/bindings/role-a", headers=auth(OPERATOR),
+                   json={"current": "cfg_a", "candidate": "cfg_b", "stage": "canary",
+                         "share": 0.5})
+    assert r.status_code == 201, r.json
+    yield built
+    built.extensions["rolegate"].cache.stop()
+    built.extensions["rolegate"].redis.close()
+
+
+def test_a_canary_batch_is_charged_in_its_store_round_trip(
+        canary_app: Flask, redis_conn: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch of both arms (two groups) is counted by the ingest script, not a pipeline of
+    its own; the next one, over the quota, is a 429 with none of its traces stored."""
+    monkeypatch.setattr("router.api.traces.time.time", lambda: 1_000_003.5)
+
+    def no_pipeline(*args: Any) -> None:
+        raise AssertionError("charged by a round trip of its own")
+
+    monkeypatch.setattr("router.api.traces.charge_quota", no_pipeline)
+    client = canary_app.test_client()
+    both = [_trace("a1"), _trace("b1", arm="candidate", config="cfg_b")]
+    r = client.post("/v1/traces", headers=auth(AGENT), json={"traces": both})
+    assert r.status_code == 200 and r.json["accepted"] == 2, r.json
+    assert int(redis_conn.get(quota_key("agent-a", "traces", 1_000_003))) == 2
+    again = [_trace("a2"), _trace("b2", arm="candidate", config="cfg_b")]
+    r = client.post("/v1/traces", headers=auth(AGENT), json={"traces": again})
+    assert r.status_code == 429 and r.json["error"]["details"]["used"] == 4, r.json
+    assert _runs(redis_conn) == [b"rolegate:{role-a}:claims:a1", b"rolegate:{role-a}:claims:b1"]

@@ -43,6 +43,9 @@ from typing import Any
 
 from bindings.store import binding_key
 from gatekeeper.checks.invariants import TraceVerdict
+from gatekeeper.store.ingest_quota import QUOTA_LUA, After
+from gatekeeper.store.ingest_quota import Charge as Charge  # callers import it from here
+from gatekeeper.store.ingest_quota import OverQuota as OverQuota  # callers import it from here
 from gatekeeper.store.run_matches import MATCH_LUA
 from gatekeeper.store.trace_keys import (
     Location,
@@ -61,13 +64,14 @@ from rolegate.trace import Trace
 
 # KEYS: stream, window hash, tally hash, configs set, binding hash, the window's
 #       pending list and reporters set (`window_fold`), then one claims hash per
-#       trace, then (when ARGV[10] is set) the token's quota counters of traces
-#       and of bytes for this second
+#       trace, then (when ARGV[10] is set) the charge's keys (`ingest_quota`): the
+#       token's quota counters of traces and of bytes for this second, and the
+#       request's marker when it has more calls; or the marker alone ("after")
 # ARGV: maxlen, run ttl, window ttl, location prefix, config, n traces,
 #       the summed increments of the traces expected new, as "field\nvalue\n...",
 #       the binding version the traces were checked against ("" for none),
 #       the reporter's name ("" for none),
-#       the quota charge "traces bytes traces_limit bytes_limit ttl" ("" for none),
+#       the quota charge (`ingest_quota.QUOTA_LUA`; "" for none),
 #       the tally's share of the increments (n, tool:*), encoded the same way,
 #       then (trace JSON, verdict JSON, "1" if expected known else "0") * n traces
 # A new trace whose run id was minted at assignment removes that id from its reporter's
@@ -81,31 +85,17 @@ from rolegate.trace import Trace
 # line), or "D<location>" when known}. Clashes add a "clashes" field to the
 # window entry. The quota is charged before anything
 # else is looked at, so a caller re-sending a group after "V" or "R" leaves the
-# charge out: it counted once. The window's increments go to its pending list
+# charge out: it counted once. A request's later calls answer "Q" too when its first
+# refused the charge (`ingest_quota`). The window's increments go to its pending list
 # as one entry, folded into the window hashes every FOLD_AT entries, or at once
 # when the entry is longer than FOLD_NOW_BYTES (`window_fold`).
-INGEST_SCRIPT = FOLD_FUNCTION + UNITS_LUA + MATCH_LUA + """
+INGEST_SCRIPT = FOLD_FUNCTION + UNITS_LUA + MATCH_LUA + QUOTA_LUA + """
 local n = tonumber(ARGV[6])
 -- The unit test's lines (`unit_events`), one per trace, when the group has any.
 local ulines = nil
 if ARGV[12 + 3 * n] then ulines = unit_lines(ARGV[12 + 3 * n]) end
-local extra = 8 + n
-if ARGV[10] ~= '' then
-  local traces, size, traces_limit, bytes_limit, ttl =
-    string.match(ARGV[10], '(%d+) (%d+) (%d+) (%d+) (%d+)')
-  -- A counter INCRBY just created (it holds only this charge) gets its TTL; the
-  -- window is one second, so it never needs a longer one.
-  local used_traces = redis.call('INCRBY', KEYS[extra], traces)
-  if used_traces == tonumber(traces) then redis.call('EXPIRE', KEYS[extra], ttl) end
-  local used_bytes = redis.call('INCRBY', KEYS[extra + 1], size)
-  if used_bytes == tonumber(size) then redis.call('EXPIRE', KEYS[extra + 1], ttl) end
-  if tonumber(traces_limit) > 0 and used_traces > tonumber(traces_limit) then
-    return {'Q', 'traces', tostring(used_traces)}
-  end
-  if tonumber(bytes_limit) > 0 and used_bytes > tonumber(bytes_limit) then
-    return {'Q', 'bytes', tostring(used_bytes)}
-  end
-end
+local over = charge_quota(ARGV[10], 8 + n)
+if over then return over end
 if ARGV[8] ~= '' then
   local version = redis.call('HGET', KEYS[5], 'version')
   if version ~= ARGV[8] then return {'V', version or ''} end
@@ -222,38 +212,6 @@ class Checked:
     units: UnitFacts | None = None
 
 
-@dataclass(frozen=True)
-class Charge:
-    """A request's charge against its token's ingest quota, run inside the ingest script.
-
-    A single-trace POST then costs one round trip instead of two (the quota's
-    INCRBYs were a pipeline of their own). The key names and limits are the
-    router's (`router.server.quota`); a limit of 0 is off. Only a standalone
-    Redis can take it: the quota keys hash to the token's slot, not the role's.
-    """
-
-    traces_key: str
-    bytes_key: str
-    traces: int
-    size: int
-    traces_limit: int
-    bytes_limit: int
-    ttl_s: int
-
-    def spec(self) -> str:
-        """ARGV[10] of the ingest script."""
-        return f"{self.traces} {self.size} {self.traces_limit} {self.bytes_limit} {self.ttl_s}"
-
-
-class OverQuota(Exception):
-    """The charge went over the token's limit of `what` ("traces" or "bytes"): nothing stored."""
-
-    def __init__(self, what: str, used: int, limit: int) -> None:
-        super().__init__(f"over the {what} quota: {used} of {limit}")
-        self.what, self.used, self.limit = what, used, limit
-
-
-
 class IngestGroup:
     """The traces of one (role, config, arm, epoch, version) in a request: one script call.
 
@@ -322,7 +280,7 @@ class IngestGroup:
 
 
     def call(self, retention: int, run_ttl_s: int, window_ttl_s: int,
-             charge: Charge | None = None) -> tuple[list[str], list[Any]]:
+             charge: Charge | After | None = None) -> tuple[list[str], list[Any]]:
         """The script's KEYS and ARGV for this group (see INGEST_SCRIPT), with `charge` if any."""
         role, config = self.role, self.config
         items = self.items
@@ -340,7 +298,7 @@ class IngestGroup:
         keys = [*_group_keys(role, config, self.arm, self.epoch)]
         keys += [claims_key(role, item.trace.run_id) for item in items]
         if charge is not None:
-            keys += [charge.traces_key, charge.bytes_key]
+            keys += charge.keys()
         args: list[Any] = [retention, run_ttl_s, window_ttl_s, self.prefix,
                            config, len(items), _encode(totals),
                            "" if self.version is None else self.version,

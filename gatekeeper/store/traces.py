@@ -45,6 +45,7 @@ from bindings.errors import Conflict, InvalidInput, NotFound
 from bindings.redis_errors import partly_applied, write_errors
 from bindings.store import _redis_errors, load_stored
 from gatekeeper.checks.invariants import TraceVerdict
+from gatekeeper.store.ingest_quota import After
 from gatekeeper.store.kept import KeptConnections
 from gatekeeper.store.trace_ingest import (
     INGEST_SCRIPT,
@@ -151,9 +152,10 @@ class TraceStore(WindowReads):
         version that is no longer current is written nowhere and answered
         `Moved` (only items with a `version` can be).
 
-        `charge` (items of one group only, on a standalone Redis) is counted
-        against the token's quota in the same script, before anything else:
-        OverQuota, with nothing stored, when it goes over a limit.
+        `charge` (on a standalone Redis) is counted against the token's quota in
+        the same round trip, by the first script before anything else: OverQuota,
+        with nothing stored by any of the request's scripts, when it goes over a
+        limit (`gatekeeper.store.ingest_quota`).
         """
         groups: dict[tuple[str, str, str, str, int | None, str | None, int], IngestGroup] = {}
         sizes: dict[tuple[str, str, str, str, int | None, str | None], int] = {}
@@ -172,13 +174,18 @@ class TraceStore(WindowReads):
             group.take(index, item)
         results: list[Stored | Moved | None] = [None] * len(items)
         pending = list(groups.values())
-        if charge is not None and (len(pending) != 1 or not self.takes_charge):
-            raise ValueError("a quota charge rides on one group's script on a standalone Redis")
-        charged = charge
+        if charge is not None and not self.takes_charge:
+            raise ValueError("a quota charge rides on the ingest script on a standalone Redis")
+        charged = charge = None if charge is None else charge.for_calls(len(pending))
         for _ in range(_ATTEMPTS):
+            # The first call counts the charge; each later one refuses if it was refused.
+            charges: list[Charge | After | None] = [None] * len(pending)
+            if charge is not None:
+                charges = [charge, *[After(charge.marker)] * (len(pending) - 1)]
             with partly_applied(any(isinstance(r, Stored) for r in results)):
                 answers = self._run([g.call(g.retention or self.retention, self.run_ttl_s,
-                                            self.window_ttl_s, charge) for g in pending])
+                                            self.window_ttl_s, c)
+                                     for g, c in zip(pending, charges)])
             charge = None  # counted once: a group sent again leaves it out
             retry = []
             for group, answer in zip(pending, answers):

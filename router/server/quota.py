@@ -3,8 +3,10 @@
 Without them one caller token could fill Redis until every write, rollbacks
 included, fails (a 7 MiB trace was accepted in 0.15 s: about 47 MB/s per
 connection). Each token (by its name) has its own counters, shared by every
-worker and router on the Redis: one pipelined round trip per ingest request
-adds the request's traces and bytes to the current one-second window. Over
+worker and router on the Redis: each ingest request adds its traces and bytes
+to the current one-second window, inside the ingest script that stores it
+(`gatekeeper.store.ingest_quota`; on a Redis Cluster a pipelined round trip of
+its own, `charge`). Over
 either limit the request is refused with 429 and `Retry-After`, nothing of it
 stored; it still counts, so hammering does not earn a quicker turn.
 
@@ -22,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from bindings.connection import Connection
-from gatekeeper.store.trace_ingest import Charge
+from gatekeeper.store.ingest_quota import Charge
 
 DEFAULT_TRACES_PER_S = 50_000
 DEFAULT_BYTES_PER_S = 16 * 1024 * 1024
@@ -106,7 +108,7 @@ def script_charge(quota: Quota, name: str, traces: int, size: int, now: float) -
     """The same count as `charge`, for the ingest script to make (None: quotas are off).
 
     Same keys, same window, same limits: only the round trip is shared with the
-    store (gatekeeper.store.trace_ingest.Charge).
+    store (gatekeeper.store.ingest_quota.Charge).
     """
     if quota.traces_per_s <= 0 and quota.bytes_per_s <= 0:
         return None
