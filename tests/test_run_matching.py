@@ -27,6 +27,7 @@ from rolegate.recorder import Recorder
 from rolegate.run_ids import is_minted, run_id_of
 from router.api.exposures import exposure_counter
 from router.app import create_app
+from router.cli.status import render
 from tests.conftest import OPERATOR, TOKENS, auth
 from tests.reporting import STAMPS, decide_now, record
 from tests.servers import wait_for, werkzeug_server
@@ -211,6 +212,13 @@ def test_the_sdk_mints_ids_its_recorder_reports_them_and_the_missing_roll_back(
     assert view["concurrent"]["missing"]["candidate"] == dropped
     assert view["reports"]["verdict"] == SHORT
     assert decision.action is Action.ROLLBACK, decision
+    # Served: `rolegate status` and the role page say the same figures.
+    matched = figures["candidate"]["matched"]
+    assert (f"by run id: candidate {matched} of {matched + dropped} matched, {dropped} "
+            "missing, 0 in flight") in "\n".join(render(view)), render(view)
+    page = requests.get(f"{router}/ui/roles/{ROLE}", headers=auth(FLEET), timeout=10).text
+    assert f'<td class="num run-matched">{matched} of {matched + dropped}</td>' in page
+    assert f'<td class="num run-missing">{dropped}</td>' in page
 
 
 def test_a_candidate_reporting_later_than_current_within_the_grace_is_held(
