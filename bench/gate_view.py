@@ -240,14 +240,14 @@ def run(args: argparse.Namespace) -> None:
         # long stage met by its first view, as after an upgrade).
         warm, ids = 1, moved()
         view = gate_view(store, traces, ROLE, time.time())
-        while not view["drift"]["caught_up"] or moved() != ids:
+        while not (view.drift or {})["caught_up"] or moved() != ids:
             ids = moved()
             view = gate_view(store, traces, ROLE, time.time())
             warm += 1
         cells = len(traces.window(ROLE, CANDIDATE, "candidate", epoch).all_cells()["run_failure"])
         print(f"gate view bench: {args.runs:,} runs per arm at {args.jobs_per_s:g} jobs/s, "
               f"{args.rule_share:.0%} by a rule: {cells:,} (bucket, stratum) cells per arm, "
-              f"{view['concurrent']['metrics']['run_failure']['cells']:,} closed in both; "
+              f"{(view.concurrent or {})['metrics']['run_failure']['cells']:,} closed in both; "
               f"filled in {time.perf_counter() - started:.0f} s, {warm} views to warm up "
               f"(untimed)")
 
@@ -264,7 +264,7 @@ def run(args: argparse.Namespace) -> None:
 
         def read() -> dict[str, Any]:
             answer = gate_view(store, traces, ROLE, time.time())
-            behind.append(not answer["drift"]["caught_up"])
+            behind.append(not (answer.drift or {})["caught_up"])
             return answer
 
         wall, cpu, view = timed(read, args.rounds)

@@ -47,6 +47,7 @@ from gatekeeper.store.drift_state import DRIFT_KEY_TEMPLATE  # noqa: E402
 from gatekeeper.store.paired_state import PAIRED_KEY_TEMPLATE  # noqa: E402
 from gatekeeper.store.trace_keys import epoch_of  # noqa: E402
 from gatekeeper.store.traces import Checked, TraceStore  # noqa: E402
+from gatekeeper.view_model import GateView  # noqa: E402
 from rolegate.trace import Trace  # noqa: E402
 
 ROLE = "summarizer"
@@ -186,7 +187,7 @@ def run(runs: int, batch: int, rounds: int) -> None:
               f"{time.perf_counter() - started:.1f} s (untimed); shadow stage, "
               f"1 job in 20 on current only")
 
-        def view() -> dict[str, Any]:
+        def view() -> GateView:
             return api_gate.gate_view(store, traces, ROLE, time.time())
 
         def ctx() -> Any:
@@ -196,9 +197,9 @@ def run(runs: int, batch: int, rounds: int) -> None:
             _forget(connection, template.split("{epoch}")[0], role=ROLE, current="*",
                     candidate="*", config="*", arm="*")
         cold = Timings()
-        answer: dict[str, Any] = {}
-        while not (answer.get("paired", {}).get("caught_up")
-                   and answer.get("drift", {}).get("caught_up")) and len(cold) < 200:
+        answer: GateView | None = None
+        while not (answer is not None and (answer.paired or {}).get("caught_up")
+                   and (answer.drift or {}).get("caught_up")) and len(cold) < 200:
             spent, answer = timed(view, 1)
             cold += spent
             cold.cpu += spent.cpu
@@ -209,13 +210,13 @@ def run(runs: int, batch: int, rounds: int) -> None:
             before, old = timed(view, rounds)
         idle, new = timed(view, rounds)
         print(f"  gate_view, paired replayed (before, <= 20,000 runs per arm):        "
-              f"{_ms(before)}   pairs={old['paired']['pairs']:,}")
+              f"{_ms(before)}   pairs={(old.paired or {})['pairs']:,}")
         print(f"  gate_view, paired kept, caught up, no new runs:                    "
-              f"{_ms(idle)}   pairs={new['paired']['pairs']:,}")
+              f"{_ms(idle)}   pairs={(new.paired or {})['pairs']:,}")
         fresh, new = timed(view, rounds, lambda: fill.add(batch))
         print(f"  gate_view, paired kept, {batch} new jobs per arm stored before each read: "
-              f"{_ms(fresh)}   pairs={new['paired']['pairs']:,}, "
-              f"caught_up={new['paired']['caught_up']}   (target < 500 ms)")
+              f"{_ms(fresh)}   pairs={(new.paired or {})['pairs']:,}, "
+              f"caught_up={(new.paired or {})['caught_up']}   (target < 500 ms)")
 
         capped, _ = timed(lambda: replayed_paired(ctx()), rounds)
         total = traces.length(ROLE, "cfg_a", "current")

@@ -42,6 +42,7 @@ from gatekeeper.stats.pair_tally import Tally
 from gatekeeper.stats.reports import mature_before, report_check
 from gatekeeper.stats.sequential import THETAS
 from gatekeeper.view.concurrent import METRICS, Folded, section_of
+from gatekeeper.view_model import GateView
 from gatekeeper.window import WindowStats
 
 #: The most one pass->fail flip raises the flips' log ratio (`sequential.log_ratio`).
@@ -224,8 +225,10 @@ def _reports(counts: StageCounts, record: VersionedBinding, now: float) -> dict[
 
 
 def view_of(record: VersionedBinding, counts: StageCounts, now: float,
-            fast: bool = False) -> dict[str, Any]:
-    """The parts of the gate view decide() reads, built by the view's own functions.
+            fast: bool = False) -> GateView:
+    """The parts of the gate view decide() reads, built by the view's own functions
+    (`GateView.model_construct`: the header and the sections decide() does not read are
+    left out).
 
     `fast`: the concurrent section from the kept fold, each arm's JSON kept while its
     verdict class holds, the report section while no bucket matured (`Reader`).
@@ -247,7 +250,7 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float,
     else:
         arms = {"current": _arm_json(counts.cur_n, counts.cur_passes, policy),
                 judged: _arm_json(counts.cand_n, counts.cand_passes, policy)}
-    view: dict[str, Any] = {"stage": binding.stage.value, "arms": arms, "paired": None}
+    view: dict[str, Any] = {"stage": binding.stage, "arms": arms, "paired": None}
     if binding.stage is Stage.SHADOW:
         view["paired"] = paired_json(counts.pairs, counts.regressions, counts.improvements,
                                       final_alpha(thresholds.alpha, Stage.SHADOW),
@@ -272,7 +275,7 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float,
     if counts.criteria is not None:
         tests = criteria_tests(_criteria(counts, record), policy.criteria, thresholds.alpha)
         view["by_criterion"] = {"gate": {judged: [v.as_dict() for v in tests]}}
-    return view
+    return GateView.model_construct(**view)
 
 
 def cached_section(counts: StageCounts, record: VersionedBinding,

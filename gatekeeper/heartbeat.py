@@ -20,6 +20,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gatekeeper.machine.vocabulary import Action
+from gatekeeper.view_model import NextView
+
 OK, LATE, ABSENT = "ok", "late", "absent"
 
 #: A leader is late after this many of its intervals without a tick...
@@ -79,19 +82,20 @@ def describe(summary: Mapping[str, Any]) -> str:
             f"{summary.get('roles_judged')} role(s) judged{tail}")
 
 
-def annotate_next(next_section: dict[str, Any], summary: Mapping[str, Any]) -> dict[str, Any]:
+def annotate_next(next_section: NextView, summary: Mapping[str, Any]) -> NextView:
     """The gate view's `next`, saying plainly when no gatekeeper will take that step."""
-    action = next_section.get("action")
-    if summary.get("status") == OK or action not in ("advance", "rollback"):
+    action = next_section.action
+    if summary.get("status") == OK or action not in (Action.ADVANCE, Action.ROLLBACK):
         return next_section
-    if action == "advance":
-        then = next_section.get("then")
+    if action is Action.ADVANCE:
+        then = next_section.then
         said = f"would advance{f' to {then}' if then else ''} now"
     else:
-        reason = next_section.get("reason")
+        reason = next_section.reason
         said = f"would roll back now{f' ({reason})' if reason else ''}"
     text = f"{said}, but {summary.get('text')}"
-    return {**next_section, "summary": text, "lines": [text], "unattended": True}
+    return next_section.model_copy(update={"summary": text, "lines": [text],
+                                           "unattended": True})
 
 
 def _age(seconds: float) -> str:

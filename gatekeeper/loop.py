@@ -25,9 +25,12 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
+from pydantic import ValidationError
+
 from bindings.models import VersionedBinding
 from gatekeeper.judging import Judges, judge_tick
 from gatekeeper.machine.decide import Action, Decision, decide, evidence_from_view
+from gatekeeper.view_model import GateView
 from gatekeeper.webhooks import (
     ALARM,
     APPROVAL_NEEDED,
@@ -76,7 +79,15 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
     for role, raw in sorted(listing.get("roles", {}).items()):
         record = VersionedBinding.model_validate(raw)
         try:
-            view = api.get(f"/v1/roles/{_path(role)}/gate")
+            view = GateView.model_validate(api.get(f"/v1/roles/{_path(role)}/gate"))
+        except ValidationError as exc:
+            # A view this gatekeeper cannot read (a router of another shape): hold, say why.
+            log.error("gate view of %s unreadable, holding it this tick: %s", role, exc)
+            decisions.append(Decision(role, Action.HOLD, record.version,
+                                      record.binding.stage.value,
+                                      f"gate view unreadable: {exc.error_count()} fields",
+                                      {UNJUDGED: True}))
+            continue
         except ApiError as exc:
             # One role whose gate view fails (a corrupt record, a bug in a section)
             # must not stall every other role's promotions and rollbacks.
@@ -87,7 +98,7 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
                                       {"error": {"status": exc.status, "code": exc.code},
                                        UNJUDGED: True}))
             continue
-        if int(view.get("version", 0)) != record.version:
+        if view.version != record.version:
             # The binding moved between the two reads; judge it next tick on one version.
             decisions.append(Decision(role, Action.HOLD, record.version,
                                       record.binding.stage.value,
@@ -112,12 +123,9 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
     return decisions
 
 
-def view_time(view: dict[str, Any], fallback: float) -> float:
+def view_time(view: GateView, fallback: float) -> float:
     """The router's clock when it built `view` (its `time`), else `fallback`."""
-    stamp = view.get("time")
-    if isinstance(stamp, (int, float)) and not isinstance(stamp, bool) and math.isfinite(stamp):
-        return float(stamp)
-    return fallback
+    return float(view.time) if math.isfinite(view.time) else fallback
 
 
 def _relay_tripwire(record: VersionedBinding, now: float, notifier: Notifier | None,
@@ -179,12 +187,12 @@ def _act(api: ApiClient, decision: Decision, *, dry_run: bool,
                                                   "new_version": written.get("version")})
 
 
-def _alert(decision: Decision, view: dict[str, Any], notifier: Notifier | None,
+def _alert(decision: Decision, view: GateView, notifier: Notifier | None,
            alerted: set[str] | None) -> None:
     """Raise each drift alarm once per process, not once per tick."""
-    drift = view.get("drift") or {}
+    drift = view.drift or {}
     for alarm in drift.get("alarms", []):
-        config = view.get("current") if alarm.get("arm") == "current" else view.get("candidate")
+        config = view.current if alarm.get("arm") == "current" else view.candidate
         key = f"{decision.role}|{config}|{alarm.get('arm')}|{alarm.get('metric')}"
         if alerted is not None:
             if key in alerted:

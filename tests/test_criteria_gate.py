@@ -22,6 +22,7 @@ from gatekeeper.stats.criteria_gate import (
     criteria_tests,
 )
 from gatekeeper.stats.sequential import log_ratio
+from gatekeeper.view_model import GateView
 
 ALPHA = 0.0025
 
@@ -100,14 +101,16 @@ def test_a_healthy_candidate_is_rarely_rejected_however_often_it_is_read() -> No
 
 def test_decide_rolls_back_naming_the_key_and_reads_it_from_the_view() -> None:
     """decide() recomputes the tests from the view's counts; observed keeps the stage moving."""
-    view = {"stage": "shadow", "version": 3,
-            "arms": {"shadow": {"verdict": "pass", "n": 40, "passes": 40},
-                     "current": {"verdict": "pass", "n": 40, "passes": 40}},
-            "paired": {"pairs": 40, "flips": {"pass_to_fail": 0, "fail_to_pass": 0}},
-            "by_criterion": {"gate": {"shadow": [
-                {"key": "escalation:high-value", "passed": 0, "failed": 30, "current_passed": 30,
-                 "current_failed": 0, "lost": 30, "gained": 0,
-                 "message": "30 cases lost the verifyIdentity call"}]}}}
+    # The sections decide() reads (model_construct: the others left out).
+    view = GateView.model_construct(
+        stage=Stage.SHADOW, version=3,
+        arms={"shadow": {"verdict": "pass", "n": 40, "passes": 40},
+              "current": {"verdict": "pass", "n": 40, "passes": 40}},
+        paired={"pairs": 40, "flips": {"pass_to_fail": 0, "fail_to_pass": 0}},
+        by_criterion={"gate": {"shadow": [
+            {"key": "escalation:high-value", "passed": 0, "failed": 30, "current_passed": 30,
+             "current_failed": 0, "lost": 30, "gained": 0,
+             "message": "30 cases lost the verifyIdentity call"}]}})
     evidence = evidence_from_view(view)
     assert evidence.criteria[0].lost == 30
     decision = decide("r", _record(), evidence, now=100.0)

@@ -17,6 +17,7 @@ from gatekeeper.machine.decide import (
     shadow_pairs_needed,
 )
 from gatekeeper.machine.stages import TRANSITIONS, Event, apply
+from gatekeeper.view_model import GateView
 
 NOW = 1_000_000.0
 POLICY = GatePolicy(thresholds=Thresholds(min_samples=20, min_stage_seconds=60,
@@ -255,13 +256,13 @@ def test_sequential_rate_test_rolls_back_a_failing_canary() -> None:
 
 def test_evidence_reads_the_candidate_detector_p0() -> None:
     """The gate view's candidate run_failure p0 becomes the rate test's baseline."""
-    view = {"stage": "canary", "arms": {"candidate": {"verdict": "pass", "n": 50,
-                                                      "passes": 48}},
-            "drift": {"candidate": {"run_failure": {"p0": 0.04, "reference": 500}},
-                      "alarms": []}}
+    view = GateView.model_construct(
+        stage=Stage.CANARY, arms={"candidate": {"verdict": "pass", "n": 50, "passes": 48}},
+        drift={"candidate": {"run_failure": {"p0": 0.04, "reference": 500}}, "alarms": []})
     evidence = evidence_from_view(view)
     assert (evidence.baseline_failure, evidence.baseline_runs) == (0.04, 500)
-    assert evidence_from_view({"stage": "canary"}).baseline_failure is None
+    bare = GateView.model_construct(stage=Stage.CANARY, arms={})
+    assert evidence_from_view(bare).baseline_failure is None
 
 
 def test_rate_test_bounds_a_p0_measured_over_few_runs() -> None:

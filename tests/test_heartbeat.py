@@ -14,7 +14,9 @@ from flask import Flask
 
 from gatekeeper import heartbeat
 from gatekeeper.loop import Gatekeeper
+from gatekeeper.machine.vocabulary import Action
 from gatekeeper.store.heartbeat import HEARTBEATS_KEY
+from gatekeeper.view_model import NextView
 from rolegate.http import ApiClient
 from router.cli.main import main
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
@@ -62,11 +64,14 @@ def test_summary_states() -> None:
 
 def test_next_step_says_when_nobody_will_take_it() -> None:
     """A rollback that no gatekeeper will make is not 'at the next tick'."""
-    nxt = {"action": "rollback", "summary": "rolls back at the gatekeeper's next tick: x",
-           "reason": "candidate fails", "lines": ["rolls back at the gatekeeper's next tick: x"]}
+    nxt = NextView(action=Action.ROLLBACK, state="rolling_back",
+                   summary="rolls back at the gatekeeper's next tick: x", then=None, waits=[],
+                   reason="candidate fails",
+                   lines=["rolls back at the gatekeeper's next tick: x"])
     absent = heartbeat.summarize([], 1.0)
     said = heartbeat.annotate_next(nxt, absent)
-    assert said["lines"][0].startswith("would roll back now (candidate fails), but no gatekeeper")
+    assert said.lines[0].startswith("would roll back now (candidate fails), but no gatekeeper")
+    assert said.as_json()["unattended"] is True and "unattended" not in nxt.as_json()
     ok = heartbeat.summarize([{"holder": "g", "leader": True, "interval_s": 1, "time": 1.0}], 1.0)
     assert heartbeat.annotate_next(nxt, ok) is nxt
 

@@ -28,6 +28,7 @@ from gatekeeper.stats.units import (
     weights_for,
 )
 from gatekeeper.store.unit_events import parse_epoch_units, unit_facts
+from gatekeeper.view_model import UnitsView, UnitTestView
 from rolegate.trace import Trace
 
 ALPHA = 0.0025
@@ -205,7 +206,14 @@ def test_unit_facts_take_only_randomised_runs_of_the_live_arms() -> None:
     assert parsed.events == {"run_failure": {988: 1}} and parsed.runs == 3
 
 
-def _decide(units: dict[str, object], **evidence: object) -> tuple[Action, str]:
+def _units(reject: bool, repeats: bool, repeats_why: str = "",
+           reason: str | None = None) -> UnitsView:
+    """The `units` section as decide() reads it: only the test's verdict filled in."""
+    test = UnitTestView.model_construct(reject=reject, repeats=repeats, repeats_why=repeats_why)
+    return UnitsView.model_construct(test=test, reason=reason)
+
+
+def _decide(units: UnitsView, **evidence: object) -> tuple[Action, str]:
     binding = Binding(current="cfg-a", candidate="cfg-b", stage="canary", share=0.5,
                       stage_since=0.0)
     record = VersionedBinding(role="r", version=3, binding=binding, updated_at=0.0,
@@ -216,16 +224,13 @@ def _decide(units: dict[str, object], **evidence: object) -> tuple[Action, str]:
 
 
 def test_the_unit_test_rolls_back_and_repeated_keys_make_run_level_tests_hold() -> None:
-    action, reason = _decide({"test": {"reject": True, "repeats": False},
-                              "reason": "unit test e^7.00 >= e^5.99"})
+    action, reason = _decide(_units(True, False, reason="unit test e^7.00 >= e^5.99"))
     assert action is Action.ROLLBACK and reason.startswith("unit test")
     # A CUSUM alarm on the candidate (a run-level test) only holds when keys repeat.
-    action, reason = _decide({"test": {"reject": False, "repeats": True,
-                                       "repeats_why": "40 distinct keys carry 900 runs"}},
+    action, reason = _decide(_units(False, True, "40 distinct keys carry 900 runs"),
                              candidate_alarms=("run_failure",))
     assert action is Action.HOLD and "keys carry several runs" in reason, reason
-    action, _ = _decide({"test": {"reject": False, "repeats": False}},
-                        candidate_alarms=("run_failure",))
+    action, _ = _decide(_units(False, False), candidate_alarms=("run_failure",))
     assert action is Action.ROLLBACK
 
 

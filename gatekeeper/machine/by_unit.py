@@ -10,38 +10,30 @@ hold promotion (for a human, or for more evidence) but never roll back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
+
+from gatekeeper.view_model.units import UnitsView
 
 #: decide()'s rules whose tests read runs as independent units.
 RUN_LEVEL_RULES = frozenset({"drift", "sequential", "criteria", "stage_end", "vs_current"})
 
 
-def _test(units: Mapping[str, Any] | None) -> Mapping[str, Any]:
-    test = (units or {}).get("test")
-    return test if isinstance(test, Mapping) else {}
-
-
-def unit_rejection(units: Mapping[str, Any] | None) -> str | None:
+def unit_rejection(units: UnitsView | None) -> str | None:
     """The rollback reason when the unit test rejects the candidate, else None."""
-    test = _test(units)
-    if not test.get("reject"):
+    if units is None or not units.test.reject:
         return None
-    reason = (units or {}).get("reason")
-    return str(reason) if reason else "unit test rejected the candidate"
+    return units.reason or "unit test rejected the candidate"
 
 
-def repeats_hold(units: Mapping[str, Any] | None, rule: str, reason: str) -> str | None:
+def repeats_hold(units: UnitsView | None, rule: str, reason: str) -> str | None:
     """The hold reason replacing a run-level rule's rollback when keys repeat, else None."""
-    test = _test(units)
-    if rule not in RUN_LEVEL_RULES or not test.get("repeats"):
+    if units is None or rule not in RUN_LEVEL_RULES or not units.test.repeats:
         return None
-    return (f"held: keys carry several runs each ({test.get('repeats_why', '')}), so the "
+    return (f"held: keys carry several runs each ({units.test.repeats_why}), so the "
             f"{rule} test, which reads runs as independent, holds promotion and does not "
             f"roll back: {reason}")
 
 
-def unit_details(units: Mapping[str, Any] | None) -> dict[str, Any]:
+def unit_details(units: UnitsView | None) -> dict[str, Any]:
     """The unit test's figures for a decision's details."""
-    test = _test(units)
-    return {"units": dict(test)} if test else {}
+    return {} if units is None else {"units": units.test.as_json()}

@@ -27,9 +27,11 @@ The rule, in order (the first that applies wins):
    step's own min_seconds, full: bake_seconds), the rollout's runs could not yet have
    caught the regression `gate.power` names (`gatekeeper.machine.power_hold`), or the
    pass rate is under
-   `min_pass_rate` but the floor test has not excluded it yet; past the stage
-   deadline a hold takes `deadline_action` (`gatekeeper.machine.deadline`).
-   `min_samples` guards promotion, never rollback;
+   `min_pass_rate` but the floor test has not excluded it yet (each written once,
+   `gatekeeper.machine.holds`: decide() holds on the first and returns what they
+   all wait for as `Decision.waits`); past the stage deadline a hold takes
+   `deadline_action` (`gatekeeper.machine.deadline`). `min_samples` guards
+   promotion, never rollback;
 6. the stage's one look (this tick advances or rolls back, so it is taken once
    per stage, never on each tick of a hold): a rated gate reason (p95 steps,
    mean cost, a non-zero forbidden-rate limit), the exact McNemar test in shadow
@@ -42,17 +44,25 @@ the fixed-sample ones (rule 6) are read exactly once.
 
 from __future__ import annotations
 
-import enum
 import functools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
-from gatekeeper.machine.baseline import baseline_failure, baseline_observed, baseline_runs
 from gatekeeper.machine.by_unit import repeats_hold, unit_details, unit_rejection
 from gatekeeper.machine.deadline import overdue
 from gatekeeper.machine.durations import stage_minimum
+from gatekeeper.machine.evidence import Evidence as Evidence  # re-exported for decide's callers
+from gatekeeper.machine.evidence import evidence_from_view as evidence_from_view
+from gatekeeper.machine.holds import (
+    Hold,
+    Wait,
+    holds,
+    other_wait,
+    waits_shown,
+)
+from gatekeeper.machine.holds import shadow_pairs_needed as shadow_pairs_needed
 from gatekeeper.machine.matched import (
     candidate_alarms,
     concurrent_of,
@@ -60,70 +70,15 @@ from gatekeeper.machine.matched import (
     matched,
     missing_words,
 )
-from gatekeeper.machine.power_hold import power_wait
 from gatekeeper.machine.reports import report_decision
 from gatekeeper.machine.responses import HELD, HOLD, WARN, Responder, response_details
 from gatekeeper.machine.stage_end import mcnemar_worse, worse_than_current
+from gatekeeper.machine.stages import destination
+from gatekeeper.machine.vocabulary import Action as Action  # re-exported for decide's callers
 from gatekeeper.stats.budget import CONCURRENT, FLIPS, FLOOR, RATE, Combined, final_alpha
-from gatekeeper.stats.criteria_gate import KeyCounts, KeyVerdict, acting, criteria_tests
-from gatekeeper.stats.rollout import LIVE_STAGES, Carried, StageCounts, rollout_evidence
+from gatekeeper.stats.criteria_gate import KeyVerdict, acting, criteria_tests
+from gatekeeper.stats.rollout import LIVE_STAGES, StageCounts, rollout_evidence
 from gatekeeper.stats.sequential import flips_of, upper_p0
-
-
-class Action(str, enum.Enum):
-    """What the gatekeeper does to a role this tick."""
-
-    ADVANCE = "advance"
-    ROLLBACK = "rollback"
-    HOLD = "hold"
-    SKIP = "skip"
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """What the gate view says about one role's current stage, as decide() needs it."""
-
-    verdict: str
-    reasons: tuple[str, ...] = ()
-    #: The gate's reason codes, one per reason (empty: unknown, every reason blocks).
-    reason_codes: tuple[str, ...] = ()
-    #: Candidate traces (and passes) in the stage's window.
-    n: int = 0
-    passes: int = 0
-    #: Current-arm traces over the same period (for the comparison), or its recent history.
-    current_n: int = 0
-    current_passes: int = 0
-    #: The shadow paired report (pairing.PairedReport.as_dict()), in shadow only.
-    paired: Mapping[str, Any] | None = None
-    #: The current arm's failure rate the candidate is tested against (the drift
-    #: detector's run_failure p0); None: no sequential rate test.
-    baseline_failure: float | None = None
-    #: Current runs baseline_failure was measured over (0: a fixed baseline, exact).
-    baseline_runs: int = 0
-    #: The rate those runs showed (baseline_failure is its upper bound): what the power
-    #: hold sizes its alternative with. None: only the bound is known.
-    baseline_observed: float | None = None
-    #: True when baseline_failure is already the upper bound the tests run against
-    #: (the gate view's detectors bound it, `drift.bounded_p0`).
-    baseline_bounded: bool = False
-    #: The rollout's earlier stages (the gate view's `rollout` section); None: the view
-    #: has none, and the sequential tests run over this stage alone at the stage alpha.
-    carried: Carried | None = None
-    #: The view's `concurrent` section: when present what rolls back (`machine.matched`).
-    concurrent: Mapping[str, Any] | None = None
-    #: Metrics whose CUSUM alarms on the candidate, and on the current arm.
-    candidate_alarms: tuple[str, ...] = ()
-    current_alarms: tuple[str, ...] = ()
-    #: Per criterion key of the judged arm against current (the view's by_criterion.gate).
-    criteria: tuple[KeyCounts, ...] = ()
-    #: Why promotion waits for the judge's evidence (the view's judges.wait), if it does.
-    judged_wait: str | None = None
-    #: The gate view's `reports` section (assigned against reported); None: none.
-    reports: Mapping[str, Any] | None = None
-    #: The view's `units` section (`gatekeeper.view.units`); None: no unit test.
-    units: Mapping[str, Any] | None = None
-    #: Extra figures to keep in the history entry.
-    figures: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -138,19 +93,15 @@ class Decision:
     details: dict[str, Any] = field(default_factory=dict)
     #: Alerts to raise whatever the action (a drifting stable current).
     alerts: tuple[str, ...] = ()
+    #: What a hold (or a paused stage) waits for, in decide()'s order (`machine.holds`):
+    #: what the gate view's `next`, `rolegate status` and the dashboard show.
+    waits: tuple[Wait, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, for --dry-run output and webhook events."""
         return {"role": self.role, "action": self.action.value, "version": self.version,
                 "stage": self.stage, "reason": self.reason, "details": self.details,
                 "alerts": list(self.alerts)}
-
-
-def shadow_pairs_needed(thresholds: Thresholds) -> int:
-    """Paired runs shadow needs before it may pass: min_shadow_pairs, else min_samples."""
-    if thresholds.min_shadow_pairs is None:
-        return thresholds.min_samples
-    return max(thresholds.min_samples, thresholds.min_shadow_pairs)
 
 
 def required_seconds(binding: Binding) -> float:
@@ -169,10 +120,23 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
                           forbidden="forbidden_rate" in evidence.reason_codes
                           and thresholds.max_forbidden_rate == 0)
 
-    def make(action: Action, reason: str, **extra: Any) -> Decision:
+    found: list[tuple[Hold, ...]] = []  # the stage's holds, found once when first asked for
+
+    def stage_holds() -> tuple[Hold, ...]:
+        if not found:
+            found.append(holds(binding, evidence, under_floor(rated), now))
+        return found[0]
+
+    def make(action: Action, reason: str, *, waits: tuple[Wait, ...] | None = None,
+             **extra: Any) -> Decision:
+        """The Decision; a hold waits for the stage's holds (`reason` alone when none is
+        left: a report-rate or unit-test hold) unless `waits` says otherwise."""
+        if waits is None:
+            waits = () if action is not Action.HOLD else (
+                waits_shown(stage_holds()) or (other_wait(reason),))
         warned = {"warnings": list(responder.warnings)} if responder.warnings else {}
         return Decision(role, action, record.version, binding.stage.value, reason,
-                        {**numbers, **warned, **extra}, alerts)
+                        {**numbers, **warned, **extra}, alerts, waits)
 
     def fail(rule: str, reason: str, keys: Iterable[str] = (),
              **extra: Any) -> Decision | None:
@@ -186,15 +150,15 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
             responder.warn(rule, source, reason)
             return None
         details = {**response_details(rule, applied, source), **extra}
-        if applied == HOLD:
-            return make(Action.HOLD, f"{HELD} ({source}): {reason}", **details)
+        if applied == HOLD:  # paused for a human: nothing to wait for but them
+            return make(Action.HOLD, f"{HELD} ({source}): {reason}", waits=(), **details)
         return make(Action.ROLLBACK, reason, **details)
 
     if binding.candidate is None or binding.stage not in LIVE_STAGES:
         return make(Action.SKIP, f"no rollout in progress (stage {binding.stage.value})")
-    if binding.paused:
-        return make(Action.SKIP, "paused by an operator")
     blocking, rated = split_reasons(evidence, thresholds)
+    if binding.paused:  # what it would wait for once resumed
+        return make(Action.SKIP, "paused by an operator", waits=waits_shown(stage_holds()))
     by_key = criterion_verdicts(binding, evidence)
     zero, rejected = acting(by_key)
     blocking += [v.reason() for v in zero]
@@ -227,12 +191,12 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     # After every test that rolls back: a report-rate hold (both_short) never hides one.
     if reported := report_decision(evidence.reports, fail, functools.partial(make, Action.HOLD)):
         return reported  # type: ignore[no-any-return]
-    hold = _hold(binding, evidence, paired, rated, now)
-    if hold is not None:
-        reason, extra = hold
-        # A stage that cannot decide ends (`gatekeeper.machine.deadline`).
+    if held := stage_holds():
+        reason, extra = held[0].reason, held[0].details
+        # A stage that cannot decide ends (`gatekeeper.machine.deadline`): a deadline
+        # hold pauses for a human, as a held rule does.
         if (ended := overdue(binding, now, reason)) is not None:
-            return make(Action.HOLD if ended.hold else Action.ROLLBACK, ended.reason,
+            return make(Action.HOLD if ended.hold else Action.ROLLBACK, ended.reason, waits=(),
                         sequential=combined.as_dict(), **ended.details, **extra)
         return make(Action.HOLD, reason, sequential=combined.as_dict(), **extra)
     # The stage's one look at the fixed-sample tests: this tick advances or rolls back.
@@ -255,14 +219,27 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
         # The gate passed; the step asks a human before it is left (rollback never waits).
         return make(Action.HOLD, f"{AWAITING_APPROVAL}: the gate passed on {evidence.n} traces; "
                     f"an operator approves with `rolegate approve {role} --reason ...`",
-                    awaiting_approval=True, elapsed_s=round(elapsed, 3),
-                    sequential=combined.as_dict())
+                    waits=(approval_wait(role, binding, now),), awaiting_approval=True,
+                    elapsed_s=round(elapsed, 3), sequential=combined.as_dict())
     return make(Action.ADVANCE, f"gate passed on {evidence.n} traces after {elapsed:.0f}s",
                 elapsed_s=round(elapsed, 3), sequential=combined.as_dict())
 
 
 #: How a hold for a step's approval starts its reason (next_step, the loop and pages key on it).
 AWAITING_APPROVAL = "awaiting approval"
+
+
+def approval_wait(role: str, binding: Binding, now: float) -> Wait:
+    """The one wait of a step the gate passed that asks a human first."""
+    return Wait("approval", None, 0, 1,
+                f"awaits an operator's approval to advance to {destination(binding, now)}: "
+                f"the gate passed; `rolegate approve {role} --reason ...` or the page's "
+                f"Approve button")
+
+
+def under_floor(rated: list[tuple[str, str]]) -> str | None:
+    """The gate's pass-rate reason, when the pass rate is under min_pass_rate."""
+    return next((message for code, message in rated if code == "pass_rate"), None)
 
 
 #: Reason codes that fail a stage at once, at any n (zero tolerance).
@@ -344,33 +321,6 @@ def _rejected(combined: Combined, evidence: Evidence, paired: Mapping[str, Any] 
             f"(alpha {combined.alpha:g}), mostly {lead}: {what}")
 
 
-def _hold(binding: Binding, evidence: Evidence, paired: Mapping[str, Any] | None,
-          rated: list[tuple[str, str]], now: float) -> tuple[str, dict[str, Any]] | None:
-    """Why the stage must wait before its one look (and figures for the details), or None."""
-    thresholds = binding.gate.thresholds
-    if evidence.verdict not in ("pass", "fail"):
-        return "waiting for data: " + "; ".join(evidence.reasons), {}
-    if paired is not None:
-        pairs = int(paired.get("pairs", 0))
-        if pairs < shadow_pairs_needed(thresholds):
-            return (f"waiting for pairs: {pairs} of min_shadow_pairs "
-                    f"{shadow_pairs_needed(thresholds)}"), {}
-    since = binding.stage_since if binding.stage_since is not None else now
-    elapsed, needed = now - since, required_seconds(binding)
-    if elapsed < needed:
-        return (f"stage has lasted {elapsed:.0f}s of {needed:.0f}s",
-                {"elapsed_s": round(elapsed, 3), "required_s": needed})
-    if evidence.judged_wait:
-        return evidence.judged_wait, {}
-    under = [r for code, r in rated if code == "pass_rate"]
-    if under:
-        return f"{under[0]}; " + ("held: min_pass_rate holds promotion, it does not roll back"
-                                  if evidence.concurrent is not None
-                                  else "not yet excluded by the floor test"), {}
-    # Last: the pass rate under the floor says more than the power still missing.
-    return power_wait(binding, evidence)
-
-
 def _numbers(evidence: Evidence) -> dict[str, Any]:
     out: dict[str, Any] = {"verdict": evidence.verdict, "n": evidence.n,
                            "passes": evidence.passes, "current_n": evidence.current_n,
@@ -380,41 +330,3 @@ def _numbers(evidence: Evidence) -> dict[str, Any]:
                          if k in evidence.paired}
     out.update(evidence.figures)
     return out
-
-
-def evidence_from_view(view: Mapping[str, Any]) -> Evidence:
-    """Read decide()'s evidence out of the JSON of GET /v1/roles/<role>/gate."""
-    arms = view.get("arms", {})
-    judged = "shadow" if view.get("stage") == Stage.SHADOW.value else "candidate"
-    arm = arms.get(judged, {})
-    keys = ((view.get("by_criterion") or {}).get("gate") or {}).get(judged) or []
-    current = arms.get("current", {})
-    drift = view.get("drift") or {}
-    alarms = drift.get("alarms", [])
-    raw = arm.get("reasons", [])
-    reasons = tuple(r.get("message", str(r)) if isinstance(r, Mapping) else str(r)
-                    for r in raw)
-    codes = tuple(str(r.get("code", "")) for r in raw if isinstance(r, Mapping))
-    return Evidence(
-        verdict=str(arm.get("verdict", "insufficient_data")),
-        reasons=reasons,
-        reason_codes=codes if len(codes) == len(reasons) else (),
-        n=int(arm.get("n", 0)),
-        passes=int(arm.get("passes", 0)),
-        current_n=int(current.get("n", 0)),
-        current_passes=int(current.get("passes", 0)),
-        paired=view.get("paired"),
-        baseline_failure=baseline_failure(drift),
-        baseline_runs=baseline_runs(drift),
-        baseline_observed=baseline_observed(drift),
-        baseline_bounded="observed" in ((drift.get("candidate") or {}).get("run_failure") or {}),
-        candidate_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "candidate"),
-        current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),
-        carried=Carried.from_view(view.get("rollout")),
-        criteria=tuple(KeyCounts.from_dict(k) for k in keys if isinstance(k, Mapping)),
-        judged_wait=(view.get("judges") or {}).get("wait"),
-        reports=view.get("reports"),
-        concurrent=section if isinstance(section := view.get("concurrent"), Mapping) else None,
-        units=units if isinstance(units := view.get("units"), Mapping) else None,
-    )
-

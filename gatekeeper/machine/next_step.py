@@ -2,8 +2,9 @@
 
 The action is decide()'s own, taken on the same evidence, so the status command,
 the dashboard and the gatekeeper can never disagree about what happens next.
-This module only explains it: each condition a held stage still waits for, with
-its numbers and the setting behind them ("needs 140 more candidate runs
+This module only explains it: each condition a held stage still waits for
+(decide()'s own `Decision.waits`, `gatekeeper.machine.holds`), with its numbers
+and the setting behind them ("needs 140 more candidate runs
 (min_samples 200)", "holds until 12:05 UTC (min_stage_seconds)"), and where the
 next advance goes ("next: canary 0.5").
 """
@@ -11,64 +12,36 @@ next advance goes ("next: canary 0.5").
 from __future__ import annotations
 
 import dataclasses
-import math
-import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from bindings.errors import IllegalTransition
 from bindings.models import Binding, Stage, VersionedBinding
 from gatekeeper.machine.deadline import deadline_of
-from gatekeeper.machine.decide import (
-    Action,
-    Decision,
-    Evidence,
-    decide,
-    evidence_from_view,
-    shadow_pairs_needed,
+from gatekeeper.machine.decide import Action, Decision, Evidence, decide, evidence_from_view
+
+# Wait and its kinds, the clock time and the stage words were written here first: re-exported.
+from gatekeeper.machine.holds import WAIT_KINDS as WAIT_KINDS
+from gatekeeper.machine.holds import Wait as Wait
+from gatekeeper.machine.holds import clock_time as clock_time
+from gatekeeper.machine.holds import judged_arm
+from gatekeeper.machine.power_hold import more_runs
+from gatekeeper.machine.stages import destination as destination
+from gatekeeper.machine.stages import stage_label as stage_label
+
+# The states are the gate view's words too (`machine.vocabulary`).
+from gatekeeper.machine.vocabulary import (
+    ADVANCING,
+    AWAITING_APPROVAL,
+    HELD,
+    NOT_STARTED,
+    PAUSED,
+    ROLLED_BACK,
+    ROLLING_BACK,
+    STABLE,
+    WAITING,
 )
-from gatekeeper.machine.durations import stage_minimum
-from gatekeeper.machine.power_hold import more_runs, rollout_power
-from gatekeeper.machine.stages import Event, preview
-
-#: What a role's rollout is doing, as one word a script can branch on.
-WAITING, ADVANCING, ROLLING_BACK, PAUSED = "waiting", "advancing", "rolling_back", "paused"
-#: The gate passed on a step that asks a human first (`{"share": 0.5, "approval": true}`).
-AWAITING_APPROVAL = "awaiting_approval"
-#: gate.responses held the rollout: a rule would have rolled it back.
-HELD = "held"
-STABLE, ROLLED_BACK, NOT_STARTED = "stable", "rolled_back", "not_started"
-#: Every state `next.state` takes: the OpenAPI enum is this tuple (router.openapi.more).
-STATES = (WAITING, ADVANCING, ROLLING_BACK, PAUSED, AWAITING_APPROVAL, HELD, STABLE,
-          ROLLED_BACK, NOT_STARTED)
-#: Every kind of Wait, in the order waits_of lists them ("approval" on its own; "other":
-#: a hold decide() explains only in its reason). A Wait of another kind is refused.
-WAIT_KINDS = ("runs", "pairs", "time", "power", "approval", "other")
-
-
-@dataclass(frozen=True)
-class Wait:
-    """One condition a stage still waits for before it may advance."""
-
-    #: One of WAIT_KINDS.
-    kind: str
-    #: The binding setting that asks for it: min_samples, min_stage_seconds, ...
-    setting: str | None
-    have: float
-    need: float
-    text: str
-    #: For "time": when the wait ends, in epoch seconds.
-    until: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.kind not in WAIT_KINDS:  # the OpenAPI enum is WAIT_KINDS: keep them one list
-            raise ValueError(f"Wait kind {self.kind!r} is not one of {WAIT_KINDS}")
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready."""
-        return {"kind": self.kind, "setting": self.setting, "have": self.have,
-                "need": self.need, "until": self.until, "text": self.text}
+from gatekeeper.machine.vocabulary import STATES as STATES
+from gatekeeper.view_model import GateView, NextView
 
 
 @dataclass(frozen=True)
@@ -107,6 +80,10 @@ class NextStep:
                 "warnings": list(self.warnings), "response": self.response,
                 "deadline": self.deadline}
 
+    def as_view(self) -> NextView:
+        """The gate view's `next` section, as its model."""
+        return NextView.model_validate(self.as_dict())
+
 
 def next_step(role: str, record: VersionedBinding, evidence: Evidence, now: float, *,
               paused_by: tuple[str, str] | None = None) -> NextStep:
@@ -142,19 +119,15 @@ def _explain(decision: Decision, binding: Binding, evidence: Evidence, now: floa
                         f"rolls back at the gatekeeper's next tick: {decision.reason}",
                         then, (), decision.reason)
     if decision.action is Action.HOLD and decision.details.get("awaiting_approval"):
-        text = (f"awaits an operator's approval to advance to {then}: the gate passed; "
-                f"`rolegate approve {decision.role} --reason ...` or the page's Approve button")
-        return NextStep(decision.action.value, AWAITING_APPROVAL, text, then,
-                        (Wait("approval", None, 0, 1, text),), decision.reason)
+        return NextStep(decision.action.value, AWAITING_APPROVAL, decision.waits[0].text, then,
+                        decision.waits, decision.reason)
     if decision.action is Action.HOLD and (decision.details.get("response") or {}).get(
             "applied") == "hold":
         return NextStep(decision.action.value, HELD,
                         f"{decision.reason}; the gatekeeper pauses the role for a human, who "
                         f"promotes, rolls back or resumes it", then, (), decision.reason)
     if decision.action is Action.HOLD:
-        waits = waits_of(binding, evidence, now)
-        if not waits:
-            waits = (Wait("other", None, 0, 0, f"holds: {decision.reason}"),)
+        waits = forecast(decision.waits, binding, evidence)
         return NextStep(decision.action.value, WAITING, "; ".join(w.text for w in waits), then,
                         waits, decision.reason)
     return _idle(decision, binding, evidence, now, then, paused_by)
@@ -176,91 +149,35 @@ def _idle(decision: Decision, binding: Binding, evidence: Evidence, now: float,
                         f"candidate {binding.candidate} has not started; `rolegate promote` "
                         f"puts it in shadow", then, (), decision.reason)
     who = f"paused by {paused_by[0]}: {paused_by[1]}" if paused_by else "paused by an operator"
-    waits = waits_of(binding, evidence, now)
+    waits = forecast(decision.waits, binding, evidence)
     return NextStep(action, PAUSED, f"{who}; `rolegate resume` lets the gatekeeper move it",
                     then, waits, decision.reason)
 
 
-def waits_of(binding: Binding, evidence: Evidence, now: float) -> tuple[Wait, ...]:
-    """Every condition of decide()'s holds the stage has not met yet, in decide()'s order."""
-    waits: list[Wait] = []
-    thresholds = binding.gate.thresholds
-    arm = "shadow" if binding.stage is Stage.SHADOW else "candidate"
-    if evidence.verdict == "insufficient_data":
-        need = thresholds.min_samples
-        if evidence.n < need:
-            waits.append(Wait("runs", "min_samples", evidence.n, need,
-                              f"needs {need - evidence.n} more {arm} runs "
-                              f"(min_samples {need})"))
-        else:
-            waits.append(Wait("runs", None, evidence.n, need,
-                              "waiting for data: " + "; ".join(evidence.reasons)))
-    paired = evidence.paired if binding.stage is Stage.SHADOW else None
-    if paired is not None:
-        pairs, need = int(paired.get("pairs", 0)), shadow_pairs_needed(thresholds)
-        setting = "min_shadow_pairs" if thresholds.min_shadow_pairs is not None \
-            else "min_samples"
-        if pairs < need:
-            waits.append(Wait("pairs", setting, pairs, need,
-                              f"needs {need - pairs} more paired runs ({setting} {need})"))
-    minimum = stage_minimum(binding)
-    since = binding.stage_since if binding.stage_since is not None else now
-    if now - since < minimum.seconds:
-        until = since + minimum.seconds
-        waits.append(Wait("time", minimum.setting, round(now - since, 3), minimum.seconds,
-                          f"holds until {clock_time(until, now)} ({minimum.setting})",
-                          until=until))
-    power = rollout_power(binding, evidence)
-    # Before a cell both arms ran in has closed there is nothing to size: the line would
-    # be noise beside the runs and time the stage still waits for.
-    if power is not None and not power.enough and (power.sd > 0.0 or not waits):
-        more = more_runs(binding, evidence, evidence.n)
-        ahead = (f"; about {more} more {arm} runs at this traffic" if more is not None
-                 else "; at this stage's traffic it may not get there (its deadline ends "
-                      "the wait)")
-        waits.append(Wait("power", "gate.power.min_power", round(power.power, 3),
-                          power.needed, power.reason() + ahead))
-    return tuple(waits)
+def forecast(waits: tuple[Wait, ...], binding: Binding, evidence: Evidence) -> tuple[Wait, ...]:
+    """decide()'s waits as shown: the power wait says about how many more runs it needs.
 
-
-def destination(binding: Binding, now: float) -> str | None:
-    """Where one advance (promote) takes the role, by the stage table itself; None: nowhere.
-
-    Pause and approval set aside: this names where the role goes once they are lifted.
+    An estimate, not a rule (some thirty power computations), so it is made here, for
+    the reader, and never on the gatekeeper's tick.
     """
-    try:
-        moved = preview(binding, Event.ADVANCE, now).binding
-    except IllegalTransition:
-        return None
-    return stage_label(moved)
+    out = []
+    for wait in waits:
+        if wait.kind == "power":
+            more = more_runs(binding, evidence, evidence.n)
+            wait = dataclasses.replace(wait, text=wait.text + (
+                f"; about {more} more {judged_arm(binding)} runs at this traffic"
+                if more is not None else "; at this stage's traffic it may not get there "
+                                         "(its deadline ends the wait)"))
+        out.append(wait)
+    return tuple(out)
 
 
-def stage_label(binding: Binding) -> str:
-    """A stage in the words an operator uses: "canary 0.5", "full", "stable", ..."""
-    if binding.stage is Stage.CANARY:
-        return f"canary {binding.share:g}"
-    if binding.stage is Stage.STABLE:
-        return f"stable ({binding.current})"
-    return str(binding.stage.value).replace("_", " ")
-
-
-def clock_time(moment: float, now: float) -> str:
-    """`moment` as "12:05 UTC", with the date when it is not today (UTC).
-
-    Rounded up to the minute: "holds until 12:05" must not read as already over at 12:04:30.
-    """
-    moment = math.ceil(moment / 60) * 60
-    day, today = time.gmtime(moment)[:3], time.gmtime(now)[:3]
-    form = "%H:%M UTC" if day == today else "%Y-%m-%d %H:%M UTC"
-    return time.strftime(form, time.gmtime(moment))
-
-
-def next_section(record: VersionedBinding, view: Mapping[str, Any], now: float, *,
-                 paused_by: tuple[str, str] | None = None) -> dict[str, Any]:
+def next_section(record: VersionedBinding, view: GateView, now: float, *,
+                 paused_by: tuple[str, str] | None = None) -> NextView:
     """The gate view's `next` section: decide() on the view's own evidence, explained.
 
     The gatekeeper decides on `evidence_from_view` of this same JSON, so the section
     says what the gatekeeper's next tick will do (unless traces arrive in between).
     """
     return next_step(record.role, record, evidence_from_view(view), now,
-                     paused_by=paused_by).as_dict()
+                     paused_by=paused_by).as_view()

@@ -102,8 +102,8 @@ def preview(binding: Binding, event: Event, now: float, *, share: float | None =
             actor: str | None = None, reason: str | None = None) -> Move:
     """The move `event` makes by the table alone, pause and approval set aside.
 
-    For telling where a held role goes once freed (`next_step.destination`); every
-    write goes through `apply`.
+    For telling where a held role goes once freed (`destination`); every write goes
+    through `apply`.
     """
     allowed = TRANSITIONS.get((binding.stage, event))
     if allowed is None:
@@ -119,6 +119,27 @@ def preview(binding: Binding, event: Event, now: float, *, share: float | None =
             f"cannot {event.value} a role in stage {binding.stage.value!r} "
             f"to {move.binding.stage.value!r}", stage=binding.stage.value, event=event.value)
     return move
+
+
+def destination(binding: Binding, now: float) -> str | None:
+    """Where one advance (promote) takes the role, by the stage table itself; None: nowhere.
+
+    Pause and approval set aside: this names where the role goes once they are lifted.
+    """
+    try:
+        moved = preview(binding, Event.ADVANCE, now).binding
+    except IllegalTransition:
+        return None
+    return stage_label(moved)
+
+
+def stage_label(binding: Binding) -> str:
+    """A stage in the words an operator uses: "canary 0.5", "full", "stable", ..."""
+    if binding.stage is Stage.CANARY:
+        return f"canary {binding.share:g}"
+    if binding.stage is Stage.STABLE:
+        return f"stable ({binding.current})"
+    return str(binding.stage.value).replace("_", " ")
 
 
 def _move(binding: Binding, event: Event, now: float, share: float | None,

@@ -2,12 +2,11 @@
 
 `gate_view` is what `GET /v1/roles/<role>/gate` answers, what the dashboard
 shows and what the gatekeeper decides on. Add a section by writing
-`view["name"] = section(ctx)` in it.
+one more field on `model.GateView` and
+`name=section(ctx)` here.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from bindings.store import BindingStore
 from gatekeeper import heartbeat
@@ -26,30 +25,35 @@ from gatekeeper.view.reports import merge_missing, missing_for, report_counts, w
 from gatekeeper.view.rollout import rollout_section
 from gatekeeper.view.sections import drift_section, paired_section
 from gatekeeper.view.units import units_section
+from gatekeeper.view_model import GateView
 
 
-def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) -> dict[str, Any]:
-    """The JSON of GET /v1/roles/<role>/gate."""
+def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) -> GateView:
+    """GET /v1/roles/<role>/gate (its JSON: `GateView.as_json()`)."""
     ctx = gate_context(store, traces, role, now)
-    view = view_header(ctx)
-    view["arms"] = arms_section(ctx)
-    view["comparison"] = comparison_section(ctx)
-    view["by_criterion"] = criteria_section(ctx, ConfigStore(traces.connection))
-    view["judges"] = judges_section(ctx, JudgeStore(traces.connection))
-    merge_judged(view["by_criterion"], view["judges"], ctx)
+    # In the order the sections were always built: some advance kept state as they read.
+    arms = arms_section(ctx)
+    comparison = comparison_section(ctx)
+    by_criterion = criteria_section(ctx, ConfigStore(traces.connection))
+    judges = judges_section(ctx, JudgeStore(traces.connection))
+    merge_judged(by_criterion, judges, ctx)
     counts = report_counts(ctx)  # the exposure hashes, read once for both sections
-    view["reports"] = with_runs(kept.reports(ctx, counts), counts)
-    merge_missing(view["arms"], view["reports"])
-    view["paired"] = merge_pairwise(paired_section(ctx), view["judges"], ctx)
-    view["drift"] = drift_section(ctx)
-    view["concurrent"] = kept.concurrent(ctx, missing_for(ctx, counts))
-    view["rollout"] = rollout_section(store, ctx)
-    view["units"] = units_section(ctx, view["rollout"])
-    view["difference"] = difference_section(ctx, view["units"])
-    view["previous"] = previous_section(store, traces, ctx.record, now)
-    view["gatekeeper"] = HeartbeatStore(traces.connection).summary()
+    reports = with_runs(kept.reports(ctx, counts), counts)
+    merge_missing(arms, reports)
+    paired = merge_pairwise(paired_section(ctx), judges, ctx)
+    drift = drift_section(ctx)
+    concurrent = kept.concurrent(ctx, missing_for(ctx, counts))
+    rollout = rollout_section(store, ctx)
+    units = units_section(ctx, rollout)
+    keeper = HeartbeatStore(traces.connection).summary()
+    view = GateView.model_construct(
+        **view_header(ctx), arms=arms, comparison=comparison, by_criterion=by_criterion,
+        judges=judges, reports=reports, paired=paired, drift=drift, concurrent=concurrent,
+        rollout=rollout, units=units, difference=difference_section(ctx, units),
+        previous=previous_section(store, traces, ctx.record, now),
+        gatekeeper=keeper, next=None)
     # Last: it reads the sections above, as the gatekeeper's decide() does; it says
     # plainly when no gatekeeper is there to take the step it names.
-    view["next"] = heartbeat.annotate_next(next_view_section(store, ctx.record, view, now),
-                                           view["gatekeeper"])
+    view.next = heartbeat.annotate_next(next_view_section(store, ctx.record, view, now),
+                                        keeper)
     return view

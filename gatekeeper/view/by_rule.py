@@ -9,8 +9,6 @@ per arm), not kept running like the stage's own.
 
 from __future__ import annotations
 
-from typing import Any
-
 from bindings.errors import NotFound
 from bindings.store import BindingStore
 from gatekeeper.store.trace_keys import epoch_of
@@ -18,12 +16,13 @@ from gatekeeper.store.traces import TraceStore
 from gatekeeper.view.arms import arms_section, comparison_section
 from gatekeeper.view.context import GateContext, arm_configs, view_header
 from gatekeeper.view.sections import MAX_REPLAY
+from gatekeeper.view_model import RuleView
 from gatekeeper.window import WindowStats
 from rolegate.routing import rule_id
 
 
 def rule_view(store: BindingStore, traces: TraceStore, role: str, rule: str,
-              now: float) -> dict[str, Any]:
+              now: float) -> RuleView:
     """The gate over the runs rule `rule` routed in the current stage; NotFound for no such rule."""
     record = store.get(role)
     binding = record.binding
@@ -40,11 +39,7 @@ def rule_view(store: BindingStore, traces: TraceStore, role: str, rule: str,
                 window.add(stored.trace, stored.verdict)
         arms[arm] = (config, window)
     ctx = GateContext(role, record, epoch_of(binding), arms, traces, now)
-    return {
-        **view_header(ctx),
-        "rule": {"id": rule, **rules[rule].model_dump(mode="json")},
-        "arms": arms_section(ctx),
-        "comparison": comparison_section(ctx),
-        # The gatekeeper decides on the whole stage, not on one rule's slice.
-        "next": None,
-    }
+    # `next` stays null: the gatekeeper decides on the whole stage, not on one rule's slice.
+    return RuleView.model_construct(
+        **view_header(ctx), rule={"id": rule, **rules[rule].model_dump(mode="json")},
+        arms=arms_section(ctx), comparison=comparison_section(ctx), next=None)

@@ -16,6 +16,7 @@ from bindings.models import VersionedBinding
 from bindings.store import BindingStore
 from gatekeeper.store.trace_keys import epoch_of
 from gatekeeper.store.traces import TraceStore
+from gatekeeper.view_model import Window
 from gatekeeper.window import WindowStats
 
 
@@ -81,20 +82,21 @@ def trusted_window(windows: dict[str, WindowStats], trusted: tuple[str, ...]) ->
 
 
 def view_header(ctx: GateContext) -> dict[str, Any]:
-    """What every gate view opens with: the role's stage, arms' configs, window and policy."""
+    """What every gate view opens with (`model.GateHeader`'s fields, as values to construct it
+    with): the role's stage, arms' configs, window and policy."""
     binding = ctx.record.binding
     since = binding.stage_since
     return {
         "role": ctx.role,
         "version": ctx.record.version,
-        "stage": binding.stage.value,
+        "stage": binding.stage,
         "share": binding.share,
         "paused": binding.paused,
         "current": binding.current,
         "candidate": binding.candidate,
-        "window": {"since": since,
-                   "seconds": None if since is None else max(0.0, ctx.now - since),
-                   "epoch": ctx.epoch},
-        "policy": binding.gate.model_dump(mode="json"),
+        "window": Window.model_construct(
+            since=since, seconds=None if since is None else max(0.0, ctx.now - since),
+            epoch=ctx.epoch),
+        "policy": binding.gate,
         "time": ctx.now,
     }

@@ -11,11 +11,10 @@ entry says so in `note`; `arm` names the judged arm. Null when there is no candi
 
 from __future__ import annotations
 
-from typing import Any
-
 from bindings.models import Stage
 from gatekeeper.stats.difference import histogram_moments, mean_difference, rate_moments
 from gatekeeper.view.context import GateContext
+from gatekeeper.view_model.units import DifferenceView, UnitsView
 
 #: Cost is winsorized at this quantile of current's runs.
 COST_CAP_QUANTILE = 0.99
@@ -40,8 +39,7 @@ def _quantile(histogram: dict[float, int], q: float) -> float | None:
     return None
 
 
-def difference_section(ctx: GateContext,
-                       units: dict[str, Any] | None) -> list[dict[str, Any]] | None:
+def difference_section(ctx: GateContext, units: UnitsView | None) -> list[DifferenceView] | None:
     """The `difference` section of the gate view built from `ctx`."""
     binding = ctx.record.binding
     judged = "shadow" if binding.stage is Stage.SHADOW else "candidate"
@@ -57,7 +55,8 @@ def difference_section(ctx: GateContext,
         mean_difference("cost_usd", histogram_moments(_capped(mine.cost_histogram(), cap)),
                         histogram_moments(_capped(theirs.cost_histogram(), cap))),
     ]
-    repeats = bool(((units or {}).get("test") or {}).get("repeats"))
+    repeats = units is not None and units.test.repeats
     note = ("run-level: keys carry several runs each, so this interval is narrower than "
             "the evidence") if repeats else None
-    return [{**m.as_dict(), "arm": judged, "note": note} for m in metrics]
+    return [DifferenceView.model_validate({**m.as_dict(), "arm": judged, "note": note})
+            for m in metrics]

@@ -19,6 +19,7 @@ from gatekeeper.machine.next_step import next_section
 from gatekeeper.store.traces import TraceStore
 from gatekeeper.view.arms import arms_section, comparison_section
 from gatekeeper.view.context import context_of
+from gatekeeper.view_model import GateView, NextView
 
 #: History entries read back to find the rollback, or who paused a paused role.
 LOOKBACK = 50
@@ -64,7 +65,7 @@ def paused_by(store: BindingStore, record: VersionedBinding) -> tuple[str, str] 
     return None
 
 
-def next_view_section(store: BindingStore, record: VersionedBinding, view: dict[str, Any],
-                      now: float) -> dict[str, Any]:
+def next_view_section(store: BindingStore, record: VersionedBinding, view: GateView,
+                      now: float) -> NextView:
     """The `next` section of `view` (every other section already in it)."""
     return next_section(record, view, now, paused_by=paused_by(store, record))

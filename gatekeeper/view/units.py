@@ -29,6 +29,13 @@ from gatekeeper.store.unit_events import (
     rollout_id,
 )
 from gatekeeper.view.context import GateContext
+from gatekeeper.view_model.units import (
+    StretchView,
+    UnitArmView,
+    UnitLimitsView,
+    UnitsView,
+    UnitTestView,
+)
 
 #: Current's runs in a live stage before the slow/costly limits are fixed.
 LIMIT_RUNS = 100
@@ -87,7 +94,7 @@ def _fixed_limits(ctx: GateContext, key: str, found: Mapping[bytes, bytes]) -> d
     return {k.decode(): int(v) for k, v in pipe.execute()[-1].items()}
 
 
-def units_section(ctx: GateContext, rollout: Mapping[str, Any] | None) -> dict[str, Any] | None:
+def units_section(ctx: GateContext, rollout: Mapping[str, Any] | None) -> UnitsView | None:
     """The `units` section of the gate view built from `ctx` (and its `rollout` section)."""
     binding = ctx.record.binding
     rollout_name = rollout_id(binding)
@@ -113,11 +120,15 @@ def units_section(ctx: GateContext, rollout: Mapping[str, Any] | None) -> dict[s
                                            binding))
     verdict = unit_test(arms["candidate"], arms["current"], [s for s, _ in stretches],
                         ctx.now, binding.gate.thresholds.alpha, criteria)
-    return {"rollout": rollout_name,
-            "stretches": [{"since": s.since, "share": s.share} for s, _ in stretches],
-            "arms": {arm: {"runs": a.runs, "units": a.units,
-                           "lag_p99_s": lag_quantile(a.lags)} for arm, a in arms.items()},
-            "limits": {"slow_ms": limits.get("slow_ms"),
-                       "costly_micros": limits.get("costly_micros"),
-                       "from_s": limits.get("from_s")},
-            "test": verdict.as_dict(), "reason": verdict.reason() if verdict.reject else None}
+    return UnitsView.model_construct(
+        rollout=rollout_name,
+        stretches=[StretchView.model_construct(since=s.since, share=s.share)
+                   for s, _ in stretches],
+        arms={arm: UnitArmView.model_construct(runs=a.runs, units=a.units,
+                                               lag_p99_s=lag_quantile(a.lags))
+              for arm, a in arms.items()},
+        limits=UnitLimitsView.model_construct(slow_ms=limits.get("slow_ms"),
+                                              costly_micros=limits.get("costly_micros"),
+                                              from_s=limits.get("from_s")),
+        test=UnitTestView.model_validate(verdict.as_dict()),
+        reason=verdict.reason() if verdict.reject else None)

@@ -1,7 +1,7 @@
 """GET /v1/roles/<role>/gate and /tools: the regression gate over the current stage's window.
 
 The view itself is built outside Flask by `gatekeeper.view.gate_view`; this
-module only authenticates, reads the role parameter and renders it.
+module only authenticates, reads the role parameter and renders it (`GateView.as_json`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ def gate(role: str) -> ResponseReturnValue:
     now = store.clock()
     rule = request.args.get("rule")
     if rule is not None:
-        return jsonify(rule_view(store, trace_store(), role_param(role), rule, now))
-    return jsonify(gate_view(store, trace_store(), role_param(role), now))
+        return jsonify(rule_view(store, trace_store(), role_param(role), rule, now).as_json())
+    return jsonify(gate_view(store, trace_store(), role_param(role), now).as_json())
 
 
 @bp.get("/v1/roles/<role>/tools")

@@ -19,8 +19,8 @@ from gatekeeper.stats.drift import METRICS, baseline, derived_h
 from gatekeeper.stats.pairing import Run
 from gatekeeper.stats.statistics import Cusum
 from gatekeeper.store.traces import StoredTrace, TraceStore
-from gatekeeper.view import arm_configs, gate_context, gate_view
-from gatekeeper.view.sections import REFERENCE_RUNS, candidate_arm, latest, paired_section, run_of
+from gatekeeper.view import arm_configs, gate_view
+from gatekeeper.view.sections import REFERENCE_RUNS, candidate_arm, latest, run_of
 
 #: Time buckets in the pass-rate chart.
 PASS_RATE_BUCKETS = 24
@@ -81,7 +81,7 @@ def overview(store: BindingStore, traces: TraceStore, now: float,
         except RolegateError as exc:
             rows.append(RoleRow(record, None, arm, last, error=exc.message))
             continue
-        judged = view["arms"].get(arm)
+        judged = view.arms.get(arm)
         rows.append(RoleRow(record, None if judged is None else judged["verdict"], arm, last))
     return rows
 
@@ -193,17 +193,16 @@ def cusum_paths(traces: TraceStore, record: VersionedBinding, now: float,
 
 def role_detail(store: BindingStore, traces: TraceStore, role: str, now: float) -> dict[str, Any]:
     """Everything the role page shows; NotFound for an unknown role."""
-    view = gate_view(store, traces, role, now)
+    gate = gate_view(store, traces, role, now)
     record = store.get(role)
-    if record.version != view["version"]:
+    if record.version != gate.version:
         # The binding moved between the two reads; show one consistent version.
-        view = gate_view(store, traces, role, now)
+        gate = gate_view(store, traces, role, now)
         record = store.get(role)
-    watched, cusum = cusum_paths(traces, record, now, view.get("drift"))
-    paired = view.get("paired")
-    if "paired" not in view:
-        # Older gate views carry no paired section; compute it the way the gatekeeper does.
-        paired = paired_section(gate_context(store, traces, role, now))
+    watched, cusum = cusum_paths(traces, record, now, gate.drift)
+    paired = gate.paired
+    # The page shows the view's JSON, as the API serves it, pruned below.
+    view = gate.as_json()
     judged = judged_arm(record.binding.stage)
     # An arm with no runs that the stage does not judge (the candidate arm while in
     # shadow, the shadow arm on a canary) is noise in the table.

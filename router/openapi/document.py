@@ -22,6 +22,7 @@ from bindings.models import ROLE_NAME_SCHEMA_PATTERN, Binding, HistoryEntry, Ver
 from bindings.offline import OfflineVerdict, StoredOfflineVerdict
 from gatekeeper.checks.criteria import CriteriaDiff
 from gatekeeper.store.configs import ConfigRecord
+from gatekeeper.view_model import GateView, RuleView
 from rolegate.config_ids import CONFIG_ID_PATTERN, MAX_CONFIG_ID
 from router.api.accept_redis import AcceptRequest
 from router.api.archive import ArchiveRequest
@@ -70,6 +71,9 @@ MODELS: list[tuple[type[BaseModel], Any]] = [
     (HeartbeatRequest, "validation"),
     (RestoreRequest, "validation"),
     (AcceptRequest, "validation"),
+    # The gate view's typed sections (`gatekeeper.view_model`): their enums are the code's.
+    (GateView, "serialization"),
+    (RuleView, "serialization"),
 ]
 #: Every described operation: {path: {method: operation}}.
 OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {}

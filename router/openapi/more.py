@@ -8,12 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bindings.models import RESPONSE_RULES, Stage, Thresholds
 from gatekeeper.heartbeat import ABSENT, LATE, OK
-from gatekeeper.machine.deadline import DEADLINE
-from gatekeeper.machine.decide import Action
-from gatekeeper.machine.next_step import STATES, WAIT_KINDS
-from gatekeeper.machine.responses import RESPONSES
 from gatekeeper.stats.drift import METRICS
 from rolegate.config_ids import CONFIG_ID_PATTERN, MAX_CONFIG_ID
 from rolegate.run_ids import STEM
@@ -91,44 +86,6 @@ ROLE_QUERY = {"name": "role", "in": "query", "required": False,
 STORED_TRACE = _obj("id", "received", "role", "trace", "verdict",
                     id={"type": "string"}, received={"type": "number"},
                     role={"type": "string"}, trace=ref("Trace"), verdict=OBJECT)
-WAIT = _obj("kind", "setting", "have", "need", "until", "text",
-            kind=enum_of(WAIT_KINDS),
-            setting={"type": ["string", "null"]}, have={"type": "number"},
-            need={"type": "number"}, until={"type": ["number", "null"]}, text={"type": "string"})
-#: `gatekeeper.machine.responses.response_details`: the graded response decide() applied,
-#: for one of its rules or for the stage's deadline (`gatekeeper.machine.deadline`).
-RESPONSE = _obj("rule", "applied", "policy", rule=enum_of((*RESPONSE_RULES, DEADLINE)),
-                applied=enum_of(RESPONSES), policy={"type": "string"})
-#: `gatekeeper.machine.deadline.Deadline.as_dict()`.
-DEADLINE_AT = _obj("at", "action", "seconds", at={"type": "number"},
-                   action=enum_of(Thresholds.model_fields["deadline_action"].annotation),
-                   seconds={"type": "number"})
-#: `gatekeeper.machine.next_step.NextStep.as_dict()`: decide()'s action on this view, explained.
-NEXT = _obj("action", "state", "summary", "then", "waits", "reason", "lines",
-            action=enum_of(Action), state=enum_of(STATES),
-            summary={"type": "string"}, then={"type": ["string", "null"]},
-            waits={"type": "array", "items": WAIT}, reason={"type": "string"},
-            lines={"type": "array", "items": {"type": "string"}},
-            warnings={"type": "array", "items": {"type": "string"}},
-            response={"anyOf": [RESPONSE, {"type": "null"}]},
-            deadline={"anyOf": [DEADLINE_AT, {"type": "null"}]})
-#: `gatekeeper.stats.units.UnitVerdict.as_dict()`.
-UNIT_TEST = _obj("log_e", "threshold", "alpha", "reject", "horizon", "leading", "metrics",
-                 "repeats", "repeats_why", log_e={"type": "number"},
-                 threshold={"type": "number"}, alpha={"type": "number"},
-                 reject={"type": "boolean"}, horizon={"type": ["number", "null"]},
-                 leading={"type": ["string", "null"]}, metrics={"type": "array", "items": OBJECT},
-                 repeats={"type": "boolean"}, repeats_why={"type": "string"})
-#: `gatekeeper.view.units.units_section`.
-UNITS = _obj("rollout", "stretches", "arms", "limits", "test", "reason",
-             rollout={"type": "string"}, stretches={"type": "array", "items": OBJECT},
-             arms=OBJECT, limits=OBJECT, test=UNIT_TEST, reason={"type": ["string", "null"]})
-#: `gatekeeper.stats.difference.Difference.as_dict()`.
-DIFFERENCE = {"type": "array", "items": _obj(
-    "metric", "estimate", "lower", "upper", "confidence",
-    metric={"type": "string"}, estimate={"type": ["number", "null"]},
-    lower={"type": ["number", "null"]}, upper={"type": ["number", "null"]},
-    confidence={"type": "number"}, arm={"type": "string"}, note={"type": ["string", "null"]})}
 #: One arm's runs with ids (gatekeeper.stats.matching.run_figures).
 _RUN_FIGURES = {**_obj("with_id", "matched", "missing", "in_flight",
                        with_id={"type": "integer", "minimum": 0,
@@ -146,16 +103,11 @@ REPORTS = {"anyOf": [{"type": "object", "properties": {
                             "reporters whose missing runs count (runs without ids: bucket "
                             "arithmetic, docs/gatekeeper.md)."}}},
                      {"type": "null"}]}
-GATE = _obj("role", "version", "stage", "share", "current", "window", "policy", "arms",
-            "comparison", "next", next={"anyOf": [NEXT, {"type": "null"}]},
-            previous={"type": ["object", "null"]}, rule=OBJECT, role={"type": "string"}, version={"type": "integer"},
-            stage=enum_of(Stage), share={"type": "number"}, paused={"type": "boolean"},
-            current={"type": "string"}, candidate={"type": ["string", "null"]},
-            window=OBJECT, policy=OBJECT, arms=OBJECT, comparison=OBJECT,
-            paired={"type": ["object", "null"]}, drift=OBJECT,
-            rollout={"type": ["object", "null"]},
-            units={"anyOf": [UNITS, {"type": "null"}]},
-            difference={"anyOf": [DIFFERENCE, {"type": "null"}]}, reports=REPORTS)
+#: `gatekeeper.view_model`: the whole view, or one targeting rule's (`?rule=R`); generated
+#: from the models the view is built as, so a field added to one is in the schema. The
+#: `reports` section is not typed yet: its `runs` are described here.
+GATE = {"allOf": [{"anyOf": [ref("GateView"), ref("RuleView")]},
+                  {"type": "object", "properties": {"reports": REPORTS}}]}
 
 MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/traces": {"post": {

@@ -1,0 +1,103 @@
+"""What decide() judges a role's stage on, and how it is read out of the gate view. Pure.
+
+`Evidence` is decide()'s input; `evidence_from_view` fills it from a `GateView`
+(`gatekeeper.view_model`), reading the view by attribute. A JSON view (the
+gatekeeper's, read over HTTP) is validated into a `GateView` first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from bindings.models import Stage
+from gatekeeper.machine.baseline import baseline_failure, baseline_observed, baseline_runs
+from gatekeeper.stats.criteria_gate import KeyCounts
+from gatekeeper.stats.rollout import Carried
+from gatekeeper.view_model import GateView, UnitsView
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the gate view says about one role's current stage, as decide() needs it."""
+
+    verdict: str
+    reasons: tuple[str, ...] = ()
+    #: The gate's reason codes, one per reason (empty: unknown, every reason blocks).
+    reason_codes: tuple[str, ...] = ()
+    #: Candidate traces (and passes) in the stage's window.
+    n: int = 0
+    passes: int = 0
+    #: Current-arm traces over the same period (for the comparison), or its recent history.
+    current_n: int = 0
+    current_passes: int = 0
+    #: The shadow paired report (pairing.PairedReport.as_dict()), in shadow only.
+    paired: Mapping[str, Any] | None = None
+    #: The current arm's failure rate the candidate is tested against (the drift
+    #: detector's run_failure p0); None: no sequential rate test.
+    baseline_failure: float | None = None
+    #: Current runs baseline_failure was measured over (0: a fixed baseline, exact).
+    baseline_runs: int = 0
+    #: The rate those runs showed (baseline_failure is its upper bound): what the power
+    #: hold sizes its alternative with. None: only the bound is known.
+    baseline_observed: float | None = None
+    #: True when baseline_failure is already the upper bound the tests run against
+    #: (the gate view's detectors bound it, `drift.bounded_p0`).
+    baseline_bounded: bool = False
+    #: The rollout's earlier stages (the gate view's `rollout` section); None: the view
+    #: has none, and the sequential tests run over this stage alone at the stage alpha.
+    carried: Carried | None = None
+    #: The view's `concurrent` section: when present what rolls back (`machine.matched`).
+    concurrent: Mapping[str, Any] | None = None
+    #: Metrics whose CUSUM alarms on the candidate, and on the current arm.
+    candidate_alarms: tuple[str, ...] = ()
+    current_alarms: tuple[str, ...] = ()
+    #: Per criterion key of the judged arm against current (the view's by_criterion.gate).
+    criteria: tuple[KeyCounts, ...] = ()
+    #: Why promotion waits for the judge's evidence (the view's judges.wait), if it does.
+    judged_wait: str | None = None
+    #: The gate view's `reports` section (assigned against reported); None: none.
+    reports: Mapping[str, Any] | None = None
+    #: The view's `units` section (`gatekeeper.view.units`); None: no unit test.
+    units: UnitsView | None = None
+    #: Extra figures to keep in the history entry.
+    figures: Mapping[str, Any] = field(default_factory=dict)
+
+
+def evidence_from_view(view: GateView | Mapping[str, Any]) -> Evidence:
+    """Read decide()'s evidence out of the gate view (or its JSON, GET /v1/roles/<role>/gate)."""
+    if not isinstance(view, GateView):
+        view = GateView.model_validate(view)
+    judged = "shadow" if view.stage is Stage.SHADOW else "candidate"
+    arm = view.arms.get(judged, {})
+    keys = ((view.by_criterion or {}).get("gate") or {}).get(judged) or []
+    current = view.arms.get("current", {})
+    drift = view.drift or {}
+    alarms = drift.get("alarms", [])
+    raw = arm.get("reasons", [])
+    reasons = tuple(r.get("message", str(r)) if isinstance(r, Mapping) else str(r)
+                    for r in raw)
+    codes = tuple(str(r.get("code", "")) for r in raw if isinstance(r, Mapping))
+    return Evidence(
+        verdict=str(arm.get("verdict", "insufficient_data")),
+        reasons=reasons,
+        reason_codes=codes if len(codes) == len(reasons) else (),
+        n=int(arm.get("n", 0)),
+        passes=int(arm.get("passes", 0)),
+        current_n=int(current.get("n", 0)),
+        current_passes=int(current.get("passes", 0)),
+        paired=view.paired,
+        baseline_failure=baseline_failure(drift),
+        baseline_runs=baseline_runs(drift),
+        baseline_observed=baseline_observed(drift),
+        baseline_bounded="observed" in ((drift.get("candidate") or {}).get("run_failure") or {}),
+        candidate_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "candidate"),
+        current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),
+        carried=Carried.from_view(view.rollout),
+        criteria=tuple(KeyCounts.from_dict(k) for k in keys if isinstance(k, Mapping)),
+        judged_wait=(view.judges or {}).get("wait"),
+        reports=view.reports,
+        concurrent=view.concurrent,
+        units=view.units,
+    )

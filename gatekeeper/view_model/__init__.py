@@ -1,0 +1,25 @@
+"""The gate view's model: one class per section, shared by its builder and its readers.
+
+Pure (no Redis, no Flask): the builder (`gatekeeper.view`) makes it, the router
+serialises it, and the pure core (`gatekeeper.machine`) reads it by attribute;
+`gatekeeper.view` re-exports `GateView`.
+"""
+
+from __future__ import annotations
+
+from gatekeeper.view_model.next import DeadlineView, NextView, ResponseView, WaitView
+from gatekeeper.view_model.section import Section
+from gatekeeper.view_model.units import (
+    DifferenceView,
+    StretchView,
+    UnitArmView,
+    UnitLimitsView,
+    UnitMetricView,
+    UnitsView,
+    UnitTestView,
+)
+from gatekeeper.view_model.view import GateHeader, GateView, RuleView, Window
+
+__all__ = ["DeadlineView", "DifferenceView", "GateHeader", "GateView", "NextView",
+           "ResponseView", "RuleView", "Section", "StretchView", "UnitArmView",
+           "UnitLimitsView", "UnitMetricView", "UnitTestView", "UnitsView", "WaitView", "Window"]
