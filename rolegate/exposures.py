@@ -11,10 +11,10 @@ so keeps each count within a second of its bucket.
 The epoch is the stage's start as the window keys write it (`epoch_of`), so a
 count lands in the same stage window as the runs it assigned.
 
-Each counter but the shadow's also numbers the runs it counts: run n of a
-counter has the id ``stem + str(n)`` (`rolegate.run_ids`), its stem drawn when
-the counter is made, so a drained row names the ids it counts as one range,
-``"ids": {"stem", "from", "to"}`` (values from..to-1). A shadow run is the same
+Each counter but the shadow's also numbers the runs it counts: a run's id is
+``run_stem + str(value)`` (`rolegate.run_ids`), one stem per `Exposures`, each
+counter counting in a block of numbers of its own, so a drained row names the
+ids it counts as one range, ``"ids": {"stem", "from", "to"}`` (values from..to-1). A shadow run is the same
 job run again on the shadow config: it has no id of its own, and its arm keeps
 count-only matching.
 """
@@ -34,6 +34,9 @@ BUCKET_S = 30
 EXPOSURES_PATH = "/v1/exposures"
 #: Run ids one POST may name (the router refuses more): longer drains go in several.
 MAX_IDS_PER_POST = 100_000
+#: Each counter's block of run numbers (`Exposures.counter`): 10**12 runs a counter, and
+#: a million counters before the numbers reach the exposure rows' bound of 10**18.
+RUNS_PER_COUNTER = 10**12
 def epoch_of(since: float | None) -> str:
     """A stage's window epoch from its start (as the trace store's keys write it)."""
     return "0" if since is None else f"{since:.6f}"
@@ -49,35 +52,32 @@ class Exposures:
 
     def __init__(self) -> None:
         self._counters: dict[tuple[str, str, str, str], itertools.count[int]] = {}
-        #: Each counter's run-id stem (`rolegate.run_ids`); none for the shadow's.
-        self._stems: dict[tuple[str, str, str, str], str] = {}
+        #: This instance's run-id stem (`rolegate.run_ids`), one for every counter: each
+        #: counter numbers its runs from its own block of RUNS_PER_COUNTER, so run n of
+        #: counter k is ``stem + str(k * RUNS_PER_COUNTER + n)``, and no answer or role
+        #: holds a stem of its own (the SDK's snapshot stays as small as it was).
+        self.run_stem = new_stem()
+        self._blocks = itertools.count()
         self._drained: dict[tuple[str, str, str, str], int] = {}
         self._lock = threading.Lock()
 
     def counter(self, role: str, config: str, arm: str, epoch: str) -> itertools.count[int]:
         """The counter of (role, config, arm, epoch): call `next()` on it per assignment;
-        its value is the run's number under the counter's `stem`."""
+        its value is the run's number under `run_stem` (the shadow's is no run's)."""
         key = (role, config, arm, epoch)
         found = self._counters.get(key)
         if found is None:
             with self._lock:
                 found = self._counters.get(key)
                 if found is None:
-                    if arm != "shadow":
-                        self._stems[key] = new_stem()
-                    found = self._counters[key] = itertools.count()
+                    start = next(self._blocks) * RUNS_PER_COUNTER
+                    found = self._counters[key] = itertools.count(start)
         return found
-
-    def stem(self, role: str, config: str, arm: str, epoch: str) -> str | None:
-        """The run-id stem of the counter (made with it); None for the shadow's."""
-        self.counter(role, config, arm, epoch)
-        return self._stems.get((role, config, arm, epoch))
 
     def count(self, role: str, config: str, arm: str, epoch: str) -> str | None:
         """Count one assignment: its run id (None for a shadow run, which has none)."""
         number = next(self.counter(role, config, arm, epoch))
-        stem = self._stems.get((role, config, arm, epoch))
-        return None if stem is None else f"{stem}{number}"
+        return None if arm == "shadow" else f"{self.run_stem}{number}"
 
     def drain(self, now: float) -> list[dict[str, Any]]:
         """Rows of what each counter gained since the last drain, in `now`'s time bucket."""
@@ -86,15 +86,17 @@ class Exposures:
         with self._lock:
             for key, counter in list(self._counters.items()):
                 value = _value(counter)
-                gained = value - self._drained.get(key, 0)
+                # Never drained yet: its block's first number (nothing kept per counter).
+                first = value - value % RUNS_PER_COUNTER
+                gained = value - self._drained.get(key, first)
                 if gained > 0:
                     self._drained[key] = value
                     role, config, arm, epoch = key
                     row: dict[str, Any] = {"role": role, "config": config, "arm": arm,
                                            "epoch": epoch, "bucket": bucket, "count": gained}
-                    stem = self._stems.get(key)
-                    if stem is not None:
-                        row["ids"] = {"stem": stem, "from": value - gained, "to": value}
+                    if arm != "shadow":
+                        row["ids"] = {"stem": self.run_stem, "from": value - gained,
+                                      "to": value}
                     rows.append(row)
         return rows
 
@@ -103,7 +105,7 @@ class Exposures:
         with self._lock:
             for row in rows:
                 key = (row["role"], row["config"], row["arm"], row["epoch"])
-                self._drained[key] = self._drained.get(key, 0) - int(row["count"])
+                self._drained[key] = self._drained[key] - int(row["count"])
 
 
 def batches(rows: list[dict[str, Any]],

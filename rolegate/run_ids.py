@@ -7,16 +7,19 @@ id as its `run_id` is matched to its own assignment when the report lands
 (`gatekeeper.store.run_matches`), so "missing" means this run's report never
 came, not that one report bucket came up short of another.
 
-An id is ``r1.<stem>.<n>``: the stem is 12 random hex digits drawn per counter
-(a process's (role, config, arm, epoch) counter, so each process and each
-counter has its own), `n` the counter's value: no lock, no clock, no randomness
-per call (the resolve is the hot path). The SDK's in-process answer carries the
-id as its two parts, `run_stem` (held in the precompiled answer) and `run_seq`
-(the counter's value, which counting the exposure draws anyway), joined by
-`run_id_of` and the recorder: building a string per resolve would cost about
-0.2 us, 40% of the resolve (bench.peers). Ids are sent to the router as ranges
-``(stem, from, to)``, never one by one. A forked child draws new stems (`rolegate.exposures.Exposures` is made
-anew after a fork), so parent and child never mint the same id.
+An id is ``r1.<stem>.<n>``: the stem is 12 random hex digits drawn per
+`rolegate.exposures.Exposures` (one per client and per router worker, drawn
+anew after a fork), `n` the value of the (role, config, arm, epoch) counter
+that counted the assignment, each counter numbering from a block of its own:
+no lock, no clock, no randomness per call (the resolve is the hot path). The
+SDK's in-process answer carries the id as its two parts, `run_stem` and
+`run_seq` (the counter's value, which counting the exposure draws anyway),
+joined by `run_id_of` and the recorder: building the string per resolve cost
+about 0.2 us, 40% of the resolve (bench.peers), and a stem held in each
+precompiled answer grew the SDK's snapshot by a quarter. Ids are sent to the
+router as ranges ``(stem, from, to)``, never one by one. A forked child draws a
+new stem (its `Exposures` is made anew), so parent and child never mint the same
+id.
 """
 
 from __future__ import annotations

@@ -100,3 +100,14 @@ def refused_url() -> str:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+#: The fields of a resolve answer that name its run (`rolegate.run_ids`): each resolve
+#: mints its own, so two answers for one job differ there and nowhere else.
+RUN_FIELDS = ("run_id", "run_stem", "run_seq")
+
+
+def apart_from_run(answer: Any) -> dict[str, Any]:
+    """A resolve answer without the fields that name its run."""
+    return {k: v for k, v in dict(answer).items() if k not in RUN_FIELDS}
+
