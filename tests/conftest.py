@@ -66,19 +66,49 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(home, ignore_errors=True)
 
 
+#: The longest tests (node id prefixes), longest first: a minute or two each on an idle
+#: 2-core machine under -n 4, most of it real time (a simulated world runs for 90 s) or
+#: a cold mypy. Started first, they run beside everything else; started in collection
+#: order among the slow tests, the last of them began minutes in and ran on alone.
+#: A renamed test only loses its place.
+LONGEST_FIRST = (
+    "tests/test_lint.py::test_mypy_strict_passes_on_the_packages",
+    "tests/test_openapi.py::test_schemathesis_with_every_check_finds_nothing",
+    "tests/test_units_gate.py::test_a_shared_outage_repeated_keys",
+    "tests/test_rule_population.py::",
+    "tests/test_units_gate.py::test_what_users_feel",
+    "tests/test_gatekeeper_concurrent_e2e.py::",
+    "tests/test_gate_view_every_p0.py::test_every_three_digit_p0_gives_a_gate_view[p0-445",
+    "tests/test_maintenance_doc.py::",
+    "tests/test_docs_criteria.py::",
+    "tests/test_rollout_sim.py::test_the_scenario_table_prints_every_row",
+    "tests/test_never_dark.py::test_serve_with_a_seed_starts_while_redis_is_down",
+    "tests/test_rollout_sim.py::test_the_report_rate_table",
+)
+
+
+def _start_rank(item: pytest.Item) -> tuple[int, int]:
+    """Where `item` starts under -n: the longest tests, then the other slow ones, then the rest."""
+    for rank, prefix in enumerate(LONGEST_FIRST):
+        if item.nodeid.startswith(prefix):
+            return (0, rank)
+    return (1 if item.get_closest_marker("slow") else 2, 0)
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, hand the slow tests out first, and the Cluster's tests to one worker.
+    """Under pytest-xdist, hand the longest tests out first, and the Cluster's tests to one worker.
 
     The workers take tests in collection order, so a minute-long test collected
-    last would start last and run alone at the end. Every worker sorts the same
-    way (a stable sort), so their collections still agree, as xdist requires.
+    last would start last and run alone at the end: the LONGEST_FIRST tests go
+    first, then the other slow ones. Every worker sorts the same way (a stable
+    sort), so their collections still agree, as xdist requires.
     The tests on the session's Redis Cluster share one worker (`--dist loadgroup`):
     one cluster of three nodes started, not one a worker.
     """
     if not hasattr(config, "workerinput"):
         return
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items.sort(key=_start_rank)
     for item in items:
         if "redis_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("redis_cluster"))

@@ -12,6 +12,8 @@ import shlex
 import tomllib
 from pathlib import Path
 
+from tests.conftest import LONGEST_FIRST
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -47,3 +49,15 @@ def test_the_packaging_and_walkthrough_tests_carry_the_marker() -> None:
     markers = tomllib.loads(ROOT.joinpath("pyproject.toml").read_text())[
         "tool"]["pytest"]["ini_options"]["markers"]
     assert any(m.startswith("walkthrough:") for m in markers)
+
+
+def test_each_longest_first_entry_names_a_test_that_exists() -> None:
+    """conftest.LONGEST_FIRST, the tests started first under -n: each entry still names a test
+    (a renamed one would quietly go back to starting late)."""
+    missing = []
+    for prefix in LONGEST_FIRST:
+        path, _, name = prefix.partition("::")
+        source = ROOT.joinpath(path).read_text() if ROOT.joinpath(path).is_file() else ""
+        if not source or f"def {name.partition('[')[0]}" not in source:
+            missing.append(prefix)
+    assert missing == []
