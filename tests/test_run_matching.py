@@ -322,3 +322,29 @@ def test_ids_reach_the_router_from_a_live_sdk_sender(app: Flask, router: str) ->
         sdk.close()
     runs = decide_now(router, ROLE)[0]["reports"]["runs"]
     assert runs["candidate"]["in_flight"] == runs["current"]["in_flight"] == 0, runs
+
+
+def test_run_ids_count_against_the_tokens_ingest_quota(redis_url: str) -> None:
+    """Ids are Redis work: ten ids count as one trace of the token's quota. Over it: 429
+    with Retry-After, and neither the counts nor the ids are written."""
+    app = create_app({"redis_url": redis_url, "testing": True, "refresh_interval_s": 0.05,
+                      "tokens": f"{TOKENS},fleet={FLEET}:caller", "ingest_quota": "traces=5"})
+    exposure_counter(app).stop()
+    try:
+        with werkzeug_server(app) as url:
+            r = requests.put(f"{url}/v1/bindings/{ROLE}", json=CANARY, headers=auth(OPERATOR),
+                             timeout=5)
+            assert r.status_code == 201, r.text
+            epoch = epoch_of(record(url, ROLE).binding.stage_since)
+            row = {"role": ROLE, "config": "cfg_b", "arm": "candidate", "epoch": epoch,
+                   "bucket": int(time.time() // BUCKET_S), "count": 100,
+                   "ids": {"stem": "r1.0123456789ab.", "from": 0, "to": 100}}
+            over = requests.post(f"{url}/v1/exposures", json={"exposures": [row]},
+                                 headers=auth(FLEET), timeout=5)
+            assert over.status_code == 429 and over.headers["Retry-After"], over.text
+            view, _ = decide_now(url, ROLE)
+            assert view["reports"]["assigned"]["candidate"] == 0
+            assert view["reports"]["runs"]["candidate"]["in_flight"] == 0
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()

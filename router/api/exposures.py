@@ -37,6 +37,7 @@ from rolegate.routing import Resolution
 from rolegate.run_ids import STEM, minter, new_stem
 from rolegate.trace import ROLE_PATTERN, JsonInt
 from router.api.bodies import json_body, parse
+from router.api.trace_limits import charge_quota
 from router.server.auth import may_act_on, principal, require
 from router.server.services import services_of
 
@@ -48,6 +49,9 @@ FLUSH_S = 1.0
 MAX_ROWS = 10_000
 #: Run ids one request may name (each costs Redis a little work: `run_matches`).
 MAX_IDS = MAX_IDS_PER_POST
+#: Run ids charged as one trace against the token's ingest quota (an id costs Redis a
+#: tenth of what storing a trace does, or less).
+IDS_PER_TRACE = 10
 
 
 class RunIdRange(BaseModel):
@@ -115,6 +119,12 @@ def post_exposures() -> ResponseReturnValue:
     if refused:
         raise Forbidden(f"this token may not report for roles {refused}")
     reporter = principal().name
+    named = sum(r.count for r in batch.exposures if r.ids is not None)
+    if named:
+        # Each id is Redis work (added, matched, removed): the ids count against the token's
+        # ingest quota, IDS_PER_TRACE of them as one trace, before anything is written.
+        services = services_of(current_app)
+        charge_quota(services.redis, services.quota, reporter, -(-named // IDS_PER_TRACE), 0)
     add_run_ids(current_app, [(r.role, r.config, r.arm, r.epoch, r.bucket, reporter,
                        (r.ids.stem, r.ids.start, r.ids.stop)) for r in batch.exposures
                       if r.ids is not None], time.time())
