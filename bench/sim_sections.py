@@ -42,7 +42,7 @@ from gatekeeper.stats.pair_tally import Tally
 from gatekeeper.stats.reports import mature_before, report_check
 from gatekeeper.stats.sequential import THETAS
 from gatekeeper.view.concurrent import METRICS, Folded, section_of
-from gatekeeper.view_model import GateView
+from gatekeeper.view_model import GateView, RolloutView
 from gatekeeper.window import WindowStats
 
 #: The most one pass->fail flip raises the flips' log ratio (`sequential.log_ratio`).
@@ -264,7 +264,7 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float,
                                             missing_of_stage(counts, record, now))
     if counts.rollout is not None:
         if "rollout" not in cache:
-            cache["rollout"] = counts.rollout.as_dict(binding)
+            cache["rollout"] = RolloutView.model_validate(counts.rollout.as_dict(binding))
         view["rollout"] = cache["rollout"]
     if counts.reports is not None:
         mature = mature_before(now, policy.reports.grace_seconds)

@@ -13,9 +13,10 @@ from typing import Any
 
 from bindings.models import Stage
 from gatekeeper.machine.baseline import baseline_failure, baseline_observed, baseline_runs
+from gatekeeper.stats.concurrent import Comparison
 from gatekeeper.stats.criteria_gate import KeyCounts
-from gatekeeper.stats.rollout import Carried
-from gatekeeper.view_model import GateView, UnitsView
+from gatekeeper.stats.rollout import Carried, EarlierStage
+from gatekeeper.view_model import GateView, RolloutView, UnitsView
 
 
 @dataclass(frozen=True)
@@ -94,10 +95,24 @@ def evidence_from_view(view: GateView | Mapping[str, Any]) -> Evidence:
         baseline_bounded="observed" in ((drift.get("candidate") or {}).get("run_failure") or {}),
         candidate_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "candidate"),
         current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),
-        carried=Carried.from_view(view.rollout),
+        carried=carried_of(view.rollout),
         criteria=tuple(KeyCounts.from_dict(k) for k in keys if isinstance(k, Mapping)),
         judged_wait=(view.judges or {}).get("wait"),
         reports=view.reports,
         concurrent=view.concurrent,
         units=view.units,
     )
+
+
+def carried_of(rollout: RolloutView | None) -> Carried | None:
+    """The rollout's earlier stages as decide()'s tests carry them (`stats.rollout.Carried`)."""
+    if rollout is None:
+        return None
+    return Carried(began=rollout.began,
+                   since=None if rollout.since is None else float(rollout.since),
+                   complete=rollout.complete, stages=tuple(EarlierStage(
+                       stage=s.stage, share=float(s.share),
+                       since=None if s.since is None else float(s.since), n=s.n, passes=s.passes,
+                       regressions=0 if s.flips is None else s.flips.pass_to_fail,
+                       improvements=0 if s.flips is None else s.flips.fail_to_pass,
+                       concurrent=Comparison.from_dict(s.concurrent)) for s in rollout.stages))

@@ -11,14 +11,14 @@ since, epoch, the candidate's n and passes, and shadow's flips) and `carried`
 
 from __future__ import annotations
 
-from typing import Any
-
 from bindings.store import BindingStore
 from gatekeeper.store.rollout import RolloutReader
 from gatekeeper.view.context import GateContext
+from gatekeeper.view_model import RolloutView
 
 
-def rollout_section(store: BindingStore, ctx: GateContext) -> dict[str, Any] | None:
+def rollout_section(store: BindingStore, ctx: GateContext) -> RolloutView | None:
     """The `rollout` section of the gate view built from `ctx`."""
     carried = RolloutReader(store, ctx.traces).carried(ctx.record)
-    return None if carried is None else carried.as_dict(ctx.record.binding)
+    return None if carried is None else RolloutView.model_validate(
+        carried.as_dict(ctx.record.binding))

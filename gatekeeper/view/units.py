@@ -16,7 +16,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bindings.models import Stage
 from gatekeeper.stats.units import Stretch, lag_quantile, unit_test
 from gatekeeper.store.gated_criteria import config_criteria, gated
 from gatekeeper.store.unit_events import (
@@ -29,6 +28,7 @@ from gatekeeper.store.unit_events import (
     rollout_id,
 )
 from gatekeeper.view.context import GateContext
+from gatekeeper.view_model import RolloutView
 from gatekeeper.view_model.units import (
     StretchView,
     UnitArmView,
@@ -44,12 +44,12 @@ LIMIT_QUANTILE = 0.9
 ARMS = ("candidate", "current")
 
 
-def stretches_of(ctx: GateContext, rollout: Mapping[str, Any] | None) -> list[tuple[Stretch, str]]:
+def stretches_of(ctx: GateContext, rollout: RolloutView | None) -> list[tuple[Stretch, str]]:
     """Each live stage of the rollout so far, oldest first, with its window epoch."""
     out: list[tuple[Stretch, str]] = []
-    for stage in (rollout or {}).get("stages", ()):
-        if Stage(stage["stage"]) in UNIT_STAGES and stage.get("since") is not None:
-            out.append((Stretch(float(stage["since"]), float(stage["share"])), stage["epoch"]))
+    for stage in rollout.stages if rollout is not None else ():
+        if stage.stage in UNIT_STAGES and stage.since is not None:
+            out.append((Stretch(float(stage.since), float(stage.share)), stage.epoch))
     binding = ctx.record.binding
     if binding.stage in UNIT_STAGES and binding.stage_since is not None:
         out.append((Stretch(float(binding.stage_since), float(binding.share)), ctx.epoch))
@@ -94,7 +94,7 @@ def _fixed_limits(ctx: GateContext, key: str, found: Mapping[bytes, bytes]) -> d
     return {k.decode(): int(v) for k, v in pipe.execute()[-1].items()}
 
 
-def units_section(ctx: GateContext, rollout: Mapping[str, Any] | None) -> UnitsView | None:
+def units_section(ctx: GateContext, rollout: RolloutView | None) -> UnitsView | None:
     """The `units` section of the gate view built from `ctx` (and its `rollout` section)."""
     binding = ctx.record.binding
     rollout_name = rollout_id(binding)

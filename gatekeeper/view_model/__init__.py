@@ -8,6 +8,7 @@ serialises it, and the pure core (`gatekeeper.machine`) reads it by attribute;
 from __future__ import annotations
 
 from gatekeeper.view_model.next import DeadlineView, NextView, ResponseView, WaitView
+from gatekeeper.view_model.rollout import CarriedView, EarlierStageView, FlipsView, RolloutView
 from gatekeeper.view_model.section import Section
 from gatekeeper.view_model.units import (
     DifferenceView,
@@ -20,6 +21,6 @@ from gatekeeper.view_model.units import (
 )
 from gatekeeper.view_model.view import GateHeader, GateView, RuleView, Window
 
-__all__ = ["DeadlineView", "DifferenceView", "GateHeader", "GateView", "NextView",
+__all__ = ["CarriedView", "EarlierStageView", "FlipsView", "RolloutView", "DeadlineView", "DifferenceView", "GateHeader", "GateView", "NextView",
            "ResponseView", "RuleView", "Section", "StretchView", "UnitArmView",
            "UnitLimitsView", "UnitMetricView", "UnitTestView", "UnitsView", "WaitView", "Window"]

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from bindings.models import GatePolicy, Stage
 from gatekeeper.view_model.next import NextView
+from gatekeeper.view_model.rollout import RolloutView
 from gatekeeper.view_model.section import Section
 from gatekeeper.view_model.units import DifferenceView, Number, UnitsView
 
@@ -81,7 +82,7 @@ class GateView(GateHeader):
     paired: dict[str, Any] | None = None
     drift: dict[str, Any] | None = None
     concurrent: dict[str, Any] | None = None
-    rollout: dict[str, Any] | None = None
+    rollout: RolloutView | None = None
     units: UnitsView | None = None
     difference: list[DifferenceView] | None = None
     previous: dict[str, Any] | None = None
