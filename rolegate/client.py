@@ -43,6 +43,7 @@ from typing import Any
 
 from xxhash import xxh3_64_intdigest as _xxh3
 
+from rolegate.body_cache import BodyCache
 from rolegate.client_config import OPTIONS, ClientConfig, config_of
 from rolegate.errors import NotFound, RolegateError, SnapshotTooOld, SnapshotUnavailable
 from rolegate.exposures import EXPOSURES_PATH, Exposures, Sender
@@ -154,6 +155,11 @@ class Client(SnapshotRefresher):
         #: and sent on its own thread (the router cannot see these resolves).
         self._exposures = Exposures()
         self._run_stem = self._exposures.run_stem
+        #: Config bodies fetched the first time a resolve needs one (retried on connection
+        #: errors, within the client's timeout).
+        self._bodies = BodyCache(functools.partial(
+            ApiClient, url, token, timeout=timeout, attempts=cfg.report_attempts,
+            max_delay=timeout), self.url)
         starting = starting_snapshot(cfg.bootstrap, self.snapshot_path)
         if starting is not None:
             self._install(starting, confirmed=False)
@@ -199,7 +205,7 @@ class Client(SnapshotRefresher):
         try:
             fast: Any = self._fast[role]
         except KeyError:
-            raise self._unknown(role) from None
+            fast = self._with_bodies(role)
         if not key:
             key = new_key()
         elif len(key) > MAX_KEY_LENGTH:
@@ -272,6 +278,13 @@ class Client(SnapshotRefresher):
             raise self._unknown(role)
         return gate.allows(tool)
 
+    def _with_bodies(self, role: str) -> Fast:
+        """A role waiting for a config body (`rolegate.body_cache`): fetched now, or raises."""
+        snapshot = self._snapshot
+        if snapshot is None or role not in snapshot.pending and role not in snapshot.entries:
+            raise self._unknown(role)
+        return self._bodies.complete(snapshot, role)
+
     def _unknown(self, role: str) -> RolegateError:
         if self._snapshot is None:
             return SnapshotUnavailable(
@@ -296,7 +309,8 @@ class Client(SnapshotRefresher):
 
     def roles(self) -> list[str]:
         """The roles the snapshot knows, sorted."""
-        return sorted(self._fast)
+        snapshot = self._snapshot
+        return snapshot.roles() if snapshot is not None else []
 
     def snapshot(self) -> dict[str, Any]:
         """The snapshot in use, in the shape of `GET /v1/bindings`."""
@@ -318,6 +332,7 @@ class Client(SnapshotRefresher):
         if self._closed:
             return
         self._api = self._refresh_api()  # the parent's pooled sockets are the parent's
+        self._bodies.after_fork()
         self._stale = True
         self.last_error = "forked: this process has not heard from the router yet"
         self._reporter.after_fork_in_child()
@@ -362,7 +377,7 @@ class Client(SnapshotRefresher):
         if chosen is None:
             config = resolution.get("shadow" if fields.get("shadow") else "config")
             snapshot = self._snapshot
-            derived = snapshot.body_stamps.get(config) if snapshot and config else None
+            derived = self._bodies.stamps(snapshot, config) if snapshot and config else None
             if derived is not None and self.agent_version:
                 chosen = {**derived, "agent_version": self.agent_version}
             else:

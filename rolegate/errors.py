@@ -48,6 +48,17 @@ class SnapshotUnavailable(RolegateError):
     code = "snapshot_unavailable"
 
 
+class BodyUnavailable(RolegateError):
+    """A config body the answer must carry could not be fetched (`rolegate.body_cache`).
+
+    The client fetches a body the first time a resolve needs it; when the router
+    cannot give it then, the resolve raises this rather than answer without it.
+    """
+
+    status = 503
+    code = "body_unavailable"
+
+
 class InvalidToken(RolegateError, ValueError):
     """A bearer token with a space or control character inside: it cannot be sent.
 

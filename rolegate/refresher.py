@@ -22,6 +22,7 @@ from pathlib import Path
 import requests
 from pydantic import ValidationError
 
+from rolegate.body_cache import BodyCache
 from rolegate.exposures import Exposures
 from rolegate.http import ApiClient, ApiError
 from rolegate.snapshot import Fast, Snapshot
@@ -30,6 +31,9 @@ log = logging.getLogger("rolegate.client")
 
 BINDINGS_PATH = "/v1/bindings"
 WATCH_PATH = "/v1/bindings/watch"
+#: The table as the client holds it: each config body named by its version, fetched the
+#: first time it is needed (`rolegate.body_cache`); an older router sends them inline.
+TABLE_PARAMS = {"bodies": "versions"}
 #: Upper bound the router puts on one watch (router/api/watch.py MAX_TIMEOUT_S).
 MAX_WATCH_TIMEOUT = 25.0
 #: Pause before a failed watch is tried again.
@@ -52,6 +56,7 @@ class SnapshotRefresher:
     _etag: str | None
     _snapshot: Snapshot | None
     _fast: dict[str, Fast]
+    _bodies: BodyCache
     _exposures: Exposures
     _confirmed: float
     _deadline: float
@@ -80,7 +85,8 @@ class SnapshotRefresher:
         """Fetch the table once (conditionally); True when the router confirmed it."""
         headers = {"If-None-Match": self._etag} if self._etag else {}
         try:
-            response = self._api.request("GET", BINDINGS_PATH, ok=(200, 304), headers=headers)
+            response = self._api.request("GET", BINDINGS_PATH, ok=(200, 304), headers=headers,
+                                         params=TABLE_PARAMS)
             self._take(response)
         except _FETCH_ERRORS as exc:
             self._failed(exc)
@@ -94,7 +100,7 @@ class SnapshotRefresher:
             self._hold_until = _monotonic() + wait
 
     def _watch_once(self) -> None:
-        params = {"timeout": f"{self.watch_timeout:g}"}
+        params = {**TABLE_PARAMS, "timeout": f"{self.watch_timeout:g}"}
         if self._snapshot is not None:
             params["generation"] = str(self._snapshot.generation)
         try:
@@ -129,6 +135,7 @@ class SnapshotRefresher:
         # Entries first, then the confirmation: a reader never pairs a fresh
         # timestamp with the previous table.
         # Counting into this client's exposures before any resolve reads the snapshot.
+        self._bodies.install(snapshot)  # the bodies already fetched, by version
         snapshot.count_with(self._exposures)
         self._snapshot = snapshot
         self._fast = snapshot.entries

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rolegate.body import body_hashes
+from rolegate.body_cache import lacking
 from rolegate.exposures import Exposures, epoch_of
 from rolegate.fast_bucket import inline_split
 from rolegate.routing import (
@@ -148,13 +149,22 @@ class Snapshot:
     `count_with` gives it the client's (before the client publishes it).
     """
 
-    __slots__ = ("_packed", "bodies", "body_stamps", "entries", "gates", "generation", "records")
+    __slots__ = ("_packed", "bodies", "body_stamps", "body_versions", "entries", "gates",
+                 "generation", "pending", "records")
 
     def __init__(self, generation: int, raw: Mapping[str, Mapping[str, Any]],
-                 bodies: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 bodies: Mapping[str, Mapping[str, Any]] | None = None,
+                 body_versions: Mapping[str, int] | None = None) -> None:
         self.generation = generation
-        #: Config bodies by config id: each role's current and candidate that have one.
+        #: Config bodies by config id: each role's current and candidate that have one
+        #: (with `body_versions`, those at hand: fetched on demand, `rolegate.body_cache`).
         self.bodies = {config: dict(body) for config, body in (bodies or {}).items()}
+        #: {config: the config version whose body it is}, of a table read with
+        #: `?bodies=versions`; empty for one that carries every body.
+        self.body_versions = dict(body_versions or {})
+        #: Roles whose answers wait for a body not at hand yet: `supply` moves each to
+        #: `entries` once it is (Client.resolve fetches it the first time it is needed).
+        self.pending: dict[str, Fast] = {}
         #: Per role, what `Client.resolve` reads, in one lookup.
         self.entries: dict[str, Fast] = {}
         #: Tool rules of the roles that have any; every other known role allows every tool.
@@ -172,13 +182,20 @@ class Snapshot:
             if second is not None and bucket_of is not None:
                 inline = inline_split(role, binding.salt, binding.bucket_version, share,
                                       bucket_of)
-            self.entries[role] = _counted(
-                own, role, (first, second, *(inline or (None, share))),
-                epoch_of(binding.stage_since), bucket_of)
+            fast = _counted(own, role, (first, second, *(inline or (None, share))),
+                            epoch_of(binding.stage_since), bucket_of)
+            waits = self.body_versions and lacking(fast, self.bodies, self.body_versions)
+            (self.pending if waits else self.entries)[role] = fast
             if binding.gate.invariants != _NO_TOOL_RULES:
                 self.gates[role] = ToolGate(binding.gate.invariants)
             if binding.known_bucketing and (binding.rules or binding.bucket_by):
                 self.records[role] = routed
+        if self.body_versions:
+            # Keyed by the answers' own config strings: a thousand roles name two thousand.
+            named = {a["config"]: a["config"] for fast in (*self.entries.values(),
+                                                            *self.pending.values())
+                     for a in fast[:2] if a is not None}
+            self.body_versions = {named.get(c, c): v for c, v in self.body_versions.items()}
         self._packed = zlib.compress(json.dumps(raw, separators=(",", ":")).encode(), 1)
         #: Per config with a body, the stamps it decides (computed once per snapshot).
         self.body_stamps = _body_stamps(self.bodies)
@@ -191,13 +208,34 @@ class Snapshot:
 
     def count_with(self, exposures: Exposures) -> None:
         """Count this snapshot's assignments in `exposures` (the client's) from now on."""
+        self.pending = {role: _counted(exposures, role, entry[:4], entry[7], entry[8])
+                        for role, entry in self.pending.items()}
         self.entries = {role: _counted(exposures, role, entry[:4], entry[7], entry[8])
                         for role, entry in self.entries.items()}
+
+    def supply(self, bodies: Mapping[str, dict[str, Any]]) -> None:
+        """Take config bodies fetched on demand: each pending role they complete is served.
+
+        A role's answers get their bodies before it enters `entries` (what resolving
+        reads without a lock): no resolve ever sees an answer without its body.
+        """
+        for config, body in bodies.items():
+            self.bodies[config] = body
+            self.body_stamps.update(_body_stamps({config: body}))
+        for role, fast in list(self.pending.items()):
+            if not lacking(fast, self.bodies, self.body_versions):
+                _attach_bodies(fast, self.bodies)  # type: ignore[arg-type]
+                self.entries[role] = fast
+                del self.pending[role]
+
+    def roles(self) -> list[str]:
+        """Every role the snapshot knows, its pending ones included."""
+        return sorted([*self.entries, *self.pending])
 
     def gate(self, role: str) -> ToolGate | None:
         """The role's tool rules (the allow-all gate when it has none); None for no such role."""
         gate = self.gates.get(role)
-        if gate is None and role in self.entries:
+        if gate is None and (role in self.entries or role in self.pending):
             return ALLOW_ALL
         return gate
 
@@ -211,7 +249,11 @@ class Snapshot:
         if not isinstance(bodies, Mapping) or not all(
                 isinstance(b, Mapping) for b in bodies.values()):
             raise ValueError('a snapshot\'s "bodies" is {config: body}')
-        return cls(generation, body["roles"], bodies)
+        versions = body.get("body_versions") or {}
+        if not isinstance(versions, Mapping) or not all(
+                type(v) is int for v in versions.values()):
+            raise ValueError('a snapshot\'s "body_versions" is {config: version}')
+        return cls(generation, body["roles"], bodies, versions)
 
     def targeted(self, role: str, key: str, attributes: Mapping[str, str] | None,
                  stale: bool) -> Resolution | None:
@@ -235,7 +277,9 @@ class Snapshot:
         """The snapshot in the shape of `GET /v1/bindings` (usable as a bootstrap)."""
         out: dict[str, Any] = {"generation": self.generation, "roles": self.raw}
         if self.bodies:
-            out["bodies"] = self.bodies
+            out["bodies"] = self.bodies  # with `body_versions`: the bodies fetched so far
+        if self.body_versions:
+            out["body_versions"] = self.body_versions
         return out
 
     def save(self, path: str | os.PathLike[str]) -> None:

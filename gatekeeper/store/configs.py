@@ -149,6 +149,26 @@ class ConfigStore:
             raws = pipe.execute()
         return {config: json.loads(raw) for config, raw in zip(ids, raws) if raw}
 
+    def body_versions(self, configs: Iterable[str]) -> dict[str, int]:
+        """Of those of `configs` that have a body, the version whose body it is, in one round trip.
+
+        The version and the body are written in one MULTI (`put`), so the record at
+        that version (`version`) holds the body read here; a write between the two reads
+        bumps the change hint, and the next snapshot names the newer version.
+        """
+        ids = [c for c in dict.fromkeys(configs) if config_id_problem(c) is None]
+        if not ids:
+            return {}
+        with _redis_errors():
+            # Not a MULTI: each config is a slot of its own on a Cluster.
+            pipe = self.connection.pipeline(transaction=False)
+            for config in ids:
+                pipe.hget(config_key(config), "version")
+                pipe.hexists(config_key(config), "body")
+            answers = pipe.execute()
+        return {config: int(version) for config, version, has in
+                zip(ids, answers[::2], answers[1::2]) if has and version is not None}
+
     def version(self, config: str, version: int) -> ConfigRecord:
         """The record `config` had at `version`; NotFound if that version was never kept.
 

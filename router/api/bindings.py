@@ -24,7 +24,7 @@ from router.api.configs import snapshot_json
 from router.api.idempotency import current as idempotency
 from router.api.idempotency import idempotent
 from router.api.offline import guard_live_candidate
-from router.api.params import if_match, int_arg, role_param, view_arg
+from router.api.params import bodies_arg, if_match, int_arg, role_param, view_arg
 from router.server.auth import actor, may_act_on, require
 from router.server.services import services_of
 
@@ -113,7 +113,7 @@ def list_bindings() -> ResponseReturnValue:
     `?view=client` (the default) gives what resolving reads (`router.api.client_view`);
     `?view=full` every field, for operators and the gatekeeper.
     """
-    view = view_arg()
+    view, bodies = view_arg(), bodies_arg()
     # Roles Redis lost keep their last good record, marked stale (router.server.cache).
     generation, records, lost = _cache().guarded()
     etag = f'"g{generation}"'
@@ -123,7 +123,7 @@ def list_bindings() -> ResponseReturnValue:
         return response
     # A token limited to some roles sees only those (the ETag is the table's generation).
     body = snapshot_json(generation, {role: rec for role, rec in records.items()
-                                      if may_act_on(role)}, view)
+                                      if may_act_on(role)}, view, bodies)
     if lost:
         body["stale"] = True
         body["lost"] = {role: why for role, why in lost.items() if may_act_on(role)}

@@ -20,6 +20,10 @@ from bindings.models import VersionedBinding
 
 #: The views `?view=` names: `client` (the default) and `full`.
 VIEWS = ("client", "full")
+#: How `?bodies=` has config bodies carried: `inline` (the default: every body in the
+#: answer's `bodies`) or `versions` (`body_versions`: each body's config version, for a
+#: client that fetches a body the first time it needs it, GET /v1/configs/<id>/versions/<n>).
+BODY_MODES = ("inline", "versions")
 #: Binding fields no resolver reads: rollout plan, hold state, notes and retention.
 OPERATOR_FIELDS = frozenset({"gate", "steps", "paused", "approved", "description",
                              "trace_retention"})

@@ -99,19 +99,26 @@ def _record_json(record: ConfigRecord) -> dict[str, Any]:
 
 
 def snapshot_json(generation: int, records: Mapping[str, VersionedBinding],
-                  view: str = "client") -> dict[str, Any]:
+                  view: str = "client", bodies: str = "inline") -> dict[str, Any]:
     """The body of `GET /v1/bindings` (and of a watch): the bindings, and their configs' bodies.
 
     `view` "client" gives each record as resolving reads it (`router.api.client_view`),
-    "full" as stored. `bodies` holds each role's current and candidate config body,
-    where one is registered, so a client resolves to the body with no extra call.
+    "full" as stored. `bodies` "inline" holds each role's current and candidate config
+    body, where one is registered, so a client resolves to the body with no extra call;
+    "versions" gives `body_versions` instead, {config: the config version whose body it
+    is}, for a client that fetches each body the first time it needs it (an SDK holding
+    a thousand roles need not hold a thousand bodies).
     """
     wanted = [config for record in records.values()
               for config in (record.binding.current, record.binding.candidate) if config]
     dump = client_record if view == "client" else _full_record
-    return {"generation": generation,
-            "roles": {role: dump(rec) for role, rec in records.items()},
-            "bodies": config_store().bodies(wanted)}
+    out: dict[str, Any] = {"generation": generation,
+                           "roles": {role: dump(rec) for role, rec in records.items()}}
+    if bodies == "versions":
+        out["body_versions"] = config_store().body_versions(wanted)
+    else:
+        out["bodies"] = config_store().bodies(wanted)
+    return out
 
 
 def _full_record(record: VersionedBinding) -> dict[str, Any]:

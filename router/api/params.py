@@ -7,7 +7,7 @@ import math
 from flask import request
 
 from bindings.models import validate_role_name
-from router.api.client_view import VIEWS
+from router.api.client_view import BODY_MODES, VIEWS
 from router.server.errors import BadRequest
 
 
@@ -77,4 +77,15 @@ def view_arg() -> str:
         return "client"
     if raw not in VIEWS:
         raise BadRequest(f"view: expected one of {', '.join(VIEWS)}, got {raw!r}", field="view")
+    return raw
+
+
+def bodies_arg() -> str:
+    """`?bodies=` of the binding table: `inline` (the default) or `versions` (on demand)."""
+    raw = request.args.get("bodies")
+    if raw is None:
+        return "inline"
+    if raw not in BODY_MODES:
+        raise BadRequest(f"bodies: expected one of {', '.join(BODY_MODES)}, got {raw!r}",
+                         field="bodies")
     return raw

@@ -29,7 +29,7 @@ from flask.typing import ResponseReturnValue
 from bindings.connection import Connection
 from bindings.store import CHANGES_CHANNEL
 from router.api.configs import snapshot_json
-from router.api.params import view_arg
+from router.api.params import bodies_arg, view_arg
 from router.server.auth import may_act_on, require
 from router.server.errors import BadRequest
 from router.server.services import services_of
@@ -146,7 +146,7 @@ def notifier(app: Flask) -> ChangeNotifier:
 def watch() -> ResponseReturnValue:
     """Answer with every binding once the generation differs from `?generation=`."""
     known = _generation_arg()
-    view = view_arg()
+    view, bodies = view_arg(), bodies_arg()
     timeout = _timeout_arg()
     store = services_of(current_app).store
     changes = notifier(current_app)
@@ -165,7 +165,7 @@ def watch() -> ResponseReturnValue:
     # Roles Redis lost keep their last good record, marked stale (router.server.cache).
     generation, records, lost = services_of(current_app).cache.guarded()
     body = snapshot_json(generation, {role: rec for role, rec in records.items()
-                                      if may_act_on(role)}, view)
+                                      if may_act_on(role)}, view, bodies)
     if lost:
         body["stale"] = True
     response = jsonify(body)

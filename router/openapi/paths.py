@@ -94,6 +94,11 @@ VIEW = {"name": "view", "in": "query", "required": False,
         "description": "client (the default): each role as resolving reads it, no gate "
                        "policy; full: every field, as GET /v1/bindings/{role} answers.",
         "schema": {"enum": ["client", "full"]}}
+BODIES = {"name": "bodies", "in": "query", "required": False,
+          "description": "inline (the default): every body in `bodies`; versions: "
+                         "`body_versions` instead, each body named by its config version, "
+                         "to fetch when first needed (GET /v1/configs/{config}/versions/{n}).",
+          "schema": {"enum": ["inline", "versions"]}}
 SNAPSHOT = {
     "type": "object",
     "required": ["generation", "roles"],
@@ -104,6 +109,9 @@ SNAPSHOT = {
         "bodies": {"type": "object", "additionalProperties": {"type": "object"},
                    "description": "Config bodies by config id: each role's current and "
                                   "candidate that have one."},
+        "body_versions": {"type": "object", "additionalProperties": {"type": "integer"},
+                          "description": "With ?bodies=versions, instead of bodies: the "
+                                         "config version whose body it is, by config id."},
         "stale": {"type": "boolean",
                   "description": "Present (true) while Redis lost some role this router "
                                  "serves from its kept table (/healthz: redis_data_lost)."},
@@ -232,7 +240,7 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/bindings": {"get": {
         "summary": "Every role's binding, with the table's generation as ETag.",
         "parameters": [{"name": "If-None-Match", "in": "header", "required": False,
-                        "schema": {"type": "string"}}, VIEW],
+                        "schema": {"type": "string"}}, VIEW, BODIES],
         "responses": {
             "200": json_response("The binding table.", SNAPSHOT,
                                  {"ETag": {"schema": {"type": "string"}}}),
@@ -290,6 +298,7 @@ PATHS: dict[str, dict[str, dict[str, Any]]] = {
             {"name": "timeout", "in": "query", "required": False,
              "schema": {"type": "number", "minimum": 0, "maximum": 25}},
             VIEW,
+            BODIES,
         ],
         "responses": {
             "200": json_response("The binding table, changed.", SNAPSHOT,
