@@ -21,6 +21,7 @@ from gatekeeper.machine.decide import Action
 from gatekeeper.stats.matching import RunIds, matched_reports
 from gatekeeper.stats.missing import missing_of
 from gatekeeper.stats.reports import SHORT
+from gatekeeper.store.run_matches import RunMatchStore, runs_key
 from rolegate import Client
 from rolegate.exposures import BUCKET_S, epoch_of
 from rolegate.recorder import Recorder
@@ -348,3 +349,25 @@ def test_run_ids_count_against_the_tokens_ingest_quota(redis_url: str) -> None:
     finally:
         app.extensions["rolegate"].cache.stop()
         app.extensions["rolegate"].redis.close()
+
+
+def test_ids_pending_long_past_the_grace_are_settled_into_counts(app: Flask,
+                                                                 router: str) -> None:
+    """An id still pending 10 minutes past the grace leaves the sorted set for a per-bucket
+    count when the next ids arrive: still missing, holding no memory per run; a report that
+    comes after that matches nothing."""
+    epoch = epoch_of(record(router, ROLE).binding.stage_since)
+    old = int((time.time() - 2000) // BUCKET_S)
+    stem = "r1.00000000000a."
+    for bucket, start in ((old, 0), (int(time.time() // BUCKET_S), 10)):
+        r = requests.post(f"{router}/v1/exposures", headers=auth(FLEET), timeout=5, json={
+            "exposures": [{"role": ROLE, "config": "cfg_b", "arm": "candidate", "epoch": epoch,
+                           "bucket": bucket, "count": 10,
+                           "ids": {"stem": stem, "from": start, "to": start + 10}}]})
+        assert r.status_code == 200, r.text
+    _post(router, [_trace(f"{stem}3", "candidate", old * BUCKET_S + 1.0)])
+    store = RunMatchStore(app.extensions["rolegate"].redis, 60)
+    key = runs_key(ROLE, "cfg_b", "candidate", epoch, "fleet")
+    assert app.extensions["rolegate"].redis.zcard(key) == 10  # the new ten only
+    runs = store.read(ROLE, "cfg_b", "candidate", epoch, ["fleet"], time.time() - 150)
+    assert runs["fleet"].missing == {old: 10} and runs["fleet"].in_flight == 10

@@ -172,33 +172,53 @@ class RunMatchStore:
     def read(self, role: str, config: str, arm: str, epoch: str, reporters: Iterable[str],
              mature_at: float) -> dict[str, RunIds]:
         """Each reporter's `RunIds` (reporters with no ids are left out); runs assigned
-        before `mature_at` (the grace's edge) and unreported are missing."""
+        before `mature_at` (the grace's edge) and unreported are missing.
+
+        Two round trips, neither reading ids one by one: the counts, the oldest pending
+        id and the runs in flight; then one ZCOUNT per bucket past the grace that had
+        ids, from the oldest pending one's on (a caller that reports under run ids of
+        its own leaves every id pending until it settles: counted, never read whole).
+        """
         names = sorted(set(reporters))
         edge = f"{mature_at:.6f}"
         with _redis_errors():
-            pipe = self.connection.pipeline(transaction=True)
+            pipe = self.connection.pipeline(transaction=False)
             for name in names:
                 runs = runs_key(role, config, arm, epoch, name)
                 pipe.hgetall(counts_key(role, config, arm, epoch, name))
-                pipe.zrangebyscore(runs, "-inf", f"({edge}", withscores=True)
+                pipe.zrange(runs, 0, 0, withscores=True)
                 pipe.zrangebyscore(runs, edge, "+inf", start=0, num=1, withscores=True)
                 pipe.zcount(runs, edge, "+inf")
             answers = iter(pipe.execute())
-        out: dict[str, RunIds] = {}
+        found: dict[str, tuple[dict[int, int], dict[int, int], list[int], int, int | None]] = {}
         for name in names:
-            counts, gone, oldest, flying = (next(answers) for _ in range(4))
+            counts, oldest, in_flight, flying = (next(answers) for _ in range(4))
             ids: dict[int, int] = {}
-            missing: dict[int, int] = {}
+            settled: dict[int, int] = {}
             for raw, value in counts.items():
-                text = raw.decode() if isinstance(raw, bytes) else raw
-                kind, _, bucket = text.partition(":")
-                into = ids if kind == "i" else missing
+                kind, _, bucket = (raw.decode() if isinstance(raw, bytes) else raw).partition(":")
+                into = ids if kind == "i" else settled
                 into[int(bucket)] = into.get(int(bucket), 0) + int(value)
             if not ids:
                 continue
-            for _, score in gone:
-                b = int(score // BUCKET_S)
-                missing[b] = missing.get(b, 0) + 1
             first = int(oldest[0][1] // BUCKET_S) if oldest else None
-            out[name] = RunIds(ids, missing, int(flying), first)
+            mature = int(mature_at // BUCKET_S)
+            pending = sorted(b for b in ids if first is not None and first <= b < mature)
+            found[name] = (ids, settled, pending, int(flying),
+                           int(in_flight[0][1] // BUCKET_S) if in_flight else None)
+        if any(pending for _, _, pending, _, _ in found.values()):
+            with _redis_errors():
+                pipe = self.connection.pipeline(transaction=False)
+                for name, (_, _, pending, _, _) in found.items():
+                    runs = runs_key(role, config, arm, epoch, name)
+                    for b in pending:
+                        pipe.zcount(runs, b * BUCKET_S, f"({(b + 1) * BUCKET_S}")
+                counted = iter(pipe.execute())
+        out: dict[str, RunIds] = {}
+        for name, (ids, missing, pending, flying, first_in_flight) in found.items():
+            for b in pending:
+                n = int(next(counted))
+                if n:
+                    missing[b] = missing.get(b, 0) + n
+            out[name] = RunIds(ids, missing, flying, first_in_flight)
         return out
