@@ -9,13 +9,15 @@ apart). Adding a trace only ever adds integers, so windows merge by summing.
 Fields: the scalars in `SCALARS`, and counters under a prefix: `crit_n:<key>`
 and `crit_pass:<key>` per criterion, `steps:<count>` and `cost:<micro-USD
 bucket>` histograms, `rep:<time bucket>` runs that arrived per bucket of their
-start, `lat:<ms bucket>` the latency histogram, `tool:<name>` calls, `forbid:<name>` traces that called a
+start, `lat:<ms bucket>` the latency histogram, `lag:<bucket>` how long after its
+start each run's report arrived (`gatekeeper.stats.units.lag_bucket`), `tool:<name>` calls, `forbid:<name>` traces that called a
 forbidden tool, `lost:<name>` traces that lost a required tool; and per
 (time bucket, stratum) `cn:<bucket>:<stratum>` runs, `cf:` failed runs, `ce:`
 runs with a tool error and `cx:` runs with a forbidden call, what the candidate
 is compared with concurrent current on (`gatekeeper.stats.concurrent`: the
-bucket is the run's end time over `concurrent.BUCKET_S`, the stratum the targeting rule
-that picked the arm, "" for a bucketed job).
+bucket is the run's *start* (`time - latency_s`) over `concurrent.BUCKET_S`, so arms
+whose runs take different times meet an outage in the same cells; the stratum the
+targeting rule that picked the arm, "" for a bucketed job).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from gatekeeper.checks.invariants import CRITERIA, TraceVerdict, check
 from gatekeeper.stats.concurrent import bucket_of
 from gatekeeper.stats.matching import REPORTED, reported_fields
 from gatekeeper.stats.statistics import histogram_percentile
+from gatekeeper.stats.units import lag_bucket
 from rolegate.trace import Trace
 
 #: Scalar fields: traces, passes, traces with a forbidden call, blocking traces,
@@ -49,6 +52,9 @@ LOST = "lost:"
 LATENCY = "lat:"
 #: Tokens histogram, rounded up to COST_DIGITS significant digits.
 TOKENS = "tok:"
+#: Report lag histogram: seconds from the run's start to its report's arrival, in
+#: `units.lag_bucket`s: when a start bucket's runs can all have reported (the cells' horizon).
+LAG = "lag:"
 #: Not an increment of a trace: the ingest script counts run-id clashes into the window.
 CLASHES = "clashes"
 #: Per (bucket, stratum) counters: runs, and runs with each metric's event.
@@ -69,12 +75,17 @@ def cost_bucket(micros: int) -> int:
     return -(-micros // scale) * scale
 
 
-def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
-    """The fields one trace adds to a window (only non-zero ones: the hash stays small)."""
+def increments(trace: Trace, verdict: TraceVerdict,
+               reported_at: float | None = None) -> dict[str, int]:
+    """The fields one trace adds to a window (only non-zero ones: the hash stays small).
+
+    `reported_at`: when its report arrived (ingest's clock); None: at the run's end.
+    """
     # Plain dict work: this runs once per ingested trace, on the hot path.
     # Every arriving run, judged or not, counts as reported in the time bucket it
     # started in (`gatekeeper.stats.reports` compares these with the assignments).
     started = reported_fields(trace)
+    start = None if trace.time is None else trace.time - trace.latency_s
     if not verdict.judged:
         return {"unjudged": 1, **started}
     cost = round(trace.cost_usd * MICROS)
@@ -110,8 +121,13 @@ def increments(trace: Trace, verdict: TraceVerdict) -> dict[str, int]:
     for tool in trace.tools:
         key = TOOL + tool
         out[key] = out.get(key, 0) + 1
-    if trace.time is not None:
-        cell = f"{bucket_of(trace.time)}:{trace.rule or ''}"
+    if start is not None:
+        # A run is born at its start: filed by it, a slow arm's runs meet an outage in
+        # the cells of the minutes they started in, as the other arm's do. The lag says
+        # when such a cell can be read (`concurrent.report_horizon`).
+        arrived = start + trace.latency_s if reported_at is None else reported_at
+        out[f"{LAG}{lag_bucket(arrived - start)}"] = 1
+        cell = f"{bucket_of(start)}:{trace.rule or ''}"
         out[CELL_N + cell] = 1
         if not verdict.passed:
             out["cf:" + cell] = 1
@@ -315,6 +331,11 @@ class WindowStats:
     def reported_buckets(self, prefix: str = REPORTED) -> dict[int, int]:
         """{time bucket of the run's start: runs that arrived} (under minted ids: ID_REPORTED)."""
         return {int(k): v for k, v in self._group(prefix).items() if v}
+
+    def lag_histogram(self) -> dict[int, int]:
+        """{`units.lag_bucket` of (report arrival - run start): runs} (runs filed in cells
+        by a release that writes it: one before it filed them by their end)."""
+        return {int(k): v for k, v in self._prefixed(LAG).items()}
 
     def cells(self, metric: str) -> dict[tuple[int, str], tuple[int, int]]:
         """{(bucket, stratum): (runs, runs with `metric`'s event)} for the concurrent test."""

@@ -14,8 +14,14 @@ from typing import Any
 import requests
 
 from bindings.models import VersionedBinding
+from gatekeeper.checks.invariants import check
 from gatekeeper.machine.decide import decide, evidence_from_view
+from gatekeeper.store.exposures import ExposureStore
+from gatekeeper.store.trace_ingest import Checked
+from gatekeeper.store.trace_keys import epoch_of as stage_epoch
+from gatekeeper.store.traces import TraceStore
 from rolegate.exposures import epoch_of
+from rolegate.trace import Trace
 from tests.conftest import CALLER, GATEKEEPER, auth
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
@@ -29,11 +35,17 @@ def record(url: str, role: str) -> VersionedBinding:
 
 
 def fill_stage(url: str, role: str, width: float, cand: tuple[int, ...], cur: tuple[int, ...],
-               buckets: int = 8) -> None:
+               buckets: int = 8, store: TraceStore | None = None) -> None:
     """Per bucket of `width` seconds, ending 10 minutes back, each arm's (assigned,
     reported[, failed among reported]): without a failed count no run says whether
-    it answered."""
-    epoch = epoch_of(record(url, role).binding.stage_since)
+    it answered.
+
+    With `store` (the router's), the runs are stored through it as ingest stores them
+    when they report 0.5 s after they end: posted now, they would report 10 minutes
+    after they started, and the concurrent cells would wait that long to be read.
+    """
+    found = record(url, role)
+    epoch = epoch_of(found.binding.stage_since)
     first = int((time.time() - 600) // width) - buckets
     rows, traces = [], []
     for b in range(first, first + buckets):
@@ -52,6 +64,18 @@ def fill_stage(url: str, role: str, width: float, cand: tuple[int, ...], cur: tu
     r = requests.post(f"{url}/v1/exposures", json={"exposures": rows}, headers=auth(CALLER),
                       timeout=5)
     assert r.status_code == 200, r.text
+    if store is not None:
+        # Stamped with the token that counted the exposures, as the router stamps a trace.
+        (reporter,) = ExposureStore(store.connection).by_reporter(
+            role, traces[0]["config"], traces[0]["arm"], epoch)
+        checked = []
+        for raw in traces:
+            trace = Trace.model_validate({**raw, "reporter": reporter})
+            checked.append(Checked(trace, check(trace, found.binding.gate.invariants),
+                                   stage_epoch(found.binding), found.version,
+                                   reported_at=raw["time"] + 0.5))
+        store.add(checked)
+        return
     for start in range(0, len(traces), 500):
         r = requests.post(f"{url}/v1/traces", json={"traces": traces[start:start + 500]},
                           headers=auth(CALLER), timeout=10)

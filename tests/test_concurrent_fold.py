@@ -7,7 +7,7 @@ import random
 
 from bindings.models import Binding, GatePolicy, Stage
 from gatekeeper.stats.concurrent import Comparison, CusumState, cells_of, closed_before, cusum
-from gatekeeper.view.concurrent import METRICS, Folded, section_of
+from gatekeeper.view.concurrent import METRICS, Folded, closing, section_of
 from gatekeeper.window import CELL_EVENTS, CELL_N, WindowStats
 
 
@@ -53,7 +53,9 @@ def test_the_fold_advanced_bucket_by_bucket_is_the_section_from_scratch() -> Non
                 fresh = {m: [c for c in cells_of(cand[m], cur[m], before=before)
                              if c.bucket >= folded.before] for m in METRICS}
                 folded = folded.advance(fresh, before)
-            assert folded.section(binding) == section_of(candidate, current, binding, now)
+            horizon = closing(candidate, current, now).as_dict()
+            assert folded.section(binding, horizon=horizon) == section_of(
+                candidate, current, binding, now)
         alarms += bool(folded.section(binding)["alarms"])
     assert alarms >= 5  # the CUSUMs did fire: the comparison covered alarms too
 

@@ -168,7 +168,8 @@ def test_window_readers_match_a_plain_scan_and_follow_changes(redis_conn: redis.
                                     (n, failed[k[3:]]) for k, n in runs.items()}
     assert window.cells("tool_error") == cells["tool_error"]
     before = window.n
-    extra = trace("candidate", RUNS + 99, 7.0 * BUCKET_S)
+    extra = trace("candidate", RUNS + 99, 8.0 * BUCKET_S)  # ended in bucket 8, started in 7
+    assert extra.latency_s < BUCKET_S
     window.add(extra, check(extra, binding.gate.invariants))
     assert window.n == before + 1
     assert window.all_cells()["run_failure"][(7, "beta")] == (1, 0)  # run 2,499: rule beta

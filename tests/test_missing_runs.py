@@ -29,7 +29,9 @@ from gatekeeper.stats.missing import (
     missing_of,
     with_missing,
 )
+from gatekeeper.store.traces import TraceStore
 from router.cli.main import main
+from router.server.services import services_of
 from tests.conftest import CALLER, OPERATOR, auth
 from tests.gatekeeping import binding, keeper, tick_until
 from tests.reporting import STAMPS, decide_now, fill_stage, record
@@ -70,8 +72,13 @@ def test_report_buckets_are_the_exposures_width_whatever_the_cells_are(
 
 # -- on a real router ----------------------------------------------------------------
 
+#: The app behind each live router's url (`_stage` stores its runs through its Redis).
+_APPS: dict[str, Flask] = {}
+
+
 def _router(app: Flask, policy: dict[str, Any] | None = None, **extra: Any) -> Any:
     with werkzeug_server(app) as url:
+        _APPS[url] = app
         gate: dict[str, Any] = {"thresholds": {"min_samples": 10}}
         if policy is not None:
             gate["reports"] = policy
@@ -100,8 +107,10 @@ def _record(url: str) -> VersionedBinding:
 
 def _stage(url: str, cand: tuple[int, int, int], cur: tuple[int, int, int],
            buckets: int = 8) -> None:
-    """Per bucket, 10 minutes back, each arm's (assigned, reported, failed among reported)."""
-    fill_stage(url, ROLE, REPORT_BUCKET_S, cand, cur, buckets)
+    """Per bucket, 10 minutes back, each arm's (assigned, reported, failed among reported),
+    the runs reported 0.5 s after they end (the cells wait for runs' report lag)."""
+    fill_stage(url, ROLE, REPORT_BUCKET_S, cand, cur, buckets,
+               TraceStore(services_of(_APPS[url]).redis))
 
 
 def _decide(url: str) -> Any:
@@ -231,12 +240,13 @@ def test_reports_are_counted_in_the_exposures_buckets_whatever_the_cells_are(
         "from gatekeeper.window import increments\n"
         "from rolegate.trace import Trace\n"
         "t = Trace.model_validate({'run_id': 'r', 'role': 'x', 'config': 'c', 'arm': 'current',"
-        f" 'key': 'k', 'tools': [], 'time': 95.0, 'latency_s': 2.0, 'stamps': {STAMPS!r}}})\n"
+        f" 'key': 'k', 'tools': [], 'time': 101.0, 'latency_s': 8.0, 'stamps': {STAMPS!r}}})\n"
         "print(sorted(k for k in increments(t, check(t, Invariants())) if k[:3] in ('rep', 'cn:')))\n")
     env = {**os.environ, "ROLEGATE_BUCKET_SECONDS": "10"}
     out = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, check=True,
                          capture_output=True, text=True).stdout
-    assert out.strip() == "['cn:9:', 'rep:3']", out  # end 95 s: cell 9; start 93 s: bucket 3
+    # Started at 93 s (ended at 101 s): cell 9 of 10 s and report bucket 3 of 30 s, both by start.
+    assert out.strip() == "['cn:9:', 'rep:3']", out
 
 
 def test_a_run_started_a_moment_after_its_resolve_is_not_missing() -> None:

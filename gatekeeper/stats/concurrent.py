@@ -12,7 +12,9 @@ behind a name, a harder mix of jobs) is not evidence against the candidate.
 
 **The cells.** Runs are counted per (time bucket, stratum) and arm: `Cell`
 holds the candidate's runs and events and current's in one bucket of
-`BUCKET_S` seconds and one stratum (the targeting rule that picked the arm, ""
+`BUCKET_S` seconds of the runs' *start* (`time - latency_s`: a run is born at
+its assignment, so a candidate whose runs take a minute longer meets an outage
+that fails runs by when they start in the very cells current meets it) and one stratum (the targeting rule that picked the arm, ""
 for a bucketed job). Only the runs of one cell are ever compared with each
 other, so runs a rule sent to one arm are never pooled against another
 population (a stratum only one arm serves carries no evidence: both Simpson
@@ -36,9 +38,17 @@ a tenfold rise from 0.001 is r = 10, a drop of 0.05 from a 0.5 pass rate
 r = 1.1; one grid serves every base rate. No p0 is estimated, so a new role
 with no history keeps its level.
 
-A cell counts once it is closed: its bucket ended at least `GRACE_S` ago
-(traces arrive a few seconds late). The e-value therefore changes only when a
-bucket closes and is the same whenever it is read.
+A cell counts once it is closed: its bucket ended before the report horizon,
+`now - max(GRACE_S, every arm's p99 lag from a run's start to its report)`
+(`report_horizon`, the lags measured in each arm's window), so a bucket is read
+only when the runs that started in it, on the slower arm too, have had time to
+report; never half-reported for the arm that runs or reports later. The
+yardstick is every arm's own lag, the maximum taken: a slow candidate pushes
+the horizon back, never forward. An arm with runs but under
+`units.MIN_LAG_REPORTS` lags closes nothing yet; an arm whose runs carry no lag
+at all (filed by a release before this one, by their end) is read after
+`GRACE_S` as then. The e-value therefore changes only when a bucket closes
+(or a late run lands in a closed one).
 
 **The CUSUM** (`cusum`): the same per-cell log ratio at one risk
 (`CUSUM_RISK`), summed and floored at zero (Page), alarming at h. Each
@@ -57,6 +67,8 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from gatekeeper.stats.units import lag_quantile
 
 
 def _seconds(variable: str, default: int) -> int:
@@ -291,13 +303,38 @@ Counts = Mapping[tuple[int, str], tuple[int, int]]
 
 
 def bucket_of(time: float) -> int:
-    """The time bucket a run that ended at `time` (epoch seconds) falls in."""
+    """The time bucket of a run that started at `time` (epoch seconds)."""
     return int(time // BUCKET_S)
 
 
 def closed_before(now: float) -> int:
-    """The first bucket not yet closed at `now`: cells below it count."""
+    """The first bucket not closed at `now` by the grace alone (the horizon's latest)."""
     return int((now - GRACE_S) // BUCKET_S)
+
+
+def report_horizon(now: float, arms: Iterable[tuple[int, Mapping[int, int]]]) -> float | None:
+    """Runs that started before this time have reported on every arm (their p99 has).
+
+    `arms`: per arm, (its runs, its histogram of start-to-report lags in
+    `units.lag_bucket`s). An arm with runs and no lag (a release before this one filed
+    them, by their end) waits the grace as then; None while an arm has fewer lags than
+    `units.MIN_LAG_REPORTS` (its runs' length and report lag are not known yet).
+    """
+    waits = [float(GRACE_S)]
+    for runs, lags in arms:
+        if runs <= 0 or not lags:
+            continue
+        found = lag_quantile(lags)
+        if found is None:
+            return None
+        waits.append(found)
+    return now - max(waits)
+
+
+def horizon_before(horizon: float | None, first: int) -> int:
+    """The first bucket not closed at `horizon`: `first` (the stage's first bucket with
+    cells; nothing closed) while the horizon is not known."""
+    return first if horizon is None else int(horizon // BUCKET_S)
 
 
 

@@ -14,26 +14,25 @@ evidence against the candidate (a shared shift, as an outage is).
 **Which cell a bucket's missing runs join.** Exposures are counted by the
 run's *start* (its resolve) in report buckets of `REPORT_BUCKET_S` (30 s, the
 SDK's and the router's exposure buckets), and so are the runs that arrived
-(`time - latency_s`); the comparison's cells are by the run's *end* (`time`)
-in buckets of `concurrent.BUCKET_S`. A missing run has no end. Its report
-bucket's missing runs join the bucketed-jobs cell ("" stratum) holding that
-report bucket's last second, the same rule in both arms, so within a cell the
-two arms still meet the same minutes: the start-time alignment of the report
-buckets is kept, and a run that ended is never moved. (Cells are counted by
-end time, so a cell's finished runs started up to one run's length earlier
-than its missing ones; both arms alike.) Joining the last second's cell means
-the cell closes only after the whole report bucket has ended.
+(`time - latency_s`); the comparison's cells are by the run's start too, in
+buckets of `concurrent.BUCKET_S`. So a report bucket's missing runs join their
+own start cell: the bucketed-jobs cell ("" stratum) holding the report bucket's
+last second (with the default 30 s cells, the very bucket; with shorter ones the
+last of the cells it spans, which closes last), the same rule in both arms, so
+within a cell the two arms' finished and missing runs started in the same
+minutes. (Before cells were filed by start, a cell's finished runs had started
+up to one run's length earlier than its missing ones.)
 
 **When such a cell counts.** A cell enters the comparison once: its bucket has
-closed (`concurrent.GRACE_S`) and every report bucket joining it is either past
-the policy's grace or has no run left unreported in either arm (reports only
-grow, exposures of a bucket are in within about a second of its end, so "none
-missing" stays true). The first cell that fails this stops the count
-(`counted_before`): the cells counted are a prefix, each entered with its
-final counts, so the e-value changes only when a cell enters and the CUSUM
-runs over the same path at every read. Where runs are in flight, the
-run-failure evidence of a cell therefore waits up to the grace (120 s by
-default) instead of the 30 s the other metrics wait.
+closed (before the report horizon, `concurrent.report_horizon`) and every
+report bucket joining it is either past the policy's grace or has no run left
+unreported in either arm (reports only grow, exposures of a bucket are in
+within about a second of its end, so "none missing" stays true). The first cell
+that fails this stops the count (`counted_before`): the cells counted are a
+prefix, each entered with its final counts, so the e-value changes only when a
+cell enters and the CUSUM runs over the same path at every read. Where runs are
+in flight, the run-failure evidence of a cell therefore waits up to the grace
+(120 s by default) or the horizon, whichever is later.
 
 **What it cannot see.** Exposures are not split by targeting rule, so missing
 runs cannot be put in the rule's stratum; while a rule can pick an arm (canary
@@ -70,7 +69,8 @@ def mature_before(now: float, grace_s: float) -> int:
 
 
 def cell_bucket(report_bucket: int) -> int:
-    """The comparison's time bucket a report bucket's missing runs join: its last second's."""
+    """The comparison's time bucket a report bucket's missing runs join: their own start
+    cell, the one holding the report bucket's last second."""
     return (REPORT_BUCKET_S * (report_bucket + 1) - 1) // concurrent.BUCKET_S
 
 

@@ -210,6 +210,9 @@ class Checked:
     retention: int | None = None
     #: What the run adds to the unit test (`gatekeeper.store.unit_events`); None: nothing.
     units: UnitFacts | None = None
+    #: When the report arrived (the router's clock): its lag from the run's start says
+    #: when the run's cell can be read (`window.LAG`). None: at the run's end (`time`).
+    reported_at: float | None = None
 
 
 class IngestGroup:
@@ -287,13 +290,14 @@ class IngestGroup:
         expect = self.expect_known
         if expect is None and len(items) == 1:
             # One new trace (every single-trace POST): its increments are the totals.
-            totals = increments(items[0].trace, items[0].verdict)
+            totals = increments(items[0].trace, items[0].verdict, items[0].reported_at)
         else:
             expect = expect or [False] * len(items)
             totals = {}
             for item, known in zip(items, expect):
                 if not known:
-                    for name, value in increments(item.trace, item.verdict).items():
+                    for name, value in increments(item.trace, item.verdict,
+                                                  item.reported_at).items():
                         totals[name] = totals.get(name, 0) + value
         keys = [*_group_keys(role, config, self.arm, self.epoch)]
         keys += [claims_key(role, item.trace.run_id) for item in items]

@@ -14,6 +14,11 @@ arm's runs that were assigned and never reported as failed runs
 `missing` shows them with the comparison over the runs that arrived alone
 (`unadjusted`) beside it.
 
+Cells are filed by the run's start and a bucket is read once it is wholly
+before the report horizon of both arms (`closing`: now - max(grace, each arm's
+p99 lag from start to report), measured in the windows); the section says so
+(`filed_by`, `horizon`, `lag_p99_s`).
+
 `section_of` is pure (two windows, the binding, the time): a fold of every
 closed cell (`Folded`). The simulator keeps the fold and advances it as
 buckets close, so its section is this one, bucket by bucket.
@@ -33,17 +38,30 @@ from gatekeeper.stats.concurrent import (
     Cell,
     Comparison,
     CusumState,
+    bucket_of,
     cells_of,
-    closed_before,
     cusum_h,
+    horizon_before,
+    report_horizon,
 )
 from gatekeeper.stats.drift import RUN_FAILURE
 from gatekeeper.stats.missing import Missing, with_missing
+from gatekeeper.stats.units import lag_quantile
 from gatekeeper.view.context import GateContext
 from gatekeeper.window import CELL_EVENTS, WindowStats
 
 LIVE = (Stage.SHADOW, Stage.CANARY, Stage.FULL)
 METRICS = tuple(CELL_EVENTS)
+
+
+def closing_of(ctx: GateContext) -> Closing | None:
+    """The buckets `concurrent_section` reads at `ctx.now` (what a kept section is keyed
+    on); None when no rollout is live."""
+    binding = ctx.record.binding
+    if binding.candidate is None or binding.stage not in LIVE:
+        return None
+    arm = "shadow" if binding.stage is Stage.SHADOW else "candidate"
+    return closing(ctx.arms[arm][1], ctx.arms["current"][1], ctx.now)
 
 
 def concurrent_section(ctx: GateContext, missing: Missing | None = None) -> dict[str, Any] | None:
@@ -85,15 +103,17 @@ class Folded:
         return Folded(before, {m: (compared.fold(cells[m]), state.fold(cells[m]))
                                for m, (compared, state) in self.metrics.items()})
 
-    def section(self, binding: Binding,
-                missing: dict[str, Any] | None = None) -> dict[str, Any]:
+    def section(self, binding: Binding, missing: dict[str, Any] | None = None,
+                horizon: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """The view's `concurrent` section of these folds (`missing`: what section_of shows
-        of the missing runs counted as failed)."""
+        of the missing runs counted as failed; `horizon`: `Closing.as_dict`)."""
         metrics = {m: {**compared.as_dict(), "cusum": state.as_dict()}
                    for m, (compared, state) in self.metrics.items()}
         # Read from the module at each call: a test may shorten the buckets.
         return {"bucket_s": concurrent.BUCKET_S, "grace_s": concurrent.GRACE_S,
                 "closed_before": self.before,
+                # Cells are filed by the run's start and read past the report horizon.
+                "filed_by": "start", **(horizon or {}),
                 "holdback": binding.holdback if binding.stage is Stage.FULL else 0.0,
                 "metrics": metrics,
                 # Runs assigned and never reported, counted as failed runs (None: not counted).
@@ -101,12 +121,43 @@ class Folded:
                 "alarms": [m for m, found in metrics.items() if found["cusum"]["alarm"]]}
 
 
+@dataclass(frozen=True)
+class Closing:
+    """Which buckets are closed at a read: before `before`, by the report `horizon`."""
+
+    before: int
+    horizon: float | None
+    #: Each arm's p99 lag from a run's start to its report (None: not known yet).
+    lag_p99_s: Mapping[str, float | None]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The section's `horizon` and `lag_p99_s`."""
+        return {"horizon": None if self.horizon is None else round(self.horizon, 3),
+                "lag_p99_s": dict(self.lag_p99_s)}
+
+
+def closing(candidate: WindowStats, current: WindowStats, now: float) -> Closing:
+    """The closed buckets at `now`: those wholly before the report horizon of both arms'
+    windows (`concurrent.report_horizon`); none while an arm's lag is not known."""
+    lags = {"candidate": candidate.lag_histogram(), "current": current.lag_histogram()}
+    horizon = report_horizon(now, [(candidate.n, lags["candidate"]),
+                                   (current.n, lags["current"])])
+    first = bucket_of(now)
+    if horizon is None:
+        for window in (candidate, current):
+            for bucket, _ in window.cells(RUN_FAILURE):
+                first = min(first, bucket)
+    return Closing(horizon_before(horizon, first), horizon,
+                   {arm: lag_quantile(h) for arm, h in lags.items()})
+
+
 def section_of(candidate: WindowStats, current: WindowStats, binding: Binding,
                now: float, missing: Missing | None = None) -> dict[str, Any]:
     """The section from the candidate's and current's stage windows at `now`: every closed
     cell folded at once (with `missing`, its runs counted as failed in the run-failure
     metric, over the cells it lets count)."""
-    before = closed_before(now)
+    closed = closing(candidate, current, now)
+    before = closed.before
     cand_cells, cur_cells = candidate.all_cells(), current.all_cells()
     cells = {m: cells_of(cand_cells[m], cur_cells[m], before=before) for m in METRICS}
     shown: dict[str, Any] | None = None
@@ -117,4 +168,5 @@ def section_of(candidate: WindowStats, current: WindowStats, binding: Binding,
         shown = {"counted_before": upto, "candidate": added[0], "current": added[1],
                  "unadjusted": Comparison.of(cells[RUN_FAILURE]).as_dict()}
         cells[RUN_FAILURE] = cells_of(cand, cur, before=upto)
-    return Folded.start(binding).advance(cells, before).section(binding, shown)
+    return Folded.start(binding).advance(cells, before).section(binding, shown,
+                                                                 closed.as_dict())

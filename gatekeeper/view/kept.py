@@ -1,7 +1,7 @@
 """The `concurrent` and `reports` sections, kept between gate views while their inputs stand.
 
 Both sections are functions of the counts of *closed* time buckets alone (the
-concurrent cells below `closed_before`, the assignments and reports below
+concurrent cells below `closed_before` (the report horizon's bucket), the assignments and reports below
 `mature_before`; and for `concurrent`, the missing runs it counts as failed
 under the `missing_runs` policy, themselves from mature buckets), the binding
 and the bucket settings: the same inputs give the same section. Computing them
@@ -33,7 +33,7 @@ from typing import Any, TypeVar
 from gatekeeper.stats import concurrent as cells
 from gatekeeper.stats.missing import Missing, mature_before
 from gatekeeper.store.traces import TraceStore
-from gatekeeper.view.concurrent import concurrent_section
+from gatekeeper.view.concurrent import closing_of, concurrent_section
 from gatekeeper.view.context import GateContext
 from gatekeeper.view.reports import ReportCounts, reports_section
 
@@ -69,9 +69,14 @@ def concurrent(ctx: GateContext, missing: Missing | None = None) -> dict[str, An
         closed_id, parts = window.cell_parts()
         closed_ids.append(closed_id)
         groups += parts.values()
-    return _section(ctx, ("concurrent", cells.BUCKET_S, cells.GRACE_S),
-                    (missing, tuple(closed_ids)), cells.closed_before(ctx.now), groups,
-                    _cell_bucket, lambda: concurrent_section(ctx, missing))
+    closed = closing_of(ctx)
+    found = _section(ctx, ("concurrent", cells.BUCKET_S, cells.GRACE_S),
+                     (missing, tuple(closed_ids)),
+                     cells.closed_before(ctx.now) if closed is None else closed.before,
+                     groups, _cell_bucket, lambda: concurrent_section(ctx, missing))
+    if found is not None and closed is not None:
+        found.update(closed.as_dict())  # the horizon of this read, not the kept one's
+    return found
 
 
 def reports(ctx: GateContext, counts: ReportCounts | None) -> dict[str, Any] | None:

@@ -146,7 +146,7 @@ class IngestFastPath:
         item = Checked(trace, verdict, epoch_of(record.binding), record.version,
                        record.binding.trace_retention,
                        unit_facts(record.binding, trace, verdict, now,
-                                  connection=store.connection))
+                                  connection=store.connection), reported_at=now)
         try:
             (outcome,) = store.add([item], charge)
         except OverQuota as over:

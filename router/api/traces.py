@@ -323,7 +323,7 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
         epoch, units = shared
         verdict = check(trace, binding.gate.invariants)
         checked.append(Checked(trace, verdict, epoch, record.version, binding.trace_retention,
-                               units.facts(trace, verdict, now)))
+                               units.facts(trace, verdict, now), reported_at=now))
         positions.append(index)
     return checked, positions
 
