@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import requests
+from flask import Flask
 
 from bindings.models import VersionedBinding
 from gatekeeper.checks.invariants import check
@@ -22,6 +23,7 @@ from gatekeeper.store.trace_keys import epoch_of as stage_epoch
 from gatekeeper.store.traces import TraceStore
 from rolegate.exposures import epoch_of
 from rolegate.trace import Trace
+from router.server.services import services_of
 from tests.conftest import CALLER, GATEKEEPER, auth
 
 STAMPS = {"agent_version": "a1", "instruction_hash": "i1", "model_id": "m1",
@@ -34,16 +36,28 @@ def record(url: str, role: str) -> VersionedBinding:
     return VersionedBinding.model_validate(body)
 
 
+#: The live router at each url's trace store (`live`): `fill_stage` stores runs through it.
+STORES: dict[str, TraceStore] = {}
+
+
+def live(url: str, app: Flask) -> str:
+    """`url` (a werkzeug server of `app`), with `app`'s trace store kept for `fill_stage`."""
+    STORES[url] = TraceStore(services_of(app).redis)
+    return url
+
+
 def fill_stage(url: str, role: str, width: float, cand: tuple[int, ...], cur: tuple[int, ...],
                buckets: int = 8, store: TraceStore | None = None) -> None:
     """Per bucket of `width` seconds, ending 10 minutes back, each arm's (assigned,
     reported[, failed among reported]): without a failed count no run says whether
     it answered.
 
-    With `store` (the router's), the runs are stored through it as ingest stores them
-    when they report 0.5 s after they end: posted now, they would report 10 minutes
-    after they started, and the concurrent cells would wait that long to be read.
+    With `store` (the router's; by default the one `live` kept for `url`), the runs are
+    stored through it as ingest stores them when they report 0.5 s after they end:
+    posted now, they would report 10 minutes after they started, and the concurrent
+    cells and the report buckets would wait that long to be read.
     """
+    store = store or STORES.get(url)
     found = record(url, role)
     epoch = epoch_of(found.binding.stage_since)
     first = int((time.time() - 600) // width) - buckets

@@ -1,4 +1,4 @@
-"""The concurrent cells file a run by its start and are read past every arm's report horizon.
+"""Runs filed by their start; cells and report buckets read past every arm's report horizon.
 
 Issue 34: "A run is born at its assignment". A candidate whose runs take a minute
 longer than current's met an outage that fails runs by when they *start* in later
@@ -9,13 +9,17 @@ back. Pure: windows built by `window.increments`, the section by `section_of`.
 from __future__ import annotations
 
 import random
+from typing import cast
 
-from bindings.models import Binding
+from bindings.models import Binding, VersionedBinding
 from gatekeeper.checks.invariants import TraceVerdict
 from gatekeeper.stats import concurrent
 from gatekeeper.stats.concurrent import BUCKET_S, GRACE_S, bucket_of, report_horizon
 from gatekeeper.stats.units import lag_bucket
+from gatekeeper.store.traces import TraceStore
 from gatekeeper.view.concurrent import closing, section_of
+from gatekeeper.view.context import GateContext
+from gatekeeper.view.reports import SILENT_GRACES, report_wait
 from gatekeeper.window import LAG, WindowStats, increments
 from rolegate.trace import Trace
 
@@ -116,3 +120,32 @@ def test_the_section_says_how_it_files_and_when_it_reads() -> None:
     assert lags["candidate"] > lags["current"] >= 100.0
     assert section["horizon"] == round(1000.0 - lags["candidate"], 3)
     assert section["closed_before"] == int(section["horizon"] // BUCKET_S)
+
+
+def _context(candidate: WindowStats, current: WindowStats, now: float) -> GateContext:
+    record = VersionedBinding(role="r", version=1, binding=BINDING, updated_at=0.0,
+                              updated_by="test")
+    return GateContext("r", record, "e", {"current": ("cfg-a", current),
+                                          "candidate": ("cfg-b", candidate)},
+                       cast(TraceStore, None), now)
+
+
+def test_report_buckets_wait_for_the_slower_arms_runs_and_reports() -> None:
+    """A report bucket matures past max(grace, each arm's p99 lag from start to report): a
+    candidate reporting 150 s after its runs is waited for, not found short; an arm with
+    runs and under 5 lags is waited for ten graces (one that never reports is found then)."""
+    grace = BINDING.gate.reports.grace_seconds
+    candidate, current = WindowStats(), WindowStats()
+    for i in range(100):
+        _add(current, _trace(i, "current", float(i), 1.0), False, i + 1.5)
+        _add(candidate, _trace(i, "candidate", float(i), 1.0), False, i + 151.0)
+    wait = report_wait(_context(candidate, current, 300.0))
+    assert 150.0 <= wait < 180.0 and wait > grace
+    quick = WindowStats()
+    for i in range(100):
+        _add(quick, _trace(i, "candidate", float(i), 1.0), False, i + 1.5)
+    assert report_wait(_context(quick, current, 300.0)) == grace
+    few = WindowStats()
+    for i in range(3):
+        _add(few, _trace(i, "candidate", float(i), 1.0), False, i + 1.5)
+    assert report_wait(_context(few, current, 300.0)) == SILENT_GRACES * grace

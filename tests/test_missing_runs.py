@@ -29,12 +29,10 @@ from gatekeeper.stats.missing import (
     missing_of,
     with_missing,
 )
-from gatekeeper.store.traces import TraceStore
 from router.cli.main import main
-from router.server.services import services_of
 from tests.conftest import CALLER, OPERATOR, auth
 from tests.gatekeeping import binding, keeper, tick_until
-from tests.reporting import STAMPS, decide_now, fill_stage, record
+from tests.reporting import STAMPS, decide_now, fill_stage, live, record
 from tests.servers import werkzeug_server
 
 ROLE = "summarizer"
@@ -72,13 +70,9 @@ def test_report_buckets_are_the_exposures_width_whatever_the_cells_are(
 
 # -- on a real router ----------------------------------------------------------------
 
-#: The app behind each live router's url (`_stage` stores its runs through its Redis).
-_APPS: dict[str, Flask] = {}
-
-
 def _router(app: Flask, policy: dict[str, Any] | None = None, **extra: Any) -> Any:
     with werkzeug_server(app) as url:
-        _APPS[url] = app
+        live(url, app)
         gate: dict[str, Any] = {"thresholds": {"min_samples": 10}}
         if policy is not None:
             gate["reports"] = policy
@@ -109,8 +103,7 @@ def _stage(url: str, cand: tuple[int, int, int], cur: tuple[int, int, int],
            buckets: int = 8) -> None:
     """Per bucket, 10 minutes back, each arm's (assigned, reported, failed among reported),
     the runs reported 0.5 s after they end (the cells wait for runs' report lag)."""
-    fill_stage(url, ROLE, REPORT_BUCKET_S, cand, cur, buckets,
-               TraceStore(services_of(_APPS[url]).redis))
+    fill_stage(url, ROLE, REPORT_BUCKET_S, cand, cur, buckets)
 
 
 def _decide(url: str) -> Any:

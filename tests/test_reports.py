@@ -25,7 +25,7 @@ from rolegate import Client
 from rolegate.exposures import epoch_of
 from router.cli.main import main
 from tests.conftest import CALLER, OPERATOR, auth
-from tests.reporting import decide_now, fill_stage, record
+from tests.reporting import decide_now, fill_stage, live, record
 from tests.servers import werkzeug_server
 
 ROLE = "summarizer"
@@ -70,7 +70,7 @@ def router(app: Flask) -> Any:
                          json={"current": "cfg_a", "candidate": "cfg_b", "stage": "canary",
                                "share": 0.1, "gate": {"thresholds": {"min_samples": 10}}})
         assert r.status_code == 201, r.text
-        yield url
+        yield live(url, app)
 
 
 def _record(url: str) -> VersionedBinding:

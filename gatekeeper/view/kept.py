@@ -35,7 +35,7 @@ from gatekeeper.stats.missing import Missing, mature_before
 from gatekeeper.store.traces import TraceStore
 from gatekeeper.view.concurrent import closing_of, concurrent_section
 from gatekeeper.view.context import GateContext
-from gatekeeper.view.reports import ReportCounts, reports_section
+from gatekeeper.view.reports import ReportCounts, report_wait, reports_section
 
 #: Sections kept per trace store (the least recently read dropped first).
 SECTIONS_KEPT = 256
@@ -83,13 +83,13 @@ def reports(ctx: GateContext, counts: ReportCounts | None) -> dict[str, Any] | N
     """`view.reports.reports_section`, kept while no count below `mature_before` changed."""
     if counts is None:
         return None
-    grace = ctx.record.binding.gate.reports.grace_seconds
     # Four groups (each arm's assigned and reported), keyed by (reporter, bucket).
     groups: list[dict[tuple[str, int], int]] = [{}, {}, {}, {}]
     for name, arms in counts.items():
         for i, part in enumerate((arms[0][0], arms[0][1], arms[1][0], arms[1][1])):
             groups[i].update(((name, bucket), n) for bucket, n in part.items())
-    return _section(ctx, ("reports", cells.BUCKET_S), None, mature_before(ctx.now, grace),
+    return _section(ctx, ("reports", cells.BUCKET_S), None,
+                    mature_before(ctx.now, report_wait(ctx)),
                     groups, _second, lambda: reports_section(ctx, counts))
 
 

@@ -29,6 +29,7 @@ from gatekeeper.stats.missing import (
     missing_of,
 )
 from gatekeeper.stats.reports import report_check_by, reporter_figures
+from gatekeeper.stats.units import lag_quantile
 from gatekeeper.store.exposures import ExposureStore
 from gatekeeper.store.run_matches import RunMatchStore
 from gatekeeper.store.traces import WINDOW_TTL_S
@@ -60,6 +61,31 @@ def judged_arm(ctx: GateContext) -> str | None:
     return "shadow" if binding.stage is Stage.SHADOW else "candidate"
 
 
+#: An arm assigned runs that has reported fewer than `units.MIN_LAG_REPORTS` of them is
+#: waited for this many graces: one whose reports merely come late is not found short,
+#: and one that never reports is still found missing after it.
+SILENT_GRACES = 10
+
+
+def report_wait(ctx: GateContext) -> float:
+    """Seconds after a report bucket's end before its runs count as reported or missing.
+
+    The policy's `grace_seconds`, or longer: each arm's p99 lag from a run's start to
+    its report (`window.LAG`, what the concurrent cells wait for too). A candidate whose
+    runs take longer than the grace, or whose reports come later, is waited for, never
+    found short for it (issue 34); an arm with runs and fewer than 5 lags, SILENT_GRACES
+    graces.
+    """
+    grace = float(ctx.record.binding.gate.reports.grace_seconds)
+    judged = judged_arm(ctx)
+    waits = [grace]
+    for arm in () if judged is None else (judged, "current"):
+        lags = ctx.arms[arm][1].lag_histogram()
+        found = lag_quantile(lags) if lags else None
+        waits.append(found if found is not None else SILENT_GRACES * grace)
+    return max(waits)
+
+
 def report_counts(ctx: GateContext) -> ReportCounts | None:
     """Each arm's assigned and reported runs per report bucket; None outside a live rollout.
 
@@ -72,7 +98,7 @@ def report_counts(ctx: GateContext) -> ReportCounts | None:
     store = ExposureStore(ctx.traces.connection)
     matches = RunMatchStore(ctx.traces.connection, WINDOW_TTL_S)
     trusted = ctx.record.binding.gate.trusted_reporters
-    mature = mature_before(ctx.now, ctx.record.binding.gate.reports.grace_seconds)
+    mature = mature_before(ctx.now, report_wait(ctx))
     per_arm = []
     runs: list[dict[str, RunIds]] = []
     for arm in (judged, "current"):
@@ -139,7 +165,7 @@ def reports_section(ctx: GateContext, counts: ReportCounts | None) -> dict[str, 
         return None
     binding = ctx.record.binding
     policy = binding.gate.reports
-    check = report_check_by(counts, mature_before(ctx.now, policy.grace_seconds),
+    check = report_check_by(counts, mature_before(ctx.now, report_wait(ctx)),
                             REPORTS_SHARE * binding.gate.thresholds.alpha, policy.grace_seconds)
     why_not = applies(binding) if policy.missing_runs == FAIL else None
     counted = [f for f in check.reporters.values() if f.counted]
@@ -161,7 +187,7 @@ def missing_for(ctx: GateContext, counts: ReportCounts | None) -> Missing | None
     policy = binding.gate.reports
     if counts is None or policy.missing_runs != FAIL or applies(binding) is not None:
         return None
-    mature = mature_before(ctx.now, policy.grace_seconds)
+    mature = mature_before(ctx.now, report_wait(ctx))
     counted = [n for n, f in reporter_figures(counts, mature).items() if f.counted]
     gone = missing_of(*_pooled(counts, counted), mature)
     if len(counted) == len(counts):
