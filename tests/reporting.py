@@ -11,10 +11,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
 import requests
 from flask import Flask
 
 from bindings.models import VersionedBinding
+from gatekeeper import window
 from gatekeeper.checks.invariants import check
 from gatekeeper.machine.decide import decide, evidence_from_view
 from gatekeeper.store.exposures import ExposureStore
@@ -34,6 +36,13 @@ def record(url: str, role: str) -> VersionedBinding:
     """The role's binding as the router serves it."""
     body = requests.get(f"{url}/v1/bindings/{role}", headers=auth(CALLER), timeout=5).json()
     return VersionedBinding.model_validate(body)
+
+
+def reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs posted long after they started stand for runs that reported at once: their
+    lag from start to report is taken as 0, or the concurrent cells and the report
+    buckets would rightly wait that long to read them (issue 34's report horizon)."""
+    monkeypatch.setattr(window, "lag_bucket", lambda lag: 0)
 
 
 #: The live router at each url's trace store (`live`): `fill_stage` stores runs through it.

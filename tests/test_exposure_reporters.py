@@ -30,7 +30,7 @@ from rolegate.exposures import BUCKET_S, epoch_of
 from router.app import create_app
 from tests.conftest import OPERATOR, TOKENS, auth
 from tests.gatekeeping import binding, keeper, tick_until
-from tests.reporting import STAMPS, decide_now, record
+from tests.reporting import STAMPS, decide_now, record, reported_at_once
 from tests.servers import werkzeug_server
 
 ROLE = "summarizer"
@@ -57,6 +57,12 @@ def _router(app: Flask, **gate: Any) -> Iterator[str]:
                                "gate": {"thresholds": {"min_samples": 10}, **gate}})
         assert r.status_code == 201, r.text
         yield url
+
+
+@pytest.fixture(autouse=True)
+def _reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs here are posted 10 minutes after they started: taken as reported at once."""
+    reported_at_once(monkeypatch)
 
 
 @pytest.fixture

@@ -26,7 +26,7 @@ from gatekeeper.stats.reports import SHORT
 from gatekeeper.store.exposures import ExposureStore
 from router.api.exposures import exposure_counter
 from tests.conftest import CALLER, OPERATOR, auth
-from tests.reporting import STAMPS, decide_now, record
+from tests.reporting import STAMPS, decide_now, record, reported_at_once
 from tests.servers import werkzeug_server
 
 SINGLE = "/ofrep/v1/evaluate/flags/{role}"
@@ -37,6 +37,12 @@ CANARY = {"current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 
                    "power": None}}
 #: Counts drained into a bucket this far back are past the report grace: the gate reads them.
 PAST_S = 900.0
+
+
+@pytest.fixture(autouse=True)
+def _reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs here are posted PAST_S after they started: taken as reported at once."""
+    reported_at_once(monkeypatch)
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ import pytest
 import requests
 from flask import Flask
 
-from gatekeeper import window
 from gatekeeper.machine.decide import Action
 from gatekeeper.stats.matching import RunIds, matched_reports
 from gatekeeper.stats.missing import missing_of
@@ -31,7 +30,7 @@ from router.api.exposures import exposure_counter
 from router.app import create_app
 from router.cli.status import render
 from tests.conftest import OPERATOR, TOKENS, auth
-from tests.reporting import STAMPS, decide_now, record
+from tests.reporting import STAMPS, decide_now, record, reported_at_once
 from tests.servers import wait_for, werkzeug_server
 
 ROLE = "summarizer"
@@ -110,10 +109,8 @@ def app(redis_url: str) -> Iterator[Flask]:
 
 @pytest.fixture(autouse=True)
 def _reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runs here are posted PAST_S after they started, standing for runs that reported
-    at once: their lag from start to report is taken as 0, or the concurrent cells and the
-    report buckets would rightly wait PAST_S to read them (issue 34's report horizon)."""
-    monkeypatch.setattr(window, "lag_bucket", lambda lag: 0)
+    """The runs here are posted PAST_S after they started: taken as reported at once."""
+    reported_at_once(monkeypatch)
 
 
 @pytest.fixture
