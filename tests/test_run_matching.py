@@ -377,3 +377,35 @@ def test_ids_pending_long_past_the_grace_are_settled_into_counts(app: Flask,
     assert app.extensions["rolegate"].redis.zcard(key) == 10  # the new ten only
     runs = store.read(ROLE, "cfg_b", "candidate", epoch, ["fleet"], time.time() - 150)
     assert runs["fleet"].missing == {old: 10} and runs["fleet"].in_flight == 10
+
+
+@pytest.mark.cluster
+def test_runs_are_matched_on_a_redis_cluster(cluster_url: str) -> None:
+    """On a three-master cluster: the worker's flush adds the ids (EVALSHA routed by the
+    role's slot), ingest matches them, the view reads what is missing."""
+    app = create_app({"redis_url": cluster_url, "testing": True, "refresh_interval_s": 0.05,
+                      "tokens": f"{TOKENS},fleet={FLEET}:caller"})
+    exposure_counter(app).stop()
+    client = app.test_client()
+    try:
+        assert client.put(f"/v1/bindings/{ROLE}", json=CANARY,
+                          headers=auth(OPERATOR)).status_code == 201
+        wait_for(lambda: client.get(f"/v1/resolve/{ROLE}?key=k",
+                                    headers=auth(FLEET)).json.get("stage") == "canary",
+                 10, "the worker to serve the canary")
+        exposure_counter(app).drain(0.0)  # the waiting resolves: counted nowhere
+        answers = [client.get(f"/v1/resolve/{ROLE}?key=c-{n}", headers=auth(FLEET)).json
+                   for n in range(40)]
+        past = time.time() - PAST_S
+        exposure_counter(app).flush(now=past)
+        kept = [a for n, a in enumerate(answers) if a["arm"] == "current" or n % 2]
+        r = client.post("/v1/traces", headers=auth(FLEET), json={"traces": [
+            _trace(a["run_id"], a["arm"], past) for a in kept]})
+        assert r.status_code == 200, r.json
+        view = client.get(f"/v1/roles/{ROLE}/gate", headers=auth(OPERATOR)).json
+        dropped = len(answers) - len(kept)
+        assert view["reports"]["runs"]["candidate"]["missing"] == dropped, view["reports"]
+        assert view["reports"]["runs"]["current"]["missing"] == 0
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        app.extensions["rolegate"].redis.close()
