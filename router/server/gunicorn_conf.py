@@ -146,6 +146,13 @@ def post_worker_init(worker: Any) -> None:
             gunicorns(signum, frame)
 
     signal.signal(signal.SIGTERM, stopping)
+    # Everything loaded so far (modules, the app, the binding table) lives as long as
+    # the worker: out of the collector's reach, a full collection walks only what
+    # requests made since (about half of a 100-trace ingest's GC time, issue 38).
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def worker_exit(server: Any, worker: Any) -> None:
