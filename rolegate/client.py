@@ -54,7 +54,8 @@ from rolegate.refresher import MAX_WATCH_TIMEOUT, SnapshotRefresher
 from rolegate.report_stats import ReportStats
 from rolegate.reporter import TraceReporter
 from rolegate.routing import Resolution, new_key
-from rolegate.snapshot import Fast, Snapshot, starting_snapshot, with_run_slots
+from rolegate.run_ids import with_run_slots
+from rolegate.snapshot import Fast, Snapshot, starting_snapshot
 from rolegate.trace import Stamps, Trace
 
 __all__ = ["Client", "ClientConfig", "SnapshotTooOld", "SnapshotUnavailable"]
@@ -214,15 +215,15 @@ class Client(SnapshotRefresher):
             (first, second, head, cut, counter, second_counter, shadow_counter, epoch, bucket_of,
              _) = fast
         except ValueError:  # as the snapshot built it: given its run-id slots on first use
+            fast = self._fast[role] = with_run_slots(fast, self._run_stem)  # one key: atomic
             (first, second, head, cut, counter, second_counter, shadow_counter, epoch, bucket_of,
-             _) = self._with_run_slots(role, fast)
+             _) = fast
         if (attributes or bucket_of is None) and self._snapshot is not None:
             # Rules read the attributes; a role bucketed by one needs its value.
             targeted = self._snapshot.targeted(role, key, attributes, self._stale)
             if targeted is not None:
-                targeted["run_seq"] = next(self._exposures.counter(
-                    role, targeted["config"], targeted["arm"], epoch))
-                targeted["run_stem"] = self._run_stem
+                targeted["run_seq"], targeted["run_stem"] = next(self._exposures.counter(
+                    role, targeted["config"], targeted["arm"], epoch)), self._run_stem
                 if shadow_counter is not None:
                     next(shadow_counter)  # shadow: the candidate runs this job too
                 return targeted
@@ -236,20 +237,11 @@ class Client(SnapshotRefresher):
             if shadow_counter is not None:
                 next(shadow_counter)  # shadow: the candidate runs this job too
         answer: Resolution = first.copy()
-        # The run's id in two parts (`rolegate.run_ids`): joining them here cost 0.2 us.
-        answer["run_seq"] = next(counter)
+        answer["run_seq"] = next(counter)  # the run's id in two parts: `rolegate.run_ids`
         answer["key"] = key
         if self._stale:  # the precompiled answers say "stale": False
             answer["stale"] = True
         return answer
-
-    def _with_run_slots(self, role: str, fast: Fast) -> tuple[Any, ...]:
-        """`role`'s entry with answers that hold the run id's slots (`snapshot.with_run_slots`),
-        kept in the table in use for the next resolve (one key set: atomic; a new snapshot's
-        table starts without them)."""
-        ready = with_run_slots(fast, self._run_stem)
-        self._fast[role] = ready
-        return ready
 
     @property
     def max_age(self) -> float | None:

@@ -316,22 +316,6 @@ def _counted(exposures: Exposures, role: str, split: tuple[Any, Any, Any, Any], 
             bucket_of)
 
 
-def with_run_slots(fast: Fast, stem: str) -> tuple[Any, ...]:
-    """`fast` as `Client.resolve` reads it once the role is resolved: its answers hold the
-    run id's slots, `run_stem` filled and `run_seq` for the counter's value
-    (`rolegate.run_ids`), and a tenth element says so.
-
-    Setting a key a copied answer already has never grows it, where adding two grew
-    each resolve's copy (0.1 us of 0.5); held from the start, the slots grew every
-    role's answers by a third, resolved or not (`tests/test_client_view.py`'s 2 KB).
-    """
-    first, second = fast[0], fast[1]
-    first = {**first, "run_stem": stem, "run_seq": 0}
-    if second is not None:
-        second = {**second, "run_stem": stem, "run_seq": 0}
-    return (first, second, *fast[2:9], True)
-
-
 def compile_role(role: str, record: RoutedRecord,
                  bodies: Mapping[str, Mapping[str, Any]] | None = None) -> Entry:
     """Precompute a role's answers so resolving is one hash, one compare and one copy.
