@@ -42,7 +42,7 @@ from gatekeeper.stats.pair_tally import Tally
 from gatekeeper.stats.reports import mature_before, report_check
 from gatekeeper.stats.sequential import THETAS
 from gatekeeper.view.concurrent import METRICS, Folded, section_of
-from gatekeeper.view_model import GateView, RolloutView
+from gatekeeper.view_model import DriftView, GateView, RolloutView, drift_view
 from gatekeeper.window import WindowStats
 
 #: The most one pass->fail flip raises the flips' log ratio (`sequential.log_ratio`).
@@ -334,7 +334,7 @@ def kept_params(counts: StageCounts, policy: GatePolicy) -> Params | None:
     return kept.params
 
 
-def drift_of(counts: StageCounts, record: VersionedBinding, fast: bool) -> dict[str, Any]:
+def drift_of(counts: StageCounts, record: VersionedBinding, fast: bool) -> DriftView:
     """The drift section: the candidate's run-failure detector, p0 from current's stage runs
     and its carried history at the upper bound (what the power hold sizes its alternative
     with, and, without the concurrent section, what the tests run against), kept while not
@@ -347,14 +347,14 @@ def drift_of(counts: StageCounts, record: VersionedBinding, fast: bool) -> dict[
         params = kept_params(counts, policy)
         if params is not None:
             shown = {RUN_FAILURE: Detector(RUN_FAILURE, params).as_dict(True)}
-        return section(shown, {}, policy.drift)
+        return drift_view(section(shown, {}, policy.drift))
     if kept_params(counts, policy) is not None:
         assert counts.detector is not None
         # The store hands a detector only the entries after its last id.
         counts.detector = detector = counts.detector.advance(
             counts.entries[counts.detector.n:])
         shown = {RUN_FAILURE: detector.as_dict(True)}
-    return section(shown, {}, policy.drift)
+    return drift_view(section(shown, {}, policy.drift))
 
 
 def decision(record: VersionedBinding, counts: StageCounts, now: float,

@@ -61,6 +61,7 @@ from gatekeeper.stats.drift import (
 )
 from gatekeeper.stats.reports import mature_before
 from gatekeeper.stats.rollout import Carried
+from gatekeeper.view_model import DetectorView, DriftOnView
 
 #: A stand-in for decide(): given the binding, the stage counts and the time, an action.
 Rule = Callable[[VersionedBinding, StageCounts, float], Action]
@@ -199,9 +200,9 @@ class Reader:
         history; the detector's other figures do not enter)."""
         c = self.counts
         found = c.detector.params if self.baseline and c.detector is not None else None
-        drift = {} if found is None else {
-            "candidate": {RUN_FAILURE: {"p0": found.p0, "reference": found.reference,
-                                        "observed": found.observed}}}
+        drift = None if found is None else DriftOnView.model_construct(candidate={
+            RUN_FAILURE: DetectorView.model_construct(p0=found.p0, reference=found.reference,
+                                                      observed=found.observed)})
         paired = None
         if self.shadow:
             paired = {"pairs": c.pairs, "flips": {"pass_to_fail": c.regressions,

@@ -190,20 +190,22 @@ def _act(api: ApiClient, decision: Decision, *, dry_run: bool,
 def _alert(decision: Decision, view: GateView, notifier: Notifier | None,
            alerted: set[str] | None) -> None:
     """Raise each drift alarm once per process, not once per tick."""
-    drift = view.drift or {}
-    for alarm in drift.get("alarms", []):
-        config = view.current if alarm.get("arm") == "current" else view.candidate
-        key = f"{decision.role}|{config}|{alarm.get('arm')}|{alarm.get('metric')}"
+    drift = view.drift
+    for alarm in [] if drift is None else drift.alarms:
+        config = view.current if alarm.arm == "current" else view.candidate
+        key = f"{decision.role}|{config}|{alarm.arm}|{alarm.metric}"
         if alerted is not None:
             if key in alerted:
                 continue
             alerted.add(key)
-        log.warning("drift alarm on %s %s (%s): %s", decision.role, alarm.get("arm"), config,
-                    alarm.get("metric"))
+        log.warning("drift alarm on %s %s (%s): %s", decision.role, alarm.arm, config,
+                    alarm.metric)
         if notifier is not None:
-            report = drift.get(alarm.get("arm"), {}).get(alarm.get("metric"), {})
-            notifier.emit(ALARM, decision.role, arm=alarm.get("arm"), config=config,
-                          metric=alarm.get("metric"), cusum=report)
+            detector = (drift.candidate if alarm.arm == "candidate" else drift.current).get(
+                alarm.metric) if drift is not None else None
+            notifier.emit(ALARM, decision.role, arm=alarm.arm, config=config,
+                          metric=alarm.metric,
+                          cusum={} if detector is None else detector.as_json())
 
 
 def _ask_approval(decision: Decision, notifier: Notifier | None,

@@ -18,6 +18,7 @@ from gatekeeper.loop import tick
 from gatekeeper.machine.decide import Action, Evidence, decide
 from gatekeeper.stats.concurrent import Comparison
 from gatekeeper.stats.power import Paired, Unpaired, alternative, power_of
+from gatekeeper.view_model import DetectorView, DriftOnView
 from rolegate.http import ApiClient
 from tests.conftest import GATEKEEPER, OPERATOR, auth
 from tests.population import Population
@@ -128,7 +129,8 @@ def test_the_alternative_is_sized_on_the_rate_current_showed_not_its_upper_bound
                              "flips": {"pass_to_fail": 0, "fail_to_pass": 0}},
                      concurrent={"metrics": {"run_failure": cells.as_dict()}, "alarms": []},
                      baseline_failure=0.0006, baseline_runs=5000, baseline_bounded=True)
-    drift = {"candidate": {"run_failure": {"p0": 0.0006, "reference": 5000, "observed": 0.0}}}
+    drift = DriftOnView.model_construct(candidate={"run_failure": DetectorView.model_construct(
+        p0=0.0006, reference=5000, observed=0.0)})
     observed = replace(clean, baseline_observed=baseline_observed(drift))
     assert observed.baseline_observed == 0.0
     sized = rollout_power(record.binding, observed)

@@ -7,32 +7,29 @@ p0, the rate current's runs showed and how many runs that was) by
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from gatekeeper.stats.drift import RUN_FAILURE
+from gatekeeper.view_model.drift import DetectorView, DriftView
 
 
-def baseline_failure(drift: Mapping[str, Any]) -> float | None:
+def run_failure(drift: DriftView | None) -> DetectorView | None:
+    """The candidate's run_failure detector in the view's drift section, if it has one."""
+    return None if drift is None else drift.candidate.get(RUN_FAILURE)
+
+
+def baseline_failure(drift: DriftView | None) -> float | None:
     """The run_failure p0 the gate view's candidate detector runs with, if it has one."""
-    detector = (drift.get("candidate") or {}).get("run_failure") or {}
-    p0 = detector.get("p0")
-    # Without the reference count the p0 can't be bounded: no rate test then.
-    if not isinstance(p0, (int, float)) or not isinstance(detector.get("reference"), int):
-        return None
-    return float(p0)
+    detector = run_failure(drift)
+    return None if detector is None else float(detector.p0)
 
 
-def baseline_runs(drift: Mapping[str, Any]) -> int:
+def baseline_runs(drift: DriftView | None) -> int:
     """How many current runs that p0 was measured over (0: a fixed baseline)."""
-    detector = (drift.get("candidate") or {}).get("run_failure") or {}
-    reference = detector.get("reference")
-    return int(reference) if isinstance(reference, int) else 0
+    detector = run_failure(drift)
+    return 0 if detector is None else detector.reference
 
 
-def baseline_observed(drift: Mapping[str, Any]) -> float | None:
+def baseline_observed(drift: DriftView | None) -> float | None:
     """The failure rate current's runs showed over `baseline_runs` (p0 is its upper bound);
     None for a fixed baseline or a view that does not say."""
-    detector = (drift.get("candidate") or {}).get("run_failure") or {}
-    observed = detector.get("observed")
-    if not isinstance(observed, (int, float)) or isinstance(observed, bool):
-        return None
-    return float(observed)
+    detector = run_failure(drift)
+    return None if detector is None or detector.observed is None else float(detector.observed)

@@ -12,7 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bindings.models import Stage
-from gatekeeper.machine.baseline import baseline_failure, baseline_observed, baseline_runs
+from gatekeeper.machine.baseline import (
+    baseline_failure,
+    baseline_observed,
+    baseline_runs,
+    run_failure,
+)
 from gatekeeper.stats.concurrent import Comparison
 from gatekeeper.stats.criteria_gate import KeyCounts
 from gatekeeper.stats.rollout import Carried, EarlierStage
@@ -74,8 +79,8 @@ def evidence_from_view(view: GateView | Mapping[str, Any]) -> Evidence:
     arm = view.arms.get(judged, {})
     keys = ((view.by_criterion or {}).get("gate") or {}).get(judged) or []
     current = view.arms.get("current", {})
-    drift = view.drift or {}
-    alarms = drift.get("alarms", [])
+    drift = view.drift
+    alarms = [] if drift is None else drift.alarms
     raw = arm.get("reasons", [])
     reasons = tuple(r.get("message", str(r)) if isinstance(r, Mapping) else str(r)
                     for r in raw)
@@ -92,9 +97,10 @@ def evidence_from_view(view: GateView | Mapping[str, Any]) -> Evidence:
         baseline_failure=baseline_failure(drift),
         baseline_runs=baseline_runs(drift),
         baseline_observed=baseline_observed(drift),
-        baseline_bounded="observed" in ((drift.get("candidate") or {}).get("run_failure") or {}),
-        candidate_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "candidate"),
-        current_alarms=tuple(a["metric"] for a in alarms if a.get("arm") == "current"),
+        # The view's detectors take p0 at its bound already (`drift.bounded_p0`).
+        baseline_bounded=run_failure(drift) is not None,
+        candidate_alarms=tuple(a.metric for a in alarms if a.arm == "candidate"),
+        current_alarms=tuple(a.metric for a in alarms if a.arm == "current"),
         carried=carried_of(view.rollout),
         criteria=tuple(KeyCounts.from_dict(k) for k in keys if isinstance(k, Mapping)),
         judged_wait=(view.judges or {}).get("wait"),

@@ -24,6 +24,7 @@ from gatekeeper.store.paired_state import Arms, PairedStates
 from gatekeeper.store.trace_keys import stream_key
 from gatekeeper.store.traces import StoredTrace, StreamEntries, TraceStore
 from gatekeeper.view.context import GateContext
+from gatekeeper.view_model.drift import DriftView, drift_view
 from gatekeeper.window import WindowStats
 
 #: Most traces `since` reads per arm by default: bounds one replaying read.
@@ -123,7 +124,7 @@ def reference_of(ctx: GateContext) -> WindowStats:
     return WindowStats(counts).merge(carried)
 
 
-def drift_section(ctx: GateContext) -> dict[str, Any]:
+def drift_section(ctx: GateContext) -> DriftView:
     """CUSUM per metric: the candidate's stage runs against current's rates, and current alone.
 
     Both arms' detectors take p0 from the current config's runs, over the stage and
@@ -137,7 +138,7 @@ def drift_section(ctx: GateContext) -> dict[str, Any]:
     if not policy.enabled:
         view = disabled_view()
         view["alert"] = False
-        return view
+        return drift_view(view)
     thresholds = binding.gate.thresholds
     reference = reference_of(ctx)  # read and merged once: a stage window holds ~20,000 fields
     wanted = {metric: params for metric in METRICS
@@ -155,4 +156,4 @@ def drift_section(ctx: GateContext) -> dict[str, Any]:
     view = section(shown.get("candidate", {}), shown["current"], policy)
     view["caught_up"] = all(done.caught_up for done in states)
     view["alert"] = any(a["arm"] == "current" for a in view["alarms"])
-    return view
+    return drift_view(view)

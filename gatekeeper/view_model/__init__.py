@@ -7,6 +7,14 @@ serialises it, and the pure core (`gatekeeper.machine`) reads it by attribute;
 
 from __future__ import annotations
 
+from gatekeeper.view_model.drift import (
+    AlarmView,
+    DetectorView,
+    DriftOffView,
+    DriftOnView,
+    DriftView,
+    drift_view,
+)
 from gatekeeper.view_model.next import DeadlineView, NextView, ResponseView, WaitView
 from gatekeeper.view_model.rollout import CarriedView, EarlierStageView, FlipsView, RolloutView
 from gatekeeper.view_model.section import Section
@@ -21,6 +29,7 @@ from gatekeeper.view_model.units import (
 )
 from gatekeeper.view_model.view import GateHeader, GateView, RuleView, Window
 
-__all__ = ["CarriedView", "EarlierStageView", "FlipsView", "RolloutView", "DeadlineView", "DifferenceView", "GateHeader", "GateView", "NextView",
+__all__ = ["AlarmView", "DetectorView", "DriftOffView", "DriftOnView", "DriftView", "drift_view",
+           "CarriedView", "EarlierStageView", "FlipsView", "RolloutView", "DeadlineView", "DifferenceView", "GateHeader", "GateView", "NextView",
            "ResponseView", "RuleView", "Section", "StretchView", "UnitArmView",
            "UnitLimitsView", "UnitMetricView", "UnitTestView", "UnitsView", "WaitView", "Window"]

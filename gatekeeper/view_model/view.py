@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from bindings.models import GatePolicy, Stage
+from gatekeeper.view_model.drift import DriftView
 from gatekeeper.view_model.next import NextView
 from gatekeeper.view_model.rollout import RolloutView
 from gatekeeper.view_model.section import Section
@@ -80,7 +81,7 @@ class GateView(GateHeader):
     judges: dict[str, Any] | None = None
     reports: dict[str, Any] | None = None
     paired: dict[str, Any] | None = None
-    drift: dict[str, Any] | None = None
+    drift: DriftView | None = None
     concurrent: dict[str, Any] | None = None
     rollout: RolloutView | None = None
     units: UnitsView | None = None

@@ -8,7 +8,7 @@ here from the same trace streams with the same detectors.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +21,7 @@ from gatekeeper.stats.statistics import Cusum
 from gatekeeper.store.traces import StoredTrace, TraceStore
 from gatekeeper.view import arm_configs, gate_view
 from gatekeeper.view.sections import REFERENCE_RUNS, candidate_arm, latest, run_of
+from gatekeeper.view_model import DriftView
 
 #: Time buckets in the pass-rate chart.
 PASS_RATE_BUCKETS = 24
@@ -147,7 +148,7 @@ def pass_rates(traces: TraceStore, record: VersionedBinding, now: float) -> dict
 
 
 def cusum_paths(traces: TraceStore, record: VersionedBinding, now: float,
-                drift: Mapping[str, Any] | None = None) -> tuple[str, dict[str, list[Point]]]:
+                drift: DriftView | None = None) -> tuple[str, dict[str, list[Point]]]:
     """The watched arm and its CUSUM path per metric, p0 taken as the gate takes it.
 
     A candidate in shadow, canary or full is watched against the current's rates.
@@ -167,12 +168,12 @@ def cusum_paths(traces: TraceStore, record: VersionedBinding, now: float,
     if not policy.enabled:
         return arm, paths
     if drift is not None:
-        detectors = drift.get(name, {})
+        detectors = drift.candidate if name == "candidate" else drift.current
         watched = [run_of(s) for s in traces.read(record.role, config, arm,
                                                   since=binding.stage_since,
                                                   count=MAX_CHART_TRACES)] if detectors else []
-        p0s = {m: float(d["p0"]) for m, d in detectors.items() if m in METRICS}
-        hs = {m: float(d["h"]) for m, d in detectors.items() if m in METRICS}
+        p0s = {m: float(d.p0) for m, d in detectors.items() if m in METRICS}
+        hs = {m: float(d.h) for m, d in detectors.items() if m in METRICS}
     else:
         reference = latest(traces, record.role, binding.current, "current", REFERENCE_RUNS)
         if name == "candidate":
