@@ -21,7 +21,8 @@ nothing twice. A token removes only its own ids: another token's trace under
 the same id is its own run, and its set never held the id.
 
 **Memory.** About 100 bytes of Redis per run in flight (the id, ~30 bytes, in a
-sorted set). Ids still pending `SETTLE_MARGIN_S` past the role's grace are
+sorted set). Ids still pending ten graces and ten minutes after their
+assignment (`SETTLE_GRACES`, `SETTLE_MARGIN_S`: half an hour by default) are
 settled: moved out of the set into the per-bucket count "s:<bucket>" (missing
 for good: a report after that is not matched), and each set keeps at most
 `MAX_PENDING` ids (the oldest settled first), so a candidate losing every run
@@ -48,7 +49,10 @@ from gatekeeper.stats.matching import RunIds
 from gatekeeper.store.trace_keys import claims_key, window_key
 from rolegate.exposures import BUCKET_S
 
-#: Seconds past the role's grace after which a pending id is settled as missing.
+#: A pending id is settled as missing SETTLE_GRACES of the role's grace and
+#: SETTLE_MARGIN_S after its assignment: past the longest the reports section waits
+#: for an arm whose reports come late (`view.reports.report_wait`, SILENT_GRACES).
+SETTLE_GRACES = 10
 SETTLE_MARGIN_S = 600.0
 #: Most ids one (arm, reporter, epoch) set holds: the oldest beyond are settled.
 MAX_PENDING = 500_000
@@ -142,7 +146,7 @@ class RunMatchStore:
         calls: list[tuple[list[str], list[object]]] = []
         for r in ranges:
             prefix = claims_key(r.role, "")
-            settle = f"{r.at - r.grace_s - SETTLE_MARGIN_S:.6f}"
+            settle = f"{r.at - SETTLE_GRACES * r.grace_s - SETTLE_MARGIN_S:.6f}"
             keys = [runs_key(r.role, r.config, r.arm, r.epoch, r.reporter),
                     counts_key(r.role, r.config, r.arm, r.epoch, r.reporter)]
             for start in range(r.start, r.stop, CHUNK):
