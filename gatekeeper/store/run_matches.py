@@ -20,8 +20,8 @@ report acknowledged is matched, and a replay (answered duplicate) removes
 nothing twice. A token removes only its own ids: another token's trace under
 the same id is its own run, and its set never held the id.
 
-**Memory.** About 100 bytes of Redis per run in flight (the id, ~30 bytes, in a
-sorted set). Ids still pending ten graces and ten minutes after their
+**Memory.** About 130 bytes of Redis per run in flight (the id, ~30 bytes, in a
+sorted set: 100,000 pending ids held 12.4 MB). Ids still pending ten graces and ten minutes after their
 assignment (`SETTLE_GRACES`, `SETTLE_MARGIN_S`: half an hour by default) are
 settled: moved out of the set into the per-bucket count "s:<bucket>" (missing
 for good: a report after that is not matched), and each set keeps at most
@@ -78,12 +78,20 @@ ADD_SCRIPT = """
 local runs, counts = KEYS[1], KEYS[2]
 local stem, first, last = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local reporter, prefix = ARGV[7], ARGV[8]
+-- One ZADD per 500 ids (a call per id cost as much again as the work).
+local batch, score = {}, ARGV[4]
 for i = first, last - 1 do
   local id = stem .. string.format('%d', i)
   if redis.call('HEXISTS', prefix .. id, reporter) == 0 then
-    redis.call('ZADD', runs, 'NX', ARGV[4], id)
+    batch[#batch + 1] = score
+    batch[#batch + 1] = id
+    if #batch >= 1000 then
+      redis.call('ZADD', runs, 'NX', unpack(batch))
+      batch = {}
+    end
   end
 end
+if #batch > 0 then redis.call('ZADD', runs, 'NX', unpack(batch)) end
 redis.call('HINCRBY', counts, 'i:' .. ARGV[5], last - first)
 local width, cap = tonumber(ARGV[10]), tonumber(ARGV[12])
 local function settle(entries)
