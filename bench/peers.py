@@ -63,8 +63,20 @@ def flag_name(index: int) -> str:
 
 # -- rolegate -------------------------------------------------------------------
 
+#: The body every config of the bench's table has registered (a small agent).
+BODY = {"mode": "agent", "model": {"name": "model-x", "parameters": {"temperature": 0.2}},
+        "instructions": "Summarize the document; keep every table.",
+        "tools": [{"name": "search", "description": "Search the corpus.",
+                   "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}]}
+
+
 def rolegate_config(roles: int) -> bytes:
-    """A `GET /v1/bindings` body (the client's view) with `roles` roles on a 10% canary."""
+    """A `GET /v1/bindings` body (the client's view) with `roles` roles on a 10% canary.
+
+    Every config has a body, named by its version as the SDK asks for them
+    (`?bodies=versions`: fetched when a role is first resolved); the timed flag's two
+    bodies are in it already, as a client that resolved the flag holds them.
+    """
     from bindings.models import Binding, VersionedBinding
     from router.api.client_view import client_record
 
@@ -78,7 +90,10 @@ def rolegate_config(roles: int) -> bytes:
         record = VersionedBinding(role=role, version=2, binding=binding,
                                   updated_at=1_700_000_000.0, updated_by="bench")
         records[role] = client_record(record)
-    return json.dumps({"generation": 1, "roles": records}).encode()
+    versions = {config: 1 for role in records for config in (f"{role}@1", f"{role}@2")}
+    held = {config: BODY for config in (f"{FLAG}@1", f"{FLAG}@2") if config in versions}
+    return json.dumps({"generation": 1, "roles": records, "body_versions": versions,
+                       "bodies": held}).encode()
 
 
 def rolegate_load(config: bytes) -> tuple[Any, Call]:
