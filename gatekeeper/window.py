@@ -9,15 +9,12 @@ apart). Adding a trace only ever adds integers, so windows merge by summing.
 Fields: the scalars in `SCALARS`, and counters under a prefix: `crit_n:<key>`
 and `crit_pass:<key>` per criterion, `steps:<count>` and `cost:<micro-USD
 bucket>` histograms, `rep:<time bucket>` runs that arrived per bucket of their
-start, `lat:<ms bucket>` the latency histogram, `lag:<bucket>` how long after its
-start each run's report arrived (`gatekeeper.stats.units.lag_bucket`), `tool:<name>` calls, `forbid:<name>` traces that called a
-forbidden tool, `lost:<name>` traces that lost a required tool; and per
-(time bucket, stratum) `cn:<bucket>:<stratum>` runs, `cf:` failed runs, `ce:`
-runs with a tool error and `cx:` runs with a forbidden call, what the candidate
-is compared with concurrent current on (`gatekeeper.stats.concurrent`: the
-bucket is the run's *start* (`time - latency_s`) over `concurrent.BUCKET_S`, so arms
-whose runs take different times meet an outage in the same cells; the stratum the
-targeting rule that picked the arm, "" for a bucketed job).
+start, `lat:<ms bucket>` the latency histogram, `lag:<bucket>` each run's report lag
+from its start, `tool:<name>` calls, `forbid:<name>` traces that called a forbidden
+tool, `lost:<name>` traces that lost a required tool; and per (time bucket of the
+run's *start*, stratum) `cn:<bucket>:<stratum>` runs, `cf:` failed runs, `ce:` runs
+with a tool error and `cx:` runs with a forbidden call, what the candidate is
+compared with concurrent current on (`gatekeeper.stats.concurrent`).
 """
 
 from __future__ import annotations
@@ -52,8 +49,7 @@ LOST = "lost:"
 LATENCY = "lat:"
 #: Tokens histogram, rounded up to COST_DIGITS significant digits.
 TOKENS = "tok:"
-#: Report lag histogram: seconds from the run's start to its report's arrival, in
-#: `units.lag_bucket`s: when a start bucket's runs can all have reported (the cells' horizon).
+#: Seconds from a run's start to its report's arrival, in `units.lag_bucket`s (the horizon).
 LAG = "lag:"
 #: Not an increment of a trace: the ingest script counts run-id clashes into the window.
 CLASHES = "clashes"
@@ -61,6 +57,9 @@ CLASHES = "clashes"
 CELL_N = "cn:"
 CELL_EVENTS = {"run_failure": "cf:", "tool_error": "ce:", "forbidden_call": "cx:"}
 
+#: The counts `to_json` gives, in its order.
+JSON_COUNTS = ("n", "passes", "forbidden", "blocking", "answered", "calls", "tool_errors",
+               "error_runs", "cost_usd", "tokens", "unjudged")
 MICROS = 1_000_000
 #: Cost histogram resolution: significant digits kept (rounded up), so a p95 read
 #: from it overstates the true value by under 1% and the field count stays small.
@@ -77,10 +76,8 @@ def cost_bucket(micros: int) -> int:
 
 def increments(trace: Trace, verdict: TraceVerdict,
                reported_at: float | None = None) -> dict[str, int]:
-    """The fields one trace adds to a window (only non-zero ones: the hash stays small).
-
-    `reported_at`: when its report arrived (ingest's clock); None: at the run's end.
-    """
+    """The fields one trace adds to a window (non-zero only: the hash stays small), its
+    report arriving at `reported_at` (ingest's clock; None: at the run's end)."""
     # Plain dict work: this runs once per ingested trace, on the hot path.
     # Every arriving run, judged or not, counts as reported in the time bucket it
     # started in (`gatekeeper.stats.reports` compares these with the assignments).
@@ -122,9 +119,7 @@ def increments(trace: Trace, verdict: TraceVerdict,
         key = TOOL + tool
         out[key] = out.get(key, 0) + 1
     if start is not None:
-        # A run is born at its start: filed by it, a slow arm's runs meet an outage in
-        # the cells of the minutes they started in, as the other arm's do. The lag says
-        # when such a cell can be read (`concurrent.report_horizon`).
+        # A run is born at its start: a slow arm meets an outage in the other's cells.
         arrived = start + trace.latency_s if reported_at is None else reported_at
         out[f"{LAG}{lag_bucket(arrived - start)}"] = 1
         cell = f"{bucket_of(start)}:{trace.rule or ''}"
@@ -333,8 +328,7 @@ class WindowStats:
         return {int(k): v for k, v in self._group(prefix).items() if v}
 
     def lag_histogram(self) -> dict[int, int]:
-        """{`units.lag_bucket` of (report arrival - run start): runs} (runs filed in cells
-        by a release that writes it: one before it filed them by their end)."""
+        """{`units.lag_bucket` of (report arrival - run start): runs}."""
         return {int(k): v for k, v in self._prefixed(LAG).items()}
 
     def cells(self, metric: str) -> dict[tuple[int, str], tuple[int, int]]:
@@ -419,17 +413,5 @@ class WindowStats:
 
     def to_json(self) -> dict[str, Any]:
         """The raw counts, JSON-ready."""
-        return {
-            "n": self.n,
-            "passes": self.passes,
-            "forbidden": self.forbidden,
-            "blocking": self.blocking,
-            "answered": self.answered,
-            "calls": self.calls,
-            "tool_errors": self.tool_errors,
-            "error_runs": self.error_runs,
-            "cost_usd": self.cost_usd,
-            "tokens": self.tokens,
-            "unjudged": self.unjudged,
-            "steps_histogram": {str(k): v for k, v in sorted(self.steps_histogram().items())},
-        }
+        return {**{name: getattr(self, name) for name in JSON_COUNTS},
+                "steps_histogram": {str(k): v for k, v in sorted(self.steps_histogram().items())}}
