@@ -42,7 +42,7 @@ from gatekeeper.stats.pair_tally import Tally
 from gatekeeper.stats.reports import mature_before, report_check
 from gatekeeper.stats.sequential import THETAS
 from gatekeeper.view.concurrent import METRICS, Folded, section_of
-from gatekeeper.view_model import DriftView, GateView, RolloutView, drift_view
+from gatekeeper.view_model import DriftView, GateView, RolloutView, arm_view, drift_view
 from gatekeeper.window import WindowStats
 
 #: The most one pass->fail flip raises the flips' log ratio (`sequential.log_ratio`).
@@ -245,11 +245,11 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float,
             found = cache.get(arm)
             cls = verdict_class(n, passes, policy)
             if found is None or found[0] != cls:
-                found = cache[arm] = (cls, _arm_json(n, passes, policy))
+                found = cache[arm] = (cls, arm_view(_arm_json(n, passes, policy)))
             arms[arm] = found[1]
     else:
-        arms = {"current": _arm_json(counts.cur_n, counts.cur_passes, policy),
-                judged: _arm_json(counts.cand_n, counts.cand_passes, policy)}
+        arms = {"current": arm_view(_arm_json(counts.cur_n, counts.cur_passes, policy)),
+                judged: arm_view(_arm_json(counts.cand_n, counts.cand_passes, policy))}
     view: dict[str, Any] = {"stage": binding.stage, "arms": arms, "paired": None}
     if binding.stage is Stage.SHADOW:
         view["paired"] = paired_json(counts.pairs, counts.regressions, counts.improvements,

@@ -22,7 +22,7 @@ from gatekeeper.stats.criteria_gate import (
     criteria_tests,
 )
 from gatekeeper.stats.sequential import log_ratio
-from gatekeeper.view_model import GateView
+from gatekeeper.view_model import GateView, arms_view
 
 ALPHA = 0.0025
 
@@ -104,8 +104,8 @@ def test_decide_rolls_back_naming_the_key_and_reads_it_from_the_view() -> None:
     # The sections decide() reads (model_construct: the others left out).
     view = GateView.model_construct(
         stage=Stage.SHADOW, version=3,
-        arms={"shadow": {"verdict": "pass", "n": 40, "passes": 40},
-              "current": {"verdict": "pass", "n": 40, "passes": 40}},
+        arms=arms_view({"shadow": {"verdict": "pass", "reasons": [], "n": 40, "passes": 40},
+                        "current": {"verdict": "pass", "reasons": [], "n": 40, "passes": 40}}),
         paired={"pairs": 40, "flips": {"pass_to_fail": 0, "fail_to_pass": 0}},
         by_criterion={"gate": {"shadow": [
             {"key": "escalation:high-value", "passed": 0, "failed": 30, "current_passed": 30,

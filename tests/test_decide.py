@@ -17,7 +17,7 @@ from gatekeeper.machine.decide import (
     shadow_pairs_needed,
 )
 from gatekeeper.machine.stages import TRANSITIONS, Event, apply
-from gatekeeper.view_model import DetectorView, DriftOnView, GateView
+from gatekeeper.view_model import DetectorView, DriftOnView, GateView, arms_view
 
 NOW = 1_000_000.0
 POLICY = GatePolicy(thresholds=Thresholds(min_samples=20, min_stage_seconds=60,
@@ -257,7 +257,8 @@ def test_sequential_rate_test_rolls_back_a_failing_canary() -> None:
 def test_evidence_reads_the_candidate_detector_p0() -> None:
     """The gate view's candidate run_failure p0 becomes the rate test's baseline."""
     view = GateView.model_construct(
-        stage=Stage.CANARY, arms={"candidate": {"verdict": "pass", "n": 50, "passes": 48}},
+        stage=Stage.CANARY,
+        arms=arms_view({"candidate": {"verdict": "pass", "reasons": [], "n": 50, "passes": 48}}),
         drift=DriftOnView.model_construct(candidate={"run_failure": DetectorView.model_construct(
             p0=0.04, reference=500, observed=None)}, alarms=[]))
     evidence = evidence_from_view(view)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 
-from bindings.models import Binding, DriftPolicy, Stage
+from bindings.models import Binding, DriftPolicy, GatePolicy, Stage
+from gatekeeper.gate import evaluate
 from gatekeeper.machine.evidence import carried_of
 from gatekeeper.machine.next_step import next_step
 from gatekeeper.stats.concurrent import Comparison
@@ -19,13 +20,16 @@ from gatekeeper.stats.pairing import Run
 from gatekeeper.stats.rollout import Carried, EarlierStage
 from gatekeeper.stats.units import MetricEvidence, UnitVerdict
 from gatekeeper.view_model import (
+    ArmView,
     DriftOffView,
     DriftOnView,
     NextView,
     RolloutView,
     UnitTestView,
+    arm_view,
     drift_view,
 )
+from gatekeeper.window import WindowStats
 from tests.test_decision_waits import NOON, SHORT, _record
 
 
@@ -72,3 +76,16 @@ def test_the_rollout_section_round_trips_and_reads_as_before() -> None:
     model = RolloutView.model_validate(shown)
     assert model.as_json() == shown
     assert carried_of(model) == Carried.from_view(shown) == carried
+
+
+def test_an_arm_keeps_every_figure_the_gate_gives_it() -> None:
+    """The typed fields and the untyped rest (pass rate, tallies, reporters) come back alike."""
+    window = WindowStats({"n": 40, "passes": 30, "forbidden": 1})
+    figures = {"config": "cfg-b", **evaluate(window, GatePolicy()).to_json(), "clashes": 0,
+               "by_reporter": {"caller": {"n": 40, "pass_rate": 0.75, "counted": True}},
+               "counting_missing": {"missing": 2, "n": 42, "passes": 30,
+                                    "pass_rate": 30 / 42}}
+    model = arm_view(figures)
+    assert model.reasons and model.as_json() == figures
+    assert ArmView.model_validate(figures).as_json() == figures
+    assert (model.verdict, model.n, model.passes) == (figures["verdict"], 40, 30)

@@ -76,23 +76,20 @@ def evidence_from_view(view: GateView | Mapping[str, Any]) -> Evidence:
     if not isinstance(view, GateView):
         view = GateView.model_validate(view)
     judged = "shadow" if view.stage is Stage.SHADOW else "candidate"
-    arm = view.arms.get(judged, {})
+    arm = view.arms.get(judged)
     keys = ((view.by_criterion or {}).get("gate") or {}).get(judged) or []
-    current = view.arms.get("current", {})
+    current = view.arms.get("current")
     drift = view.drift
     alarms = [] if drift is None else drift.alarms
-    raw = arm.get("reasons", [])
-    reasons = tuple(r.get("message", str(r)) if isinstance(r, Mapping) else str(r)
-                    for r in raw)
-    codes = tuple(str(r.get("code", "")) for r in raw if isinstance(r, Mapping))
+    reasons = () if arm is None else tuple(reason.message for reason in arm.reasons)
     return Evidence(
-        verdict=str(arm.get("verdict", "insufficient_data")),
+        verdict="insufficient_data" if arm is None else arm.verdict,
         reasons=reasons,
-        reason_codes=codes if len(codes) == len(reasons) else (),
-        n=int(arm.get("n", 0)),
-        passes=int(arm.get("passes", 0)),
-        current_n=int(current.get("n", 0)),
-        current_passes=int(current.get("passes", 0)),
+        reason_codes=() if arm is None else tuple(reason.code for reason in arm.reasons),
+        n=0 if arm is None else arm.n,
+        passes=0 if arm is None else arm.passes,
+        current_n=0 if current is None else current.n,
+        current_passes=0 if current is None else current.passes,
         paired=view.paired,
         baseline_failure=baseline_failure(drift),
         baseline_runs=baseline_runs(drift),

@@ -26,6 +26,7 @@ from gatekeeper.view.rollout import rollout_section
 from gatekeeper.view.sections import drift_section, paired_section
 from gatekeeper.view.units import units_section
 from gatekeeper.view_model import GateView
+from gatekeeper.view_model.arms import arms_view
 
 
 def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) -> GateView:
@@ -47,7 +48,7 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     units = units_section(ctx, rollout)
     keeper = HeartbeatStore(traces.connection).summary()
     view = GateView.model_construct(
-        **view_header(ctx), arms=arms, comparison=comparison, by_criterion=by_criterion,
+        **view_header(ctx), arms=arms_view(arms), comparison=comparison, by_criterion=by_criterion,
         judges=judges, reports=reports, paired=paired, drift=drift, concurrent=concurrent,
         rollout=rollout, units=units, difference=difference_section(ctx, units),
         previous=previous_section(store, traces, ctx.record, now),

@@ -7,6 +7,7 @@ serialises it, and the pure core (`gatekeeper.machine`) reads it by attribute;
 
 from __future__ import annotations
 
+from gatekeeper.view_model.arms import ArmView, ReasonView, arm_view, arms_view
 from gatekeeper.view_model.drift import (
     AlarmView,
     DetectorView,
@@ -29,7 +30,7 @@ from gatekeeper.view_model.units import (
 )
 from gatekeeper.view_model.view import GateHeader, GateView, RuleView, Window
 
-__all__ = ["AlarmView", "DetectorView", "DriftOffView", "DriftOnView", "DriftView", "drift_view",
+__all__ = ["ArmView", "ReasonView", "arm_view", "arms_view", "AlarmView", "DetectorView", "DriftOffView", "DriftOnView", "DriftView", "drift_view",
            "CarriedView", "EarlierStageView", "FlipsView", "RolloutView", "DeadlineView", "DifferenceView", "GateHeader", "GateView", "NextView",
            "ResponseView", "RuleView", "Section", "StretchView", "UnitArmView",
            "UnitLimitsView", "UnitMetricView", "UnitTestView", "UnitsView", "WaitView", "Window"]

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from bindings.models import GatePolicy, Stage
+from gatekeeper.view_model.arms import ArmView
 from gatekeeper.view_model.drift import DriftView
 from gatekeeper.view_model.next import NextView
 from gatekeeper.view_model.rollout import RolloutView
@@ -64,7 +65,7 @@ class RuleView(GateHeader):
 
     #: The rule: its id and its definition as the binding holds it.
     rule: dict[str, Any]
-    arms: dict[str, dict[str, Any]]
+    arms: dict[str, ArmView]
     comparison: dict[str, dict[str, Any]]
     #: Always null: the gatekeeper decides on the whole stage, not on one rule's slice.
     next: None = None
@@ -74,7 +75,7 @@ class GateView(GateHeader):
     """GET /v1/roles/<role>/gate: the gate over the role's current stage, every section."""
 
     #: arm -> its config, the gate's verdict, reasons and figures (`gatekeeper.view.arms`).
-    arms: dict[str, dict[str, Any]]
+    arms: dict[str, ArmView]
     #: arm -> against current over the same period (`arms.comparison_section`).
     comparison: dict[str, dict[str, Any]]
     by_criterion: dict[str, Any] | None = None

@@ -83,7 +83,7 @@ def overview(store: BindingStore, traces: TraceStore, now: float,
             rows.append(RoleRow(record, None, arm, last, error=exc.message))
             continue
         judged = view.arms.get(arm)
-        rows.append(RoleRow(record, None if judged is None else judged["verdict"], arm, last))
+        rows.append(RoleRow(record, None if judged is None else judged.verdict, arm, last))
     return rows
 
 
