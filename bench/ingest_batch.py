@@ -15,7 +15,9 @@ the SDK does (`Prefer: return=minimal`: the compact answer) and, as `full`, with
 Prints, per server: traces/s, gunicorn-worker CPU per trace (from /proc: unlike
 the rates it barely moves with what else loads the shared machine), the
 answer's size, and timeouts (a request not answered within `--timeout` s, as
-wrk counts them); then router / bare per trace. Target (issue 38): <= 2.0x, and
+wrk counts them); then router / bare per trace. Beside the worker CPU, in brackets,
+the redis-server's CPU per trace in the same phase (the router's scripts do its
+bookkeeping there: work moved into a script is not work saved, and shows it). Target (issue 38): <= 2.0x, and
 no timeout where the bare app has none.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import statistics
 import sys
 import threading
@@ -103,15 +106,38 @@ def load(port: int, template: str, connections: int, seconds: float,
     return counts["ok"], counts["timeouts"], counts["failed"], counts["bytes"]
 
 
+def redis_pid(url: str) -> int:
+    """The pid of the redis-server listening on `url`'s port (0 if not found)."""
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"redis-server") and port.encode() in argv:
+            return int(entry.name)
+    return 0
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds process `pid` has used so far (Linux /proc; 0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def phase(port: int, master: int, template: str, batch: int, args: argparse.Namespace,
-          headers: dict[str, str] = HEADERS) -> dict[str, float]:
+          headers: dict[str, str] = HEADERS, redis: int = 0) -> dict[str, float]:
     """One timed phase against one server: traces/s, CPU µs per trace, timeouts, failures."""
-    cpu0, wall0 = worker_cpu_s(master), time.monotonic()
+    cpu0, wall0, redis0 = worker_cpu_s(master), time.monotonic(), process_cpu_s(redis)
     ok, timeouts, failed, size = load(port, template, args.connections, args.seconds,
                                       args.timeout, headers)
     cpu, wall = worker_cpu_s(master) - cpu0, time.monotonic() - wall0
     traces = ok * batch
     return {"rate": traces / wall, "cpu_us": cpu / max(traces, 1) * 1e6,
+            "redis_us": (process_cpu_s(redis) - redis0) / max(traces, 1) * 1e6,
             "timeouts": timeouts, "failed": failed, "bytes": size}
 
 
@@ -138,15 +164,19 @@ def main() -> None:
               f"{args.seconds:g} s per phase, {args.rounds} alternating rounds, 2 gunicorn "
               f"workers each, timeout {args.timeout:g} s")
         runs: dict[str, list[dict[str, float]]] = {"bare": [], "rolegate": [], "full": []}
+        store = redis_pid(redis_url)
         for _ in range(args.rounds):
-            runs["bare"].append(phase(bare_port, bare, template, args.batch, args))
-            runs["rolegate"].append(phase(port, master, template, args.batch, args, MINIMAL))
-            runs["full"].append(phase(port, master, template, args.batch, args))
+            runs["bare"].append(phase(bare_port, bare, template, args.batch, args, redis=store))
+            runs["rolegate"].append(phase(port, master, template, args.batch, args, MINIMAL,
+                                          store))
+            runs["full"].append(phase(port, master, template, args.batch, args, redis=store))
         cpu = {}
         for name, phases in runs.items():
             cpu[name] = statistics.mean(p["cpu_us"] for p in phases)
             print(f"  {name:<9} {statistics.mean(p['rate'] for p in phases):9,.0f} traces/s   "
-                  f"worker CPU {cpu[name]:6.1f} µs/trace   answer {phases[-1]['bytes']:,.0f} B   "
+                  f"worker CPU {cpu[name]:6.1f} µs/trace   "
+                  f"(redis {statistics.mean(p['redis_us'] for p in phases):5.1f})   "
+                  f"answer {phases[-1]['bytes']:,.0f} B   "
                   f"timeouts {sum(p['timeouts'] for p in phases):.0f}   "
                   f"failed {sum(p['failed'] for p in phases):.0f}")
         print(f"  rolegate / bare, CPU per trace: {cpu['rolegate'] / cpu['bare']:.2f}x "
