@@ -111,10 +111,12 @@ def redis_pid(url: str) -> int:
     port = url.rsplit(":", 1)[1].split("/")[0]
     for entry in Path("/proc").iterdir():
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            # Redis rewrites its title: "/usr/bin/redis-server 127.0.0.1:PORT".
+            title = (entry / "cmdline").read_bytes().split(b"\0")[0].split()
         except OSError:
             continue
-        if argv and argv[0].endswith(b"redis-server") and port.encode() in argv:
+        if (len(title) == 2 and title[0].endswith(b"redis-server")
+                and title[1].endswith(f":{port}".encode())):
             return int(entry.name)
     return 0
 
