@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import pytest_collection_modifyitems
+from tests.conftest import LONGEST_FIRST, pytest_collection_modifyitems
 
 GROUP = "grouping-probe"
 
@@ -26,10 +26,12 @@ def test_a_grouped_test_carries_its_group_under_xdist(request: pytest.FixtureReq
 
 
 class _Item:
-    """What the ordering hook reads of a test item: its slow mark, fixtures, added marks."""
+    """What the ordering hook reads of a test item: its id, slow mark, fixtures, added marks."""
 
-    def __init__(self, name: str, *, slow: bool = False, fixturenames: tuple[str, ...] = ()):
+    def __init__(self, name: str, *, slow: bool = False, fixturenames: tuple[str, ...] = (),
+                 nodeid: str = ""):
         self.name = name
+        self.nodeid = nodeid or f"tests/test_probe.py::{name}"
         self.slow = slow
         self.fixturenames = fixturenames
         self.added: list[str] = []
@@ -55,16 +57,18 @@ def _names(items: list[_Item]) -> list[str]:
 
 
 def test_workers_hand_out_the_slow_tests_first_and_group_the_clusters() -> None:
-    """In a worker the slow tests come first (each side in collection order) and the Cluster's
-    tests share a group; in a run without -n nothing moves and nothing is grouped."""
+    """In a worker the LONGEST_FIRST tests come first (in its order), then the other slow
+    tests, then the rest (each in collection order), and the Cluster's tests share a group;
+    in a run without -n nothing moves and nothing is grouped."""
     def collected() -> list[_Item]:
         return [_Item("a"), _Item("b", slow=True), _Item("c", fixturenames=("redis_cluster",)),
-                _Item("d", slow=True)]
+                _Item("d", slow=True), _Item("e", slow=True, nodeid=f"{LONGEST_FIRST[1]}[x]"),
+                _Item("f", slow=True, nodeid=LONGEST_FIRST[0])]
 
     items = collected()
     pytest_collection_modifyitems(_Worker(), items)  # type: ignore[arg-type]
-    assert _names(items) == ["b", "d", "a", "c"]
-    assert [item.added for item in items] == [[], [], [], ["xdist_group:redis_cluster"]]
+    assert _names(items) == ["f", "e", "b", "d", "a", "c"]
+    assert [item.added for item in items] == [[], [], [], [], [], ["xdist_group:redis_cluster"]]
     items = collected()
     pytest_collection_modifyitems(_Serial(), items)  # type: ignore[arg-type]
-    assert _names(items) == ["a", "b", "c", "d"] and all(not item.added for item in items)
+    assert _names(items) == ["a", "b", "c", "d", "e", "f"] and all(not i.added for i in items)
