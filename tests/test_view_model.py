@@ -89,3 +89,14 @@ def test_an_arm_keeps_every_figure_the_gate_gives_it() -> None:
     assert model.reasons and model.as_json() == figures
     assert ArmView.model_validate(figures).as_json() == figures
     assert (model.verdict, model.n, model.passes) == (figures["verdict"], 40, 30)
+
+
+def test_the_heartbeat_summary_round_trips() -> None:
+    """No gatekeeper, and one leading with an error: the summary comes back unchanged."""
+    from gatekeeper.heartbeat import summarize
+    from gatekeeper.view_model import GatekeeperView
+
+    beat = {"holder": "g1", "leader": True, "interval_s": 5.0, "roles_judged": 3,
+            "errors": ["view of r failed"], "time": 100.0}
+    for summary in (summarize([], 100.0), summarize([beat], 104.0)):
+        assert GatekeeperView.model_validate(summary).as_json() == summary

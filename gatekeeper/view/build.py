@@ -25,7 +25,7 @@ from gatekeeper.view.reports import merge_missing, missing_for, report_counts, w
 from gatekeeper.view.rollout import rollout_section
 from gatekeeper.view.sections import drift_section, paired_section
 from gatekeeper.view.units import units_section
-from gatekeeper.view_model import GateView
+from gatekeeper.view_model import GatekeeperView, GateView
 from gatekeeper.view_model.arms import arms_view
 
 
@@ -52,7 +52,7 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
         judges=judges, reports=reports, paired=paired, drift=drift, concurrent=concurrent,
         rollout=rollout, units=units, difference=difference_section(ctx, units),
         previous=previous_section(store, traces, ctx.record, now),
-        gatekeeper=keeper, next=None)
+        gatekeeper=GatekeeperView.model_validate(keeper), next=None)
     # Last: it reads the sections above, as the gatekeeper's decide() does; it says
     # plainly when no gatekeeper is there to take the step it names.
     view.next = heartbeat.annotate_next(next_view_section(store, ctx.record, view, now),

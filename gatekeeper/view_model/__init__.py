@@ -16,6 +16,7 @@ from gatekeeper.view_model.drift import (
     DriftView,
     drift_view,
 )
+from gatekeeper.view_model.keeper import GatekeeperView, HolderView
 from gatekeeper.view_model.next import DeadlineView, NextView, ResponseView, WaitView
 from gatekeeper.view_model.rollout import CarriedView, EarlierStageView, FlipsView, RolloutView
 from gatekeeper.view_model.section import Section
@@ -30,7 +31,7 @@ from gatekeeper.view_model.units import (
 )
 from gatekeeper.view_model.view import GateHeader, GateView, RuleView, Window
 
-__all__ = ["ArmView", "ReasonView", "arm_view", "arms_view", "AlarmView", "DetectorView", "DriftOffView", "DriftOnView", "DriftView", "drift_view",
+__all__ = ["GatekeeperView", "HolderView", "ArmView", "ReasonView", "arm_view", "arms_view", "AlarmView", "DetectorView", "DriftOffView", "DriftOnView", "DriftView", "drift_view",
            "CarriedView", "EarlierStageView", "FlipsView", "RolloutView", "DeadlineView", "DifferenceView", "GateHeader", "GateView", "NextView",
            "ResponseView", "RuleView", "Section", "StretchView", "UnitArmView",
            "UnitLimitsView", "UnitMetricView", "UnitTestView", "UnitsView", "WaitView", "Window"]

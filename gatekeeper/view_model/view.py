@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from bindings.models import GatePolicy, Stage
 from gatekeeper.view_model.arms import ArmView
 from gatekeeper.view_model.drift import DriftView
+from gatekeeper.view_model.keeper import GatekeeperView
 from gatekeeper.view_model.next import NextView
 from gatekeeper.view_model.rollout import RolloutView
 from gatekeeper.view_model.section import Section
@@ -88,6 +89,6 @@ class GateView(GateHeader):
     units: UnitsView | None = None
     difference: list[DifferenceView] | None = None
     previous: dict[str, Any] | None = None
-    gatekeeper: dict[str, Any] | None = None
+    gatekeeper: GatekeeperView | None = None
     #: What the gatekeeper does next (`gatekeeper.machine.next_step`); set last.
     next: NextView | None = None

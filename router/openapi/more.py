@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from gatekeeper.heartbeat import ABSENT, LATE, OK
 from gatekeeper.stats.drift import METRICS
 from rolegate.config_ids import CONFIG_ID_PATTERN, MAX_CONFIG_ID
 from rolegate.run_ids import STEM
@@ -70,10 +69,8 @@ FEEDBACK = _obj("role", "run_id", "tier", "feedback",
                 feedback={"type": "array", "items": OBJECT})
 LEASE = _obj("holder", "ttl_ms", holder={"type": ["string", "null"]},
              ttl_ms={"type": ["integer", "null"]})
-HEARTBEAT = _obj("status", "leader", "last_tick", "age_s", "text",
-                 status=enum_of((OK, LATE, ABSENT)), leader={"type": ["string", "null"]},
-                 last_tick={"type": ["number", "null"]}, age_s={"type": ["number", "null"]},
-                 text={"type": "string"})
+#: `gatekeeper.heartbeat.summarize`, the gate view's `gatekeeper` section's model.
+HEARTBEAT = ref("GatekeeperView")
 #: `gatekeeper.view.fleet.fleet_report`: the outlook and, with a fleet budget, the advice.
 FLEET = _obj("fleet", "text", "budget", "budget_lines", "roles",
              fleet=_obj("live", "live_bound", "last_day", "last_day_bound", "per_rollout",
