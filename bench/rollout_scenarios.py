@@ -30,9 +30,9 @@ Tables:
    stage durations a healthy candidate of that base got here);
 4. issue 24: the report-rate test and missing runs counted as failed, and the
    per-criterion tests: false rollbacks, and detection;
-5. issues 34 and 35: the unit test on keys that repeat, retries, slow runs under
-   an outage, late reports, and its drops against the bounds and an mSPRT
-   (`bench.units_sim`, the same arguments).
+5. issues 34 and 35: the agents' world (keys that repeat, retries, slow runs under
+   an outage, late reports) through the whole gate view and decide(), and its drops
+   against the bounds and an mSPRT (`bench.units_sim`, the same arguments).
 """
 
 from __future__ import annotations

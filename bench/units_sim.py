@@ -1,14 +1,19 @@
 """Issues 34's and 35's simulator rows: the unit test read after every report.
 
     python -m bench.units_sim [--rollouts 1000] [--regressed 200] [--seed 1] [--jobs 2]
-                              [--quick]
+                              [--quick] [--only healthy|drops] [--row PREFIX] [--tick 5]
 
 Also printed by `python -m bench.rollout_sim --scenarios` after issue 23's and
-24's tables. Every run goes through `bench.units_world`: a `Trace` and a
-`TraceVerdict` per run, `unit_facts(binding, trace, verdict, now)` with the
-report's arrival as `now`, the facts folded as the ingest script folds them,
-and `unit_test` read after every report, at the shipped gate (alpha 0.0025).
-Rollout i of a row is seeded by (seed, row name, i), the same whatever --jobs.
+24's tables. The world's runs (`bench.units_world`) go the whole way
+(`bench.units_rollout`): each a `Trace` stored as the router's ingest stores it
+at its report's arrival (its window increments, cells filed by start, and its
+unit facts, folded as the ingest script folds them; its resolve counted as an
+exposure), the gate view built by the view's own functions (`bench.units_gate`)
+and decide() judging it at every gatekeeper tick of simulated time (5 s, the
+shipped `rolegate gatekeeper --interval`; --tick 0.5 reads as the end-to-end
+tests' gatekeeper does), at the shipped gate (alpha 0.0025, min_stage_seconds 900). A rollback is
+decide()'s, whichever rule gave it (the `by` column). Rollout i of a row is
+seeded by (seed, row name, i), the same whatever --jobs.
 
 Healthy rows (the candidate equal to current in every respect, save where a
 row says): false rollbacks with the 95% Wilson upper bound (target <= 1%,
@@ -24,6 +29,7 @@ ratios.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import multiprocessing
 import os
@@ -35,7 +41,9 @@ from dataclasses import dataclass
 
 from bench.sim_bounds import ROLLOUT_ALPHA, one_sample_bound, two_sample_bound
 from bench.sim_measure import wilson_upper
-from bench.units_world import Outcome, UnitWorld, rollout
+from bench.units_gate import rule_of
+from bench.units_rollout import rollout
+from bench.units_world import Outcome, UnitWorld
 
 CHUNK = 10
 #: A healthy row's rollout: one shipped 15-minute stage (min_stage_seconds 900).
@@ -163,12 +171,17 @@ def _ratio(value: float, bound: float) -> str:
 
 
 def healthy_line(row: Row, found: list[Outcome]) -> tuple[str, float]:
-    """A healthy row's line and its Wilson upper bound."""
+    """A healthy row's line and its Wilson upper bound (and which rules rolled back)."""
     back = sum(o.rolled_back for o in found)
     theirs = sum(o.msprt_back for o in found)
     upper = wilson_upper(back, len(found))
+    rules: dict[str, int] = {}
+    for o in found:
+        if o.rolled_back:
+            rules[rule_of(o.reason)] = rules.get(rule_of(o.reason), 0) + 1
+    by = " ".join(f"{rule}:{n}" for rule, n in sorted(rules.items())) or "-"
     return (f"{row.name:<48}{f'{back}/{len(found)}':>10}{back / len(found):>8.2%}"
-            f"{upper:>9.2%}{theirs / len(found):>9.1%}  {_verdict(upper)}"), upper
+            f"{upper:>9.2%}{theirs / len(found):>9.1%}  {_verdict(upper):<10}{by}"), upper
 
 
 def _verdict(upper: float) -> str:
@@ -213,6 +226,8 @@ def main(argv: list[str] | None = None) -> bool:
     parser.add_argument("--only", choices=("healthy", "drops"),
                         help="print one of the two tables")
     parser.add_argument("--row", default="", help="only the rows whose name starts with this")
+    parser.add_argument("--tick", type=float, default=UnitWorld.tick,
+                        help="seconds between gatekeeper ticks (the shipped --interval: 5)")
     args, _ = parser.parse_known_args(argv)
     seconds = HEALTHY_S
     if args.quick:
@@ -222,19 +237,23 @@ def main(argv: list[str] | None = None) -> bool:
     healthy, drops = healthy_rows(seconds), drop_rows(0.2 if args.quick else 1.0)
     if args.only:
         healthy, drops = (healthy, []) if args.only == "healthy" else ([], drops)
-    healthy = [r for r in healthy if r.name.startswith(args.row)]
-    drops = [r for r in drops if r.name.startswith(args.row)]
-    print(f"the unit test (issues 34, 35), seed {args.seed}, {args.jobs} jobs: every run a Trace "
-          "through unit_facts(binding, trace, verdict, now = its report's arrival), folded as "
-          "the ingest script folds it; unit_test read after every report; shipped gate, "
-          "alpha 0.0025")
+    healthy = [dataclasses.replace(r, world=dataclasses.replace(r.world, tick=args.tick))
+               for r in healthy if r.name.startswith(args.row)]
+    drops = [dataclasses.replace(r, world=dataclasses.replace(r.world, tick=args.tick))
+             for r in drops if r.name.startswith(args.row)]
+    print(f"the unit test (issues 34, 35) in the agents' world, seed {args.seed}, {args.jobs} "
+          "jobs: every run a "
+          "Trace stored as ingest stores it at its report's arrival (window increments, cells "
+          "by start, unit facts, the resolve as an exposure); decide() on the whole gate view "
+          f"at every {args.tick:g} s gatekeeper tick; shipped gate, alpha 0.0025")
     print("runs 1-3 s and reported 0-0.5 s after they end unless a row says; base pass rate 0.95")
     if healthy:
         print()
         print(f"healthy candidate, {args.rollouts} rollouts per row, {seconds:g} s at 2 jobs/s unless "
               "named: false rollbacks, 95% Wilson upper (target <= 1.5%); last column: a "
               "run-level mSPRT (tau 0.05) on the same reports")
-        print(f"{'healthy row':<48}{'back':>10}{'rate':>8}{'upper':>9}{'mSPRT':>9}")
+        print(f"{'healthy row':<48}{'back':>10}{'rate':>8}{'upper':>9}{'mSPRT':>9}"
+              f"  {'':<10}by (decide()'s rule)")
     results = run_rows([(r, min(args.rollouts, MIRROR_ROLLOUTS) if "mirror" in r.name
                          else args.rollouts) for r in healthy]
                        + [(r, args.regressed) for r in drops], args.seed, args.jobs)
@@ -245,7 +264,7 @@ def main(argv: list[str] | None = None) -> bool:
         print(line, flush=True)
     if drops:
         print()
-        print(f"drops, {args.regressed} rollouts each, read after every report: candidate runs "
+        print(f"drops, {args.regressed} rollouts each, decide() at every tick: candidate runs "
               "started and seconds from its first run to the rollback (median: a miss = never; "
               "mean: over the caught)")
         print(f"bounds ln(1/a)/KL at a = {ROLLOUT_ALPHA:g}: 1-smp against a known p0, 2-smp "

@@ -1,4 +1,4 @@
-"""One simulated rollout read by the unit test, through the code the router and gatekeeper run.
+"""The agents' world of issues 34 and 35: the runs a simulated canary stage gets.
 
 A world sends jobs at `rate` a second for `seconds`; each job's unit (a fresh
 key, or one of `keys` customers drawn with Zipf volumes and a difficulty of
@@ -9,20 +9,15 @@ its report arrives `delay` seconds after it ends (each arm its own extra
 delay). A failed run may be retried under its key (`retries`, 1 s after it
 ends). An outage fails every run that *starts* inside it, on both arms.
 
-Every run becomes a `rolegate.trace.Trace` (time = its end, latency_s = its
-duration) and a `TraceVerdict`; `gatekeeper.store.unit_events.unit_facts` is
-called with the report's arrival as `now`, exactly as the router's ingest does,
-and the facts are folded as `UNITS_LUA` folds them (runs, the lag histogram,
-distinct units, slow/costly against the rollout's limits, HSETNX of each unit's
-first event per metric). The limits are fixed as `gatekeeper.view.units` fixes
-them: at the first read after current has LIMIT_RUNS reported runs, at the
-LIMIT_QUANTILE of its latency histogram (the window's buckets). Then
-`gatekeeper.stats.units.unit_test` is read after every report (see `Reader`).
+`bench.units_rollout` stores every run as the router does and has decide()
+judge the whole gate view at every gatekeeper tick. `Arm` is one arm's unit
+facts as the ingest script folds them (runs, the lag histogram, distinct units,
+slow/costly against the rollout's limits, HSETNX of each unit's first event per
+metric); `Msprt` is the run-level yardstick read beside it.
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import random
@@ -34,11 +29,7 @@ from typing import NamedTuple
 
 from bindings.models import Binding, GatePolicy, Thresholds
 from gatekeeper.checks.invariants import TraceVerdict
-from gatekeeper.stats.units import ArmUnits, Stretch, report_horizon, unit_test
-from gatekeeper.store.unit_events import unit_facts
-from gatekeeper.view.units import LIMIT_QUANTILE, LIMIT_RUNS, _quantile
-from gatekeeper.window import cost_bucket
-from rolegate.trace import Trace
+from gatekeeper.stats.units import RISKS, ArmUnits
 
 STAMPS = {"agent_version": "a", "instruction_hash": "i", "model_id": "m",
           "tool_schema_hash": "t"}
@@ -83,8 +74,10 @@ class UnitWorld:
     report_latency: bool = True
     #: Stop at this many candidate runs started (a drop row's cap), else at `seconds`.
     cap_runs: int | None = None
-    #: Read the unit test at every change of what it reads (no skipping; for tests).
+    #: Call decide() at every gatekeeper tick (no skipping; for tests).
     literal: bool = False
+    #: Seconds between the gatekeeper's ticks (`rolegate gatekeeper --interval`, 5 by default).
+    tick: float = 5.0
 
     def binding(self) -> Binding:
         """The canary binding every run is filed under (the shipped gate, alpha 0.0025)."""
@@ -97,7 +90,8 @@ class UnitWorld:
 
 
 class Run(NamedTuple):
-    """One run: arm, unit name, start, duration, whether it failed, when its report arrives."""
+    """One run: when its report arrives, its start, duration, arm, unit name, whether it
+    failed, and when it was resolved."""
 
     arrival: float
     start: float
@@ -105,13 +99,16 @@ class Run(NamedTuple):
     arm: str
     key: str
     failed: bool
+    resolved: float = 0.0
 
 
-def runs_of(world: UnitWorld, rnd: random.Random,
-            cand_starts: list[float] | None = None) -> Iterator[Run]:
+def runs_of(world: UnitWorld, rnd: random.Random, cand_starts: list[float] | None = None,
+            resolves: list[tuple[float, str]] | None = None) -> Iterator[Run]:
     """Every run of the rollout (retries included), in report-arrival order, made as
     they are needed (a drop row stops at its rollback); each candidate run's start is
-    added to `cand_starts` when it is made, before any report that arrives after it."""
+    added to `cand_starts` when it is made, and each run's (resolve, arm) pushed on the
+    heap `resolves`, before any report that arrives after it (a retry is made with its
+    job: before any report that arrives after the job's first resolve)."""
     pending: list[Run] = []
     for resolved, runs in _jobs(world, rnd):
         # Every later job starts, so reports, after `resolved`.
@@ -121,6 +118,8 @@ def runs_of(world: UnitWorld, rnd: random.Random,
             heapq.heappush(pending, run)
             if cand_starts is not None and run.arm == "candidate":
                 cand_starts.append(run.start)
+            if resolves is not None:
+                heapq.heappush(resolves, (run.resolved, run.arm))
     while pending:
         yield heapq.heappop(pending)
 
@@ -166,7 +165,7 @@ def _jobs(world: UnitWorld, rnd: random.Random) -> Iterator[tuple[float, list[Ru
             end = start + duration
             late = world.cand_delay if candidate else world.cur_delay
             runs.append(Run(end + rnd.uniform(*world.delay) + late, start, duration, arm, key,
-                            failed))
+                            failed, resolved))
             if not failed:
                 break
             resolved = end + RETRY_BACKOFF_S
@@ -240,106 +239,6 @@ def max_step(share: float) -> float:
     RISKS[-1] (the plug-in bettor's risk is capped there too), and a candidate
     event multiplies each by at most q/share, q the candidate's chance at that risk.
     """
-    from gatekeeper.stats.units import RISKS
     top = RISKS[-1]
     q = share * top / (share * top + 1.0 - share)
     return math.log(q / share)
-
-
-def rollout(world: UnitWorld, rnd: random.Random) -> Outcome:
-    """Run one rollout, reading the unit test and the mSPRT after every report."""
-    binding = world.binding()
-    alpha = binding.gate.thresholds.alpha
-    stretches = [Stretch(0.0, world.share)]
-    cand_fail = world.fail if world.cand_fail is None else world.cand_fail
-    # Oracle-tuned on a drop; a healthy row's tuned to a 0.05 rise (0.95 -> 0.90).
-    msprt = Msprt(abs(cand_fail - world.fail) or HEALTHY_TAU, alpha)
-    arms = {arm: Arm() for arm in ARMS}
-    seen: set[str] = set()
-    limits: dict[str, int] = {}
-    event_seconds: list[int] = []
-    cand_seconds: list[int] = []
-    threshold, step = math.log(1.0 / alpha), max_step(world.share)
-    # (horizon, events counted, candidate events counted, log e) at the last read.
-    last: tuple[float, int, int, float] | None = None
-    dirty = False
-    cand_starts: list[float] = []
-    ours: tuple[float, str] | None = None
-    theirs: float | None = None
-    evaluations = 0
-    for index, run in enumerate(runs_of(world, rnd, cand_starts)):
-        now = run.arrival
-        config = "cfg-b" if run.arm == "candidate" else "cfg-a"
-        trace = Trace.model_validate({
-            "run_id": f"run-{index}", "role": "r", "config": config, "arm": run.arm,
-            "key": run.key, "stamps": STAMPS,
-            "time": run.start + run.duration if world.report_latency else run.start,
-            "latency_s": run.duration if world.report_latency else 0.0})
-        facts = unit_facts(binding, trace, FAILED if run.failed else PASSED, now)
-        if theirs is None and msprt.add(run.arm, run.failed):
-            theirs = now
-        if facts is None:
-            continue
-        arm = arms[run.arm]
-        # UNITS_LUA's record_unit, line by line.
-        arm.runs += 1
-        arm.lags[facts.lag_bucket] += 1
-        arm.units.add(facts.unit)
-        metrics = list(facts.metrics)
-        if ("slow_ms" in limits and facts.start_second >= limits["from_s"]
-                and facts.latency_ms > limits["slow_ms"]):
-            metrics.append("slow")
-        for metric in metrics:
-            arm.event_runs[metric] += 1
-            name = f"{metric}|{facts.unit}"
-            if name not in seen:
-                seen.add(name)
-                events = arm.events[metric]
-                events[facts.start_second] = events.get(facts.start_second, 0) + 1
-                bisect.insort(event_seconds, facts.start_second)
-                if run.arm == "candidate":
-                    bisect.insort(cand_seconds, facts.start_second)
-                if last is not None and facts.start_second + 1 <= last[0]:
-                    dirty = True  # an event inside what the last read counted
-        if run.arm == "current":
-            arm.latencies[cost_bucket(round(run.duration * 1000)) / 1000] += 1
-        # gatekeeper.view.units._fixed_limits: once current has LIMIT_RUNS runs.
-        if not limits and arms["current"].runs >= LIMIT_RUNS:
-            limits["slow_ms"] = round(_quantile(arms["current"].latencies, LIMIT_QUANTILE) * 1000)
-            limits["from_s"] = int(now) + 1
-        if ours is not None:
-            if theirs is not None:
-                break
-            continue
-        horizon = report_horizon({a: arms[a].lags for a in ARMS}, now)
-        if horizon is None:
-            continue
-        counted = bisect.bisect_right(event_seconds, horizon - 1.0)
-        cand = bisect.bisect_right(cand_seconds, horizon - 1.0)
-        if last is not None and not dirty and horizon >= last[0]:
-            # Only events after those the last read counted were added (the horizon did
-            # not move back, nothing landed inside it), so the counted set grew at its end.
-            if counted == last[1]:
-                continue  # the same events: the same verdict
-            # A current event never raises an e-value, a candidate's by at most `step`.
-            if not world.literal and (cand - last[2]) * step < threshold - last[3]:
-                continue
-        verdict = unit_test(arms["candidate"].view(), arms["current"].view(), stretches, now,
-                            alpha)
-        evaluations += 1
-        last, dirty = (horizon, counted, cand, verdict.log_e), False
-        if verdict.reject:
-            ours = (now, verdict.reason())
-            if theirs is not None:
-                break
-
-    cand_starts.sort()
-    first = cand_starts[0] if cand_starts else 0.0
-
-    def started(at: float | None) -> int:
-        return len(cand_starts) if at is None else bisect.bisect_right(cand_starts, at)
-
-    return Outcome(ours is not None, (ours[0] - first) if ours else math.inf,
-                   started(ours[0] if ours else None), theirs is not None,
-                   (theirs - first) if theirs is not None else math.inf,
-                   started(theirs), evaluations, ours[1] if ours else "")
