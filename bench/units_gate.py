@@ -46,7 +46,7 @@ from gatekeeper.view.arms import arms_section
 from gatekeeper.view.concurrent import closing, concurrent_section
 from gatekeeper.view.context import GateContext
 from gatekeeper.view.reports import ReportCounts, merge_missing, missing_for, reports_section
-from gatekeeper.view_model import GateView
+from gatekeeper.view_model import GateView, RolloutView
 from gatekeeper.view_model.units import StretchView, UnitLimitsView, UnitsView, UnitTestView
 from gatekeeper.window import WindowStats, increments
 from rolegate import exposures
@@ -68,7 +68,8 @@ class GateState:
         #: Per arm: (assigned per report bucket of the resolve, reported per bucket of the start).
         self.assigned: dict[str, dict[int, int]] = {arm: {} for arm in CONFIGS}
         carried = Ledger(self.record, True).rollout(self.record)
-        self.rollout = None if carried is None else carried.as_dict(binding)
+        self.rollout = None if carried is None else RolloutView.model_validate(
+            carried.as_dict(binding))
         self.reads = 0
         #: The run-failure detector's params as the drift store keeps them (`drift`).
         self.params: Params | None = None

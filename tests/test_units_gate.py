@@ -104,7 +104,7 @@ HEALTHY = [
     # Runs take seconds, the candidate's 15% longer (the policy allows +20%).
     Scenario("slower-runs", rate=5, current=Behaviour(duration_s=8.0),
              candidate=Behaviour(duration_s=9.2)),
-    Scenario("much-longer-runs", rate=5, current=SHORT_RUN, candidate=LONG_RUN,
+    Scenario("much-longer-runs", rate=3, current=SHORT_RUN, candidate=LONG_RUN,
              policy=LONG_POLICY),
 ]
 WORSE = [
@@ -115,7 +115,7 @@ WORSE = [
     Scenario("much-slower", rate=5, current=Behaviour(duration_s=4.0),
              candidate=Behaviour(duration_s=10.0)),
     # As much longer as much-longer-runs, and failing 40% of its runs.
-    Scenario("longer-and-worse", rate=5, current=SHORT_RUN,
+    Scenario("longer-and-worse", rate=3, current=SHORT_RUN,
              candidate=Behaviour(0.6, duration_s=30.0), policy=LONG_POLICY),
 ]
 
