@@ -46,7 +46,8 @@ from gatekeeper.view.arms import arms_section
 from gatekeeper.view.concurrent import closing, concurrent_section
 from gatekeeper.view.context import GateContext
 from gatekeeper.view.reports import ReportCounts, merge_missing, missing_for, reports_section
-from gatekeeper.view_model import GateView, RolloutView
+from gatekeeper.view_model import DriftView, GateView, RolloutView, drift_view
+from gatekeeper.view_model.arms import arms_view
 from gatekeeper.view_model.units import StretchView, UnitLimitsView, UnitsView, UnitTestView
 from gatekeeper.window import WindowStats, increments
 from rolegate import exposures
@@ -114,13 +115,14 @@ class GateState:
             (self.assigned["current"], reported["current"]))})
         view["reports"] = reports_section(ctx, counts)
         merge_missing(view["arms"], view["reports"])
+        view["arms"] = arms_view(view["arms"])
         view["drift"] = self.drift()
         view["concurrent"] = concurrent_section(ctx, missing_for(ctx, counts))
         view["rollout"] = self.rollout
         view["units"] = units
         return GateView.model_construct(**view)
 
-    def drift(self) -> dict[str, Any]:
+    def drift(self) -> DriftView:
         """The drift section's run-failure detector: p0 from current's stage runs, kept as
         the drift store keeps a detector (`Detector.outdated`: with an h derived for p0, a
         new p0 is taken once the reference it came from has doubled, until it is settled)."""
@@ -141,7 +143,7 @@ class GateState:
                 self.params = wanted
         shown = {} if self.params is None else {
             RUN_FAILURE: Detector(RUN_FAILURE, self.params).as_dict(True)}
-        return section(shown, {}, policy.drift)
+        return drift_view(section(shown, {}, policy.drift))
 
     def decide(self, now: float, units: UnitsView | None) -> Decision:
         """decide() on the view at `now`."""
