@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, model_validator
@@ -143,3 +144,15 @@ def body_hashes(body: AgentBody | CompletionBody | dict[str, Any]) -> dict[str, 
     parsed = parse_body(body) if isinstance(body, dict) else body
     return {"instruction_hash": instruction_hash(parsed), "model_id": parsed.model.name,
             "tool_schema_hash": tool_schema_hash(parsed)}
+
+
+def lacking(fast: Any, bodies: Mapping[str, Any], versions: Mapping[str, int]) -> dict[str, int]:
+    """The bodies (config -> version) a role's answers carry that `bodies` does not hold yet."""
+    out: dict[str, int] = {}
+    for answer in fast[:2]:
+        if answer is None:
+            continue
+        for config in (answer["config"], answer.get("shadow")):
+            if config and config in versions and config not in bodies:
+                out[config] = versions[config]
+    return out

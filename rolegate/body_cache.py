@@ -29,6 +29,7 @@ from urllib.parse import quote
 
 import requests
 
+from rolegate.body import lacking
 from rolegate.errors import BodyUnavailable
 from rolegate.http import ApiClient, ApiError
 
@@ -37,18 +38,6 @@ if TYPE_CHECKING:
 
 #: Where the record of one config version is read (its `body` is the body at that version).
 VERSION_PATH = "/v1/configs/{config}/versions/{version}"
-
-
-def lacking(fast: Any, bodies: Mapping[str, Any], versions: Mapping[str, int]) -> dict[str, int]:
-    """The bodies (config -> version) a role's answers carry that `bodies` does not hold yet."""
-    out: dict[str, int] = {}
-    for answer in fast[:2]:
-        if answer is None:
-            continue
-        for config in (answer["config"], answer.get("shadow")):
-            if config and config in versions and config not in bodies:
-                out[config] = versions[config]
-    return out
 
 
 class BodyCache:

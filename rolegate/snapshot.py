@@ -1,6 +1,6 @@
 """A snapshot of the binding table as a client holds it, precompiled for resolving.
 
-The client reads only the fields that route a job (`RoutedBinding`); each record
+The client reads only the fields that route a job (`rolegate.routed.RoutedBinding`); each record
 is kept as received (compressed), so a saved snapshot is a complete
 `GET /v1/bindings` body that can bootstrap another client.
 """
@@ -14,17 +14,14 @@ import os
 import zlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from rolegate.body import body_hashes
-from rolegate.body_cache import lacking
+from rolegate.body import body_hashes, lacking
 from rolegate.exposures import Exposures, epoch_of
 from rolegate.fast_bucket import inline_split
+from rolegate.routed import ALLOW_ALL, NO_TOOL_RULES, RoutedRecord, ToolGate
 from rolegate.routing import (
     BUCKET_VERSIONS,
-    SALT_PATTERN,
     Resolution,
     Stage,
     bucketer,
@@ -47,91 +44,6 @@ Entry = tuple[dict[str, Any], dict[str, Any] | None, float, Callable[[str], floa
 Fast = tuple[dict[str, Any], dict[str, Any] | None, str | None, Any, "itertools.count[int]",
              "itertools.count[int]", "itertools.count[int] | None", str,
              Callable[[str], float] | None]
-
-
-class ToolRules(BaseModel):
-    """The invariants that decide whether a tool may be called at all."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    forbidden_tools: tuple[str, ...] = ()
-    #: None: no allowlist; a tuple (even empty): only these tools.
-    allowed_tools: tuple[str, ...] | None = None
-
-
-class RoutedGate(BaseModel):
-    """The part of a role's gate policy the client enforces before a tool runs."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    invariants: ToolRules = ToolRules()
-
-
-class RoutedRule(BaseModel):
-    """A targeting rule as routing reads it (`bindings.models.Rule` validates it in full)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    when: dict[str, tuple[str, ...]]
-    arm: Literal["current", "candidate"]
-    name: str | None = None
-
-
-class RoutedBinding(BaseModel):
-    """The fields of a binding that decide an arm, and its tool rules; the service validates the rest."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    current: str
-    candidate: str | None = None
-    stage: Stage = Stage.STABLE
-    share: float = Field(0.0, ge=0.0, le=1.0)
-    #: Absent from an older router's snapshot, which held nothing back.
-    holdback: float = Field(0.0, ge=0.0, le=1.0)
-    gate: RoutedGate = RoutedGate()
-    rules: tuple[RoutedRule, ...] = ()
-    #: The stage's start: exposures are counted under its epoch.
-    stage_since: float | None = None
-    #: Absent from an older router's snapshot, which bucketed by key, unsalted, version 1.
-    bucket_by: str | None = None
-    salt: str | None = Field(None, pattern=SALT_PATTERN)
-    bucket_version: int = 1
-
-    @property
-    def known_bucketing(self) -> bool:
-        """Whether this SDK knows the binding's bucketing version (a newer router's may not)."""
-        return self.bucket_version in BUCKET_VERSIONS
-
-
-class ToolGate:
-    """A role's tool rules, precompiled: `allows(tool)` is one or two set lookups."""
-
-    __slots__ = ("allowed", "forbidden")
-
-    def __init__(self, rules: ToolRules) -> None:
-        self.forbidden = frozenset(rules.forbidden_tools)
-        self.allowed = None if rules.allowed_tools is None else frozenset(rules.allowed_tools)
-
-    def allows(self, tool: str) -> bool:
-        """False for a forbidden tool or one outside the allowlist, as the gate judges a run."""
-        if tool in self.forbidden:
-            return False
-        return self.allowed is None or tool in self.allowed
-
-
-#: The gate of every role without tool rules (most roles): one object, not one per role.
-_NO_TOOL_RULES = ToolRules()
-ALLOW_ALL = ToolGate(_NO_TOOL_RULES)
-
-
-class RoutedRecord(BaseModel):
-    """One role's record in `GET /v1/bindings`, as far as routing reads it."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    role: str
-    version: int = Field(ge=1)
-    binding: RoutedBinding
 
 
 class Snapshot:
@@ -186,7 +98,7 @@ class Snapshot:
                             epoch_of(binding.stage_since), bucket_of)
             waits = self.body_versions and lacking(fast, self.bodies, self.body_versions)
             (self.pending if waits else self.entries)[role] = fast
-            if binding.gate.invariants != _NO_TOOL_RULES:
+            if binding.gate.invariants != NO_TOOL_RULES:
                 self.gates[role] = ToolGate(binding.gate.invariants)
             if binding.known_bucketing and (binding.rules or binding.bucket_by):
                 self.records[role] = routed

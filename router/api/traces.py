@@ -48,8 +48,7 @@ from flask import Blueprint, Flask, current_app, g, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import NotFound
-from bindings.models import VersionedBinding, validate_role_name
-from bindings.table_guard import trace_on_lost_role
+from bindings.models import validate_role_name
 from gatekeeper import tripwire
 from gatekeeper.checks.invariants import check
 from gatekeeper.store.pending_spans import PendingSpans
@@ -74,6 +73,7 @@ from router.api.trace_answers import (
     stored_result,
     wants_minimal,
 )
+from router.api.trace_bindings import NOT_BOUND, RequestBindings, not_bound
 from router.api.trace_limits import charge_quota, in_scope, quota_exceeded, refuse_deep
 from router.api.trace_parse import (
     batch_items,
@@ -89,8 +89,6 @@ from router.server.services import services_of
 
 bp = Blueprint("traces", __name__)
 
-#: The refusal code of a trace whose config the role does not run.
-NOT_BOUND = "config_not_bound"
 #: Reads of a role's binding per request when it keeps moving while traces are stored.
 MOVE_ATTEMPTS = 4
 
@@ -117,69 +115,6 @@ def trace_store(app: Flask | None = None) -> TraceStore:
     """The app's TraceStore (the current app's when `app` is None)."""
     found: TraceStore = (app or current_app).extensions[EXTENSION]
     return found
-
-
-class _Bindings:
-    """The bindings one request checks its traces against.
-
-    The worker's copy first (no round trip); the binding in Redis for a role
-    once that copy proved out of date: the store answered `Moved`, or a trace
-    named a config the copy does not know (a candidate set a moment ago).
-    """
-
-    def __init__(self, services: Services) -> None:
-        self.services = services
-        self.seen: dict[str, VersionedBinding] = {}
-        self.fresh: set[str] = set()
-
-    def get(self, role: str) -> VersionedBinding:
-        """The role's binding: this request's earlier read, the worker's copy, or the store."""
-        record = self.seen.get(role)
-        if record is not None:
-            return record
-        cached = None if role in self.fresh else self.services.cache.get(role)[0]
-        # A role created a moment ago may not be in this worker's copy yet.
-        record = cached if cached is not None else self._read(role)
-        self.seen[role] = record
-        return record
-
-    def forget(self, role: str) -> None:
-        """From now on, read the role's binding from Redis."""
-        self.seen.pop(role, None)
-        self.fresh.add(role)
-
-    def reread(self, role: str) -> VersionedBinding:
-        """The role's binding as Redis holds it now (and this worker's copy catches up)."""
-        self.forget(role)
-        return self.get(role)
-
-    def _read(self, role: str) -> VersionedBinding:
-        self.fresh.add(role)
-        held = self.services.cache.bindings.get(role)
-        try:
-            record: VersionedBinding | None = self.services.store.get(role)
-        except NotFound:
-            if role not in self.services.cache.lost and held is None:
-                raise
-            record = None
-        if record is None or (held is not None and held.version > record.version):
-            # Redis lost the role or shows it older (noticed by the poll or not yet): a 503
-            # to send again, never a 422 that would have the sender drop the trace.
-            raise trace_on_lost_role(role)
-        self.services.cache.put(record)
-        return record
-
-
-def _not_bound(trace: Trace, record: VersionedBinding) -> str:
-    binding = record.binding
-    if binding.candidate is None:
-        placed = (f"is not role {trace.role!r}'s current config {binding.current!r}, and the "
-                  "role has no candidate")
-    else:
-        placed = (f"is neither role {trace.role!r}'s current config {binding.current!r} nor "
-                  f"its candidate {binding.candidate!r}")
-    return (f"config {trace.config!r} {placed} (binding version {record.version}); "
-            "its trace would count in no arm")
 
 
 @bp.post("/v1/traces")
@@ -247,7 +182,7 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
     if charge is None and counted is None:
         charge_quota(services.redis, services.quota, reporter.name, len(results), size)
     valid = in_scope(valid, results, reporter, now)
-    checked, stored, positions, charge = _check_and_store(valid, results, _Bindings(services),
+    checked, stored, positions, charge = _check_and_store(valid, results, RequestBindings(services),
                                                           store, now, charge)
     if charge is not None:
         # No trace reached the store (all refused): the request still counts.
@@ -272,10 +207,8 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
     return duplicates, trips
 
 
-
-
 def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],
-           bindings: _Bindings, now: float,
+           bindings: RequestBindings, now: float,
            connection: Any = None) -> tuple[list[Checked], list[int]]:
     """Check each trace against its role's binding; record a refusal for each one refused."""
     checked: list[Checked] = []
@@ -310,7 +243,7 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
             continue
         binding = record.binding
         if not bound(trace.config, binding):
-            results[index] = _refused(index, trace, NOT_BOUND, _not_bound(trace, record), {
+            results[index] = _refused(index, trace, NOT_BOUND, not_bound(trace, record), {
                 "field": "config", "config": trace.config, "current": binding.current,
                 "candidate": binding.candidate, "version": record.version})
             continue
@@ -329,7 +262,7 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
 
 
 def _check_and_store(valid: list[tuple[int, Trace]],
-                     results: list[dict[str, Any] | str | None], bindings: _Bindings,
+                     results: list[dict[str, Any] | str | None], bindings: RequestBindings,
                      store: TraceStore, now: float, charge: Charge | None,
                      ) -> tuple[list[Checked], list[Stored], list[int], Charge | None]:
     """Check and store every trace: (stored traces, their outcomes, their request indices,
