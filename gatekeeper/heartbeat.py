@@ -18,12 +18,7 @@ status`, `/healthz` and `/metrics` show:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
-
-from gatekeeper.machine.vocabulary import Action
-
-if TYPE_CHECKING:  # the view's model imports this module's statuses
-    from gatekeeper.view_model import NextView
+from typing import Any
 
 OK, LATE, ABSENT = "ok", "late", "absent"
 
@@ -82,22 +77,6 @@ def describe(summary: Mapping[str, Any]) -> str:
     tail = f", {len(errors)} error(s): {errors[0]}" if errors else ", no errors"
     return (f"gatekeeper {summary['leader']} leads; last tick {age} ago, "
             f"{summary.get('roles_judged')} role(s) judged{tail}")
-
-
-def annotate_next(next_section: NextView, summary: Mapping[str, Any]) -> NextView:
-    """The gate view's `next`, saying plainly when no gatekeeper will take that step."""
-    action = next_section.action
-    if summary.get("status") == OK or action not in (Action.ADVANCE, Action.ROLLBACK):
-        return next_section
-    if action is Action.ADVANCE:
-        then = next_section.then
-        said = f"would advance{f' to {then}' if then else ''} now"
-    else:
-        reason = next_section.reason
-        said = f"would roll back now{f' ({reason})' if reason else ''}"
-    text = f"{said}, but {summary.get('text')}"
-    return next_section.model_copy(update={"summary": text, "lines": [text],
-                                           "unattended": True})
 
 
 def _age(seconds: float) -> str:

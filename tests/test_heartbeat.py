@@ -16,7 +16,8 @@ from gatekeeper import heartbeat
 from gatekeeper.loop import Gatekeeper
 from gatekeeper.machine.vocabulary import Action
 from gatekeeper.store.heartbeat import HEARTBEATS_KEY
-from gatekeeper.view_model import NextView
+from gatekeeper.view_model import GatekeeperView, NextView
+from gatekeeper.view_model.next import annotate_next
 from rolegate.http import ApiClient
 from router.cli.main import main
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
@@ -69,11 +70,11 @@ def test_next_step_says_when_nobody_will_take_it() -> None:
                    reason="candidate fails",
                    lines=["rolls back at the gatekeeper's next tick: x"])
     absent = heartbeat.summarize([], 1.0)
-    said = heartbeat.annotate_next(nxt, absent)
+    said = annotate_next(nxt, GatekeeperView.model_validate(absent))
     assert said.lines[0].startswith("would roll back now (candidate fails), but no gatekeeper")
     assert said.as_json()["unattended"] is True and "unattended" not in nxt.as_json()
     ok = heartbeat.summarize([{"holder": "g", "leader": True, "interval_s": 1, "time": 1.0}], 1.0)
-    assert heartbeat.annotate_next(nxt, ok) is nxt
+    assert annotate_next(nxt, GatekeeperView.model_validate(ok)) is nxt
 
 
 def test_heartbeat_api_scopes_and_bad_input(url: str) -> None:

@@ -9,7 +9,6 @@ one more field on `model.GateView` and
 from __future__ import annotations
 
 from bindings.store import BindingStore
-from gatekeeper import heartbeat
 from gatekeeper.store.configs import ConfigStore
 from gatekeeper.store.heartbeat import HeartbeatStore
 from gatekeeper.store.judging import JudgeStore
@@ -27,6 +26,7 @@ from gatekeeper.view.sections import drift_section, paired_section
 from gatekeeper.view.units import units_section
 from gatekeeper.view_model import GatekeeperView, GateView
 from gatekeeper.view_model.arms import arms_view
+from gatekeeper.view_model.next import annotate_next
 
 
 def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) -> GateView:
@@ -46,15 +46,14 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     concurrent = kept.concurrent(ctx, missing_for(ctx, counts))
     rollout = rollout_section(store, ctx)
     units = units_section(ctx, rollout)
-    keeper = HeartbeatStore(traces.connection).summary()
+    keeper = GatekeeperView.model_validate(HeartbeatStore(traces.connection).summary())
     view = GateView.model_construct(
         **view_header(ctx), arms=arms_view(arms), comparison=comparison, by_criterion=by_criterion,
         judges=judges, reports=reports, paired=paired, drift=drift, concurrent=concurrent,
         rollout=rollout, units=units, difference=difference_section(ctx, units),
         previous=previous_section(store, traces, ctx.record, now),
-        gatekeeper=GatekeeperView.model_validate(keeper), next=None)
+        gatekeeper=keeper, next=None)
     # Last: it reads the sections above, as the gatekeeper's decide() does; it says
     # plainly when no gatekeeper is there to take the step it names.
-    view.next = heartbeat.annotate_next(next_view_section(store, ctx.record, view, now),
-                                        keeper)
+    view.next = annotate_next(next_view_section(store, ctx.record, view, now), keeper)
     return view

@@ -9,9 +9,11 @@ from pydantic.config import JsonDict
 
 from bindings.models import Thresholds
 from bindings.responses_policy import RESPONSE_NAMES, RESPONSE_RULES
+from gatekeeper.heartbeat import OK
 from gatekeeper.machine.deadline import DEADLINE
 from gatekeeper.machine.holds import WAIT_KINDS
 from gatekeeper.machine.vocabulary import STATES, Action
+from gatekeeper.view_model.keeper import GatekeeperView
 from gatekeeper.view_model.section import Section
 
 
@@ -66,6 +68,22 @@ class NextView(Section):
     warnings: list[str] = []
     response: ResponseView | None = None
     deadline: DeadlineView | None = None
-    #: True when no gatekeeper is there to take the step (`heartbeat.annotate_next`);
+    #: True when no gatekeeper is there to take the step (`annotate_next`);
     #: absent otherwise.
     unattended: bool | None = Field(None, exclude_if=lambda value: value is None)
+
+
+def annotate_next(next_section: NextView, keeper: GatekeeperView) -> NextView:
+    """The gate view's `next`, saying plainly when no gatekeeper will take that step."""
+    action = next_section.action
+    if keeper.status == OK or action not in (Action.ADVANCE, Action.ROLLBACK):
+        return next_section
+    if action is Action.ADVANCE:
+        then = next_section.then
+        said = f"would advance{f' to {then}' if then else ''} now"
+    else:
+        reason = next_section.reason
+        said = f"would roll back now{f' ({reason})' if reason else ''}"
+    text = f"{said}, but {keeper.text}"
+    return next_section.model_copy(update={"summary": text, "lines": [text],
+                                           "unattended": True})
