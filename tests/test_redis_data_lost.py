@@ -186,6 +186,19 @@ def test_gunicorn_router_keeps_serving_and_its_file_through_an_empty_restart(
                              headers=auth(OPERATOR), timeout=5)
             assert r.status_code == 201, r.text
             wait_for(lambda: _kept_roles(tmp_path) == ["summarizer"], 10, "the kept table")
+            # Both workers must hold the role before Redis loses it: a worker whose poll had
+            # not yet seen the PUT never served it, and rightly answers 404 (the flake under
+            # load: {200, 404}).
+            serving: set[str] = set()
+
+            def both_serve() -> bool | None:
+                got = requests.get(f"{url}/v1/resolve/summarizer?key=w",
+                                   headers={**auth(CALLER), "Connection": "close"}, timeout=5)
+                if got.status_code == 200:
+                    serving.add(got.headers["X-Rolegate-Worker"])
+                return len(serving) == 2 or None
+
+            wait_for(both_serve, 10, "both workers to serve the role")
             own.stop()
             own.start()  # same port, no data: an empty volume
             wait_for(lambda: requests.get(f"{url}/healthz", timeout=5).json()["status"]
