@@ -1,4 +1,4 @@
-"""Issues 34's and 35's simulator rows: the unit test read after every report.
+"""Issues 34's and 35's simulator rows: the agents' world through the whole gate, decide() at every tick.
 
     python -m bench.units_sim [--rollouts 1000] [--regressed 200] [--seed 1] [--jobs 2]
                               [--quick] [--only healthy|drops] [--row PREFIX] [--tick 5]
