@@ -101,9 +101,11 @@ class ReplyDropper:
             while data := upstream.recv(65536):
                 if losing.is_set():
                     # Redis applied the script; its answer never reaches the router.
+                    # Said before the stall: once the sockets close, the router answers at
+                    # once, and the test may look before this thread runs again.
+                    self.dropped.set()
                     if self._stall:
                         self._stalled()
-                    self.dropped.set()
                     break
                 client.sendall(data)
         except OSError:
