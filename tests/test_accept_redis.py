@@ -31,6 +31,17 @@ def _every_answer(url: str, role: str, check: Any, times: int = 8) -> bool | Non
     return all(check(_resolve(url, role, f"k-{i}")) for i in range(times)) or None
 
 
+def _both_workers(url: str, check: Any, seen: set[str], times: int = 6) -> bool | None:
+    """`check` holds on `times` fresh /healthz bindings checks, and both workers (counted by
+    X-Rolegate-Worker into `seen`) have answered: all answers can come from one under load."""
+    answers = [requests.get(f"{url}/healthz", headers={**auth(OPERATOR), "Connection": "close"},
+                            timeout=5) for _ in range(times)]
+    if not all(check(a.json()["checks"]["bindings"]) for a in answers):
+        return None
+    seen.update(a.headers["X-Rolegate-Worker"] for a in answers)
+    return len(seen) == 2 or None
+
+
 def _health(url: str) -> dict[str, Any]:
     found: dict[str, Any] = requests.get(f"{url}/healthz", headers=auth(OPERATOR),
                                          timeout=5).json()
@@ -98,8 +109,9 @@ def test_a_restore_from_an_rdb_backup_takes_on_running_routers(own: OwnRedis,
                      10, "every worker dropping the archived role")
             # /healthz has the worker answering poll now: every worker holds this table.
             now = int(admin.get("rolegate:generation") or 0)
-            wait_for(lambda url=url, now=now: _every_health(
-                url, lambda c: c["generation"] >= now), 10, "every worker caught up")
+            caught_up: set[str] = set()
+            wait_for(lambda url=url, now=now, seen=caught_up: _both_workers(
+                url, lambda c: c["generation"] >= now, seen), 10, "every worker caught up")
         admin.close()
 
         # The restore, as docs/maintenance.md does it: stop, put the RDB in place, start.

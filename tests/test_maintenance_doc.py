@@ -119,12 +119,17 @@ def test_every_command_of_maintenance_md_runs_as_written(tmp_path: Path) -> None
 
             def every_worker_reports_the_loss() -> None:
                 # What an operator waits for: /healthz naming the loss, on every worker.
+                told_by: set[str] = set()
+
                 def told() -> bool | None:
                     answers = [requests.get(f"{url}/healthz", timeout=5,
-                                            headers={**op, "Connection": "close"}).json()
+                                            headers={**op, "Connection": "close"})
                                for _ in range(6)]
-                    return all("late" in a["checks"]["bindings"].get("lost_roles", [])
-                               for a in answers) or None
+                    if not all("late" in a.json()["checks"]["bindings"].get("lost_roles", [])
+                               for a in answers):
+                        return None
+                    told_by.update(a.headers["X-Rolegate-Worker"] for a in answers)
+                    return len(told_by) == 2 or None
 
                 wait_for(told, 10, "every worker to report the restored Redis as older")
 

@@ -31,6 +31,7 @@ healthy fresh worker reports `bindings.ok: true`.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -169,7 +170,10 @@ def healthz() -> ResponseReturnValue:
                                   message=lost_summary(lost))
         body["checks"] = {"redis": redis_check, "bindings": bindings_check,
                           "gatekeeper": _gatekeeper_check()}
-    return jsonify(body), 503 if status == "failing" else 200
+    # Which worker answered, as resolves say: each gunicorn worker holds its own table,
+    # and an operator checking that every worker sees a change needs to tell them apart.
+    return jsonify(body), 503 if status == "failing" else 200, {
+        "X-Rolegate-Worker": str(os.getpid())}
 
 
 @bp.get("/livez")
