@@ -1,7 +1,7 @@
 """Graded responses: per gate rule, roll back (the default), hold for a human, or only warn.
 
-Teams adopting a new check want to watch it before it acts (seed 000: "start the
-allowlist wide ... observe first"), and Argo Rollouts users asked for pause
+Teams adopting a new check want to watch it before it acts (the usual advice for a
+new allowlist: start it wide and observe first), and Argo Rollouts users asked for pause
 instead of abort (argo-rollouts#2866); GrowthBook and Statsig let a guardrail
 metric alert without stopping an experiment. So each of decide()'s rules that
 would roll back has a key, and `gate.responses` maps a key to what happens:

@@ -1,7 +1,7 @@
 """Each criterion gated like the pass rate: per key, candidate against current, valid at every look.
 
 A pass rate that holds while a safety-relevant tool call disappears is a
-regression (seed 002), so every deterministic criterion of the config's spec
+regression the averaged rate hides, so every deterministic criterion of the config's spec
 (and every judged one, `gatekeeper.judges`) gets its own test, per criterion
 key, in one of three modes set in the role's `gate.criteria`:
 

@@ -1,7 +1,8 @@
 """Drift alarms: a one-sided Bernoulli CUSUM per (role, config, metric).
 
 p0 comes from the policy's fixed baseline or else from the current arm's own
-runs; p1 = p0 + shift is the rate worth detecting; k = (p0 + p1) / 2 (seed 002).
+runs; p1 = p0 + shift is the rate worth detecting; k = (p0 + p1) / 2,
+midway between the rate tolerated and the rate worth detecting.
 The gate view keeps each detector's state (`Detector`: sum, counts, alarms, the
 last stream id it read, the p0 it runs with) and advances it over the new runs
 only, so a read costs what arrived since the last one, not the whole stage; the

@@ -1,6 +1,6 @@
 """Shadow comparison: pair current and candidate runs of the same jobs, then judge the flips.
 
-In shadow both configs run every job, so their runs pair by job key (seed 002).
+In shadow both configs run every job, so their runs pair by job key.
 Only the discordant pairs carry information: the exact McNemar test asks how
 surprising so few favourable flips would be if the change made no difference. A
 blocking trajectory change (a required tool lost) fails shadow whatever the

@@ -7,7 +7,8 @@ improvements are tested with the sequential McNemar test
 (`gatekeeper.stats.sequential.flip_test`) at PAIRWISE_SHARE of the stage alpha
 (`gatekeeper.stats.budget`), so it may be read at every tick. A pair asked about
 a safety-tagged criterion (`gate.judge.safety_criteria`) whose answer says
-`regression_detected` fails the stage at once, as seed 001's safety scenarios do.
+`regression_detected` fails the stage at once: a safety
+regression a side-by-side judge saw is not averaged against the pairs that were fine.
 Pure: counts in, a reason out.
 """
 

@@ -113,7 +113,7 @@ def mcnemar_exact(regressions: int, improvements: int) -> tuple[float, float]:
     """Exact McNemar test on discordant pairs: (one-sided p, two-sided p).
 
     One-sided asks how surprising `improvements` or fewer favourable flips out of
-    all discordant ones would be if the change made no difference (seed 002:
+    all discordant ones would be if the change made no difference (a worked example:
     14 regressions, 5 improvements -> 0.0318 one-sided, 0.0636 two-sided).
     """
     n = regressions + improvements
@@ -152,7 +152,7 @@ class Cusum:
     """A one-sided Bernoulli CUSUM: alarms when a 0/1 rate rises from p0 towards p1.
 
     Each observation adds (x - k) with k = (p0 + p1) / 2 to a sum floored at 0;
-    the alarm fires when the sum exceeds h, and the sum restarts (seed 002).
+    the alarm fires when the sum exceeds h, and the sum restarts (Page's CUSUM).
     """
 
     p0: float

@@ -15,7 +15,8 @@ from gatekeeper.stats.statistics import histogram_percentile
 
 #: The quantile values are capped at.
 WINSOR_Q = 0.99
-#: Seed 001's warning line for tokens: +15% against current.
+#: The warning line for tokens, as record-and-replay comparisons of two builds draw it:
+#: +15% against current.
 TOKENS_WARN = 0.15
 
 
