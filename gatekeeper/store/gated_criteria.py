@@ -1,4 +1,4 @@
-"""Which gated criterion keys a run failed, decided at ingest for the unit test.
+"""The gated criteria of a config, for the unit test: its spec read at most once per TTL_S.
 
 A config's spec criteria (`gatekeeper.checks.criteria`) are otherwise scored
 when a gate view reads the newest runs; the unit test needs each run's
@@ -16,9 +16,8 @@ import time
 from typing import Any
 
 from bindings.models import Binding
-from gatekeeper.checks.criteria import Criterion, evaluate
+from gatekeeper.checks.criteria import Criterion
 from gatekeeper.store.configs import ConfigStore
-from rolegate.trace import Trace
 
 TTL_S = 5.0
 
@@ -50,10 +49,3 @@ def config_criteria(connection: Any, config: str, now: float | None = None,
         _cache[key] = (now + TTL_S, criteria)
     return criteria
 
-
-def failed_gated(connection: Any, binding: Binding, trace: Trace) -> tuple[str, ...]:
-    """The gated criterion keys `trace` failed (its config's spec, deterministic checks)."""
-    criteria = gated(config_criteria(connection, trace.config), binding)
-    if not criteria:
-        return ()
-    return tuple(key for key, held in evaluate(criteria, trace).items() if held is False)
