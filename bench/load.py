@@ -267,19 +267,24 @@ def ready(port: int, path: str = "/healthz") -> bool:
 
 @contextmanager
 def gunicorn_app(factory: str, env: Mapping[str, str], workers: int,
-                 log_path: str | None = None) -> Iterator[tuple[int, int]]:
+                 log_path: str | None = None,
+                 root: Path = ROOT) -> Iterator[tuple[int, int]]:
     """gunicorn with deploy/gunicorn.conf.py serving `factory`; yields (port, master pid).
 
     The server's stderr (the router's JSON lines) goes to `log_path`, a real file
-    as in production, or to /dev/null.
+    as in production, or to /dev/null. `root` is the checkout it serves (its
+    deploy/gunicorn.conf.py and its code first on the path): another commit's
+    tree serves that commit's router (bench.against_base).
     """
     port = free_port()
     full = {**os.environ, **env}
     full.pop("ROLEGATE_ACCESS_LOG", None)
-    argv = [sys.executable, "-m", "gunicorn", "--config", str(CONFIG),
+    if root != ROOT:
+        full["PYTHONPATH"] = str(root)
+    argv = [sys.executable, "-m", "gunicorn", "--config", str(root / "deploy" / CONFIG.name),
             "--bind", f"127.0.0.1:{port}", "--workers", str(workers), factory]
     sink = open(log_path or os.devnull, "ab")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(argv, env=full, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=sink,
+    proc = subprocess.Popen(argv, env=full, cwd=root, stdout=subprocess.DEVNULL, stderr=sink,
                             stdin=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 30
