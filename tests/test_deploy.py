@@ -14,7 +14,8 @@ DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
 def _gunicorn_settings(monkeypatch: pytest.MonkeyPatch, **env: str) -> dict[str, Any]:
     for name in ("ROLEGATE_BIND", "ROLEGATE_WORKERS", "ROLEGATE_WORKER_CLASS",
-                 "ROLEGATE_THREADS", "ROLEGATE_ACCESS_LOG", "ROLEGATE_CONTROL_SOCKET"):
+                 "ROLEGATE_THREADS", "ROLEGATE_ACCESS_LOG", "ROLEGATE_CONTROL_SOCKET",
+                 "ROLEGATE_LOG_LEVEL"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -50,6 +51,15 @@ def test_gunicorn_settings_follow_the_environment(monkeypatch: pytest.MonkeyPatc
     assert conf["bind"] == ["0.0.0.0:9000"] and conf["workers"] == 3
     assert conf["worker_class"] == "sync" and conf["threads"] == 8 and conf["accesslog"] == "-"
     assert conf["worker_connections"] == 50
+
+
+def test_the_per_request_debug_line_is_skipped_unless_debug(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Below debug, pre_request does nothing (gunicorn's would only log at debug); at debug
+    gunicorn's own hook stays and writes its line."""
+    conf = _gunicorn_settings(monkeypatch)
+    assert conf["pre_request"](None, None) is None  # touches neither worker nor request
+    assert "pre_request" not in _gunicorn_settings(monkeypatch, ROLEGATE_LOG_LEVEL="debug")
 
 
 def test_router_unit_is_notify_mixed_kill_and_unprivileged() -> None:

@@ -133,3 +133,32 @@ def test_install_honours_the_switch(gunicorn_response: None) -> None:
     assert one_send.install({one_send.ENV: "0"}) is False and wsgi.Response is one_send._Base
     assert one_send.supported() is True
     assert one_send.install({}) is True and wsgi.Response is one_send.OneSendResponse
+
+
+@pytest.mark.parametrize("version, status, close, chunked", [
+    ((1, 1), "200 OK", False, False), ((1, 1), "404 NOT FOUND", True, False),
+    ((1, 0), "200 OK", False, True)])
+def test_the_default_headers_are_gunicorns(version: tuple[int, int], status: str,
+                                            close: bool, chunked: bool) -> None:
+    """The status line and default headers are gunicorn's own, the Date formatted once a second."""
+
+    class Req:
+        def __init__(self) -> None:
+            self.version = version
+            self.method = "GET"
+
+        def should_close(self) -> bool:
+            return close
+
+    def lines(cls: Any) -> list[str]:
+        resp = cls(Req(), None, Config())
+        resp.status, resp.status_code, resp.chunked = status, int(status[:3]), chunked
+        out: list[str] = resp.default_headers()
+        return out
+
+    for _ in range(3):  # the second may turn between the two calls: try again
+        ours, theirs = lines(one_send.OneSendResponse), lines(one_send._Base)
+        if ours == theirs:
+            break
+    assert ours == theirs
+    assert ours[0] == f"HTTP/{version[0]}.{version[1]} {status}\r\n"

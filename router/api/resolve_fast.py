@@ -60,6 +60,8 @@ KNOWN_HOOKS = frozenset({
 })
 
 log = logging.getLogger("rolegate")
+#: One encoder for every answer: json.dumps with separators builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
@@ -156,7 +158,7 @@ class ResolveFastPath:
         resolution = resolve(role, record.binding, record.version, key, stale=stale,
                              attributes=attributes)
         count_resolution(self.app, role, resolution, record.binding, actor)
-        body = json.dumps(resolution, separators=(",", ":")).encode()
+        body = _encode(resolution).encode()
         request_id = logs.request_id_from(environ.get("HTTP_X_REQUEST_ID"))
         headers = [
             ("Content-Type", "application/json"),
