@@ -54,12 +54,24 @@ def validate_config_id(value: str) -> str:
     return value
 
 
+#: Config ids that passed the rule lately. Every reported trace names one of a few
+#: configs: the rule's regular expression then runs once per config, not per trace.
+_ACCEPTED: dict[str, None] = {}
+_ACCEPTED_MAX = 4096
+
+
 def _incoming_config_id(value: str, info: ValidationInfo) -> str:
     """The rule for values coming in; stored ones (context `STORED`) pass as they are."""
+    if value in _ACCEPTED:
+        return value
     context = info.context
     if isinstance(context, dict) and context.get(STORED):
         return value
-    return validate_config_id(value)
+    validate_config_id(value)
+    if len(_ACCEPTED) >= _ACCEPTED_MAX:
+        _ACCEPTED.clear()  # bounded: ids made up by a client never grow it past this
+    _ACCEPTED[value] = None
+    return value
 
 
 #: A config id field in a pydantic model: the length as a field constraint (the

@@ -103,6 +103,10 @@ def parse_each(items: list[Any], results: list[dict[str, Any] | str | None], *,
         if problem is not None:
             results[index] = item_refusal(index, item, "invalid", problem)
             continue
+        if stamp is not None:
+            # The server's word replaces the body's before validation: a forged `reporter`
+            # is overwritten, never validated (the all-valid parse refuses one it can't take).
+            item = {**item, "reporter": stamp["reporter"]}
         try:
             valid.append((index, Trace.model_validate(item, context=context)))
         except ValidationError as exc:
