@@ -177,9 +177,17 @@ def _cell_count(line: str) -> int:
     return body.count("|") + 1
 
 
+#: Distinct verdicts one policy keeps for reuse (a role's runs fall in a handful).
+_VERDICTS_KEPT = 1024
+
+
 @dataclass(frozen=True)
-class _Compiled:
-    """An Invariants policy with its tool lists turned into sets, built once per policy."""
+class Policy:
+    """An Invariants policy with its tool lists turned into sets, built once per policy.
+
+    `judge` is `check` for this policy. Equal verdicts are one object: most of a
+    role's runs get one of a few, and each is built and encoded (`json_text`) once.
+    """
 
     answered: bool
     artifacts: tuple[str, ...]
@@ -189,12 +197,87 @@ class _Compiled:
     required: tuple[str, ...]
     max_steps: int | None
     max_cost_usd: float | None
+    _verdicts: dict[tuple[Any, ...], TraceVerdict] = field(
+        default_factory=dict, compare=False, repr=False)
+
+    def judge(self, trace: Trace) -> TraceVerdict:
+        """Judge one trace against this policy (an unjudged trace: no criterion, no pass)."""
+        if not trace.judged:
+            return UNJUDGED
+        answered = trace.answered if self.answered else None
+        missing: tuple[str, ...] = ()
+        if self.artifacts:
+            produced = trace.artifacts
+            missing = tuple([p for p in self.artifacts if p not in produced])
+        table = contains_table(trace.output_text) if self.table else None
+        reported = trace.steps is not None or bool(trace.tools) or trace.step_count == 0
+        hits: tuple[str, ...] | None = None
+        outside: tuple[str, ...] | None = None
+        lost: tuple[str, ...] | None = None
+        if reported:
+            called = dict.fromkeys(trace.tools)  # first-call order, no repeats
+            unoffered = _unoffered(trace)
+            if self.forbidden or unoffered:
+                # A call to a tool the agent did not offer is one the run may not make,
+                # whatever the role lists (issue 37): the model went outside its tools.
+                forbidden = self.forbidden
+                hits = tuple([t for t in called if t in forbidden or t in unoffered])
+            if self.allowed is not None:
+                allowed = self.allowed
+                outside = tuple([t for t in called if t not in allowed])
+            if self.required:
+                lost = tuple([t for t in self.required if t not in called])
+        steps_ok = None if self.max_steps is None else trace.step_count <= self.max_steps
+        cost_ok = None if self.max_cost_usd is None else trace.cost_usd <= self.max_cost_usd
+        key = (answered, missing, table, reported, hits, outside, lost, steps_ok, cost_ok)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = self._verdict(*key)
+            if len(self._verdicts) >= _VERDICTS_KEPT:
+                self._verdicts.clear()
+            self._verdicts[key] = verdict
+        return verdict
+
+    def _verdict(self, answered: bool | None, missing: tuple[str, ...], table: bool | None,
+                 reported: bool, hits: tuple[str, ...] | None,
+                 outside: tuple[str, ...] | None, lost: tuple[str, ...] | None,
+                 steps_ok: bool | None, cost_ok: bool | None) -> TraceVerdict:
+        criteria: dict[str, bool] = {}
+        if answered is not None:
+            criteria[ANSWERED] = answered
+        if self.artifacts:
+            criteria[ARTIFACT_EXISTS] = not missing
+        if table is not None:
+            criteria[MUST_CONTAIN_TABLE] = table
+        forbidden: list[str] = []
+        if hits is not None:
+            criteria[FORBIDDEN_TOOLS] = not hits
+            forbidden.extend(hits)
+        if outside is not None:
+            criteria[ALLOWED_TOOLS] = not outside
+            # An out-of-allowlist call counts as a forbidden call (issue 3).
+            forbidden.extend(t for t in outside if t not in forbidden)
+        if lost is not None:
+            criteria[REQUIRED_TOOLS] = not lost
+        if steps_ok is not None:
+            criteria[MAX_STEPS] = steps_ok
+        if cost_ok is not None:
+            criteria[MAX_COST_USD] = cost_ok
+        return TraceVerdict(
+            passed=all(criteria.values()),
+            criteria=criteria,
+            forbidden=tuple(forbidden),
+            required_lost=lost or (),
+            missing_artifacts=missing,
+            tools_reported=reported,
+        )
 
 
 @functools.lru_cache(maxsize=256)
-def _compile(invariants: Invariants) -> _Compiled:
+def policy_of(invariants: Invariants) -> Policy:
+    """The compiled policy of `invariants` (built once; ingest asks once per binding)."""
     allowed = invariants.allowed_tools
-    return _Compiled(
+    return Policy(
         answered=invariants.answered,
         artifacts=invariants.artifact_exists,
         table=invariants.must_contain_table,
@@ -208,54 +291,7 @@ def _compile(invariants: Invariants) -> _Compiled:
 
 def check(trace: Trace, invariants: Invariants) -> TraceVerdict:
     """Judge one trace against the role's invariants (an unjudged trace: no criterion, no pass)."""
-    if not trace.judged:
-        return UNJUDGED
-    policy = _compile(invariants)  # ingest checks every trace: build the sets once
-    criteria: dict[str, bool] = {}
-    missing: tuple[str, ...] = ()
-    if policy.answered:
-        criteria[ANSWERED] = trace.answered
-    if policy.artifacts:
-        produced = set(trace.artifacts)
-        missing = tuple(p for p in policy.artifacts if p not in produced)
-        criteria[ARTIFACT_EXISTS] = not missing
-    if policy.table:
-        criteria[MUST_CONTAIN_TABLE] = contains_table(trace.output_text)
-
-    reported = tools_reported(trace)
-    forbidden: list[str] = []
-    lost: tuple[str, ...] = ()
-    if reported:
-        called = dict.fromkeys(trace.tools)  # first-call order, no repeats
-        unoffered = _unoffered(trace)
-        if policy.forbidden or unoffered:
-            # A call to a tool the agent did not offer is one the run may not make,
-            # whatever the role lists (issue 37): the model went outside its tools.
-            hits = [t for t in called if t in policy.forbidden or t in unoffered]
-            criteria[FORBIDDEN_TOOLS] = not hits
-            forbidden.extend(hits)
-        if policy.allowed is not None:
-            outside = [t for t in called if t not in policy.allowed]
-            criteria[ALLOWED_TOOLS] = not outside
-            # An out-of-allowlist call counts as a forbidden call (issue 3).
-            forbidden.extend(t for t in outside if t not in forbidden)
-        if policy.required:
-            lost = tuple(t for t in policy.required if t not in called)
-            criteria[REQUIRED_TOOLS] = not lost
-
-    if policy.max_steps is not None:
-        criteria[MAX_STEPS] = trace.step_count <= policy.max_steps
-    if policy.max_cost_usd is not None:
-        criteria[MAX_COST_USD] = trace.cost_usd <= policy.max_cost_usd
-
-    return TraceVerdict(
-        passed=all(criteria.values()),
-        criteria=criteria,
-        forbidden=tuple(forbidden),
-        required_lost=lost,
-        missing_artifacts=missing,
-        tools_reported=reported,
-    )
+    return policy_of(invariants).judge(trace)
 
 
 def _unoffered(trace: Trace) -> frozenset[str]:
@@ -273,7 +309,7 @@ def offered_breaches(invariants: Invariants, offered: tuple[str, ...]) -> tuple[
     A framework that hides forbidden tools from the model never calls them, so its
     runs never trip the wire: the config is refused before it runs, not after.
     """
-    policy = _compile(invariants)
+    policy = policy_of(invariants)
     return tuple(t for t in dict.fromkeys(offered)
                  if t in policy.forbidden or (policy.allowed is not None
                                               and t not in policy.allowed))

@@ -50,7 +50,7 @@ from flask.typing import ResponseReturnValue
 from bindings.errors import NotFound
 from bindings.models import validate_role_name
 from gatekeeper import tripwire
-from gatekeeper.checks.invariants import check
+from gatekeeper.checks.invariants import Policy, policy_of
 from gatekeeper.store.pending_spans import PendingSpans
 from gatekeeper.store.trace_ingest import Charge, Checked, Moved, OverQuota, Stored
 from gatekeeper.store.trace_keys import epoch_of
@@ -216,7 +216,7 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
     # What depends on the role or its binding alone is worked out once per request, not
     # per trace: a batch's traces share a few roles.
     role_problems: dict[str, str | None] = {}
-    per_binding: dict[tuple[str, int], tuple[str, UnitRules]] = {}
+    per_binding: dict[tuple[str, int], tuple[str, UnitRules, Policy]] = {}
     for index, trace in valid:
         role = trace.role
         if role not in role_problems:
@@ -252,9 +252,10 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
         shared = per_binding.get((role, record.version))
         if shared is None:
             shared = per_binding[(role, record.version)] = (
-                epoch_of(binding), UnitRules(binding, connection))
-        epoch, units = shared
-        verdict = check(trace, binding.gate.invariants)
+                epoch_of(binding), UnitRules(binding, connection),
+                policy_of(binding.gate.invariants))
+        epoch, units, policy = shared
+        verdict = policy.judge(trace)
         checked.append(Checked(trace, verdict, epoch, record.version, binding.trace_retention,
                                units.facts(trace, verdict, now), reported_at=now))
         positions.append(index)
