@@ -6,7 +6,8 @@ offline suite) and one read back from Redis (the online gate) are the same
 object, computed by the same code (one extractor, so the lanes cannot drift
 apart). Adding a trace only ever adds integers, so windows merge by summing.
 
-Fields: the scalars in `SCALARS`, and counters under a prefix: `crit_n:<key>`
+Fields (`gatekeeper.window_fields`, where a trace's increments are extracted): the
+scalars in `SCALARS`, and counters under a prefix: `crit_n:<key>`
 and `crit_pass:<key>` per criterion, `steps:<count>` and `cost:<micro-USD
 bucket>` histograms, `rep:<time bucket>` runs that arrived per bucket of their
 start, `lat:<ms bucket>` the latency histogram, `lag:<bucket>` each run's report lag
@@ -26,111 +27,30 @@ from typing import Any
 
 from bindings.models import Invariants
 from gatekeeper.checks.invariants import CRITERIA, TraceVerdict, check
-from gatekeeper.stats.concurrent import bucket_of
-from gatekeeper.stats.matching import REPORTED, reported_fields
+from gatekeeper.stats.matching import REPORTED
 from gatekeeper.stats.statistics import histogram_percentile
-from gatekeeper.stats.units import lag_bucket
+
+# Read from here by the gate and its tests (they were defined here).
+from gatekeeper.window_fields import CELL_EVENTS as CELL_EVENTS
+from gatekeeper.window_fields import CELL_N as CELL_N
+from gatekeeper.window_fields import CLASHES as CLASHES
+from gatekeeper.window_fields import (
+    COST,
+    CRIT_N,
+    CRIT_PASS,
+    FORBID,
+    JSON_COUNTS,
+    LATENCY,
+    LOST,
+    MICROS,
+    STEPS,
+    TOKENS,
+)
+from gatekeeper.window_fields import LAG as LAG
+from gatekeeper.window_fields import TOOL as TOOL
+from gatekeeper.window_fields import cost_bucket as cost_bucket
+from gatekeeper.window_fields import increments as increments
 from rolegate.trace import Trace
-
-#: Scalar fields: traces, passes, traces with a forbidden call, blocking traces,
-#: answered runs, tool calls, failed calls, runs with a failed call, micro-USD,
-#: tokens, milliseconds of latency; and runs whose record said nothing the gate can
-#: judge (`unjudged`: counted apart, in no other field, never a pass).
-SCALARS = ("n", "passes", "forbidden", "blocking", "answered", "calls", "tool_errors",
-           "error_runs", "cost_micros", "tokens", "latency_ms", "unjudged")
-CRIT_N = "crit_n:"
-CRIT_PASS = "crit_pass:"
-STEPS = "steps:"
-COST = "cost:"
-TOOL = "tool:"
-FORBID = "forbid:"
-LOST = "lost:"
-#: Latency histogram: milliseconds rounded up to COST_DIGITS significant digits.
-LATENCY = "lat:"
-#: Tokens histogram, rounded up to COST_DIGITS significant digits.
-TOKENS = "tok:"
-#: Seconds from a run's start to its report's arrival, in `units.lag_bucket`s (the horizon).
-LAG = "lag:"
-#: Not an increment of a trace: the ingest script counts run-id clashes into the window.
-CLASHES = "clashes"
-#: Per (bucket, stratum) counters: runs, and runs with each metric's event.
-CELL_N = "cn:"
-CELL_EVENTS = {"run_failure": "cf:", "tool_error": "ce:", "forbidden_call": "cx:"}
-
-#: The counts `to_json` gives, in its order.
-JSON_COUNTS = ("n", "passes", "forbidden", "blocking", "answered", "calls", "tool_errors",
-               "error_runs", "cost_usd", "tokens", "unjudged")
-MICROS = 1_000_000
-#: Cost histogram resolution: significant digits kept (rounded up), so a p95 read
-#: from it overstates the true value by under 1% and the field count stays small.
-COST_DIGITS = 3
-
-
-def cost_bucket(micros: int) -> int:
-    """Round a cost in micro-USD up to `COST_DIGITS` significant digits."""
-    if micros < 10 ** COST_DIGITS:
-        return max(0, micros)
-    scale: int = 10 ** (len(str(micros)) - COST_DIGITS)
-    return -(-micros // scale) * scale
-
-
-def increments(trace: Trace, verdict: TraceVerdict,
-               reported_at: float | None = None) -> dict[str, int]:
-    """The fields one trace adds to a window (non-zero only: the hash stays small), its
-    report arriving at `reported_at` (ingest's clock; None: at the run's end)."""
-    # Plain dict work: this runs once per ingested trace, on the hot path.
-    # Every arriving run, judged or not, counts as reported in the time bucket it
-    # started in (`gatekeeper.stats.reports` compares these with the assignments).
-    started = reported_fields(trace)
-    start = None if trace.time is None else trace.time - trace.latency_s
-    if not verdict.judged:
-        return {"unjudged": 1, **started}
-    cost = round(trace.cost_usd * MICROS)
-    steps = trace.step_count
-    out = {"n": 1, f"{STEPS}{steps}": 1, f"{COST}{cost_bucket(cost)}": 1, **started}
-    if trace.latency_s:
-        out[f"{LATENCY}{cost_bucket(round(trace.latency_s * 1000))}"] = 1
-    if trace.tokens:
-        out[f"{TOKENS}{cost_bucket(trace.tokens)}"] = 1
-    if verdict.passed:
-        out["passes"] = 1
-    if verdict.forbidden:
-        out["forbidden"] = 1
-        for tool in verdict.forbidden:
-            out[FORBID + tool] = 1
-    if verdict.forbidden or verdict.required_lost:
-        out["blocking"] = 1
-        for tool in verdict.required_lost:
-            out[LOST + tool] = 1
-    if trace.answered:
-        out["answered"] = 1
-    if trace.tool_errors:
-        out["tool_errors"] = trace.tool_errors
-        out["error_runs"] = 1
-    for name, value in (("calls", steps), ("cost_micros", cost), ("tokens", trace.tokens),
-                        ("latency_ms", round(trace.latency_s * 1000))):
-        if value:
-            out[name] = value
-    for name, held in verdict.criteria.items():
-        out[CRIT_N + name] = 1
-        if held:
-            out[CRIT_PASS + name] = 1
-    for tool in trace.tools:
-        key = TOOL + tool
-        out[key] = out.get(key, 0) + 1
-    if start is not None:
-        # A run is born at its start: a slow arm meets an outage in the other's cells.
-        arrived = start + trace.latency_s if reported_at is None else reported_at
-        out[f"{LAG}{lag_bucket(arrived - start)}"] = 1
-        cell = f"{bucket_of(start)}:{trace.rule or ''}"
-        out[CELL_N + cell] = 1
-        if not verdict.passed:
-            out["cf:" + cell] = 1
-        if trace.tool_errors:
-            out["ce:" + cell] = 1
-        if verdict.forbidden:
-            out["cx:" + cell] = 1
-    return out
 
 
 class WindowStats:

@@ -16,7 +16,7 @@ import requests
 from flask import Flask
 
 from bindings.models import VersionedBinding
-from gatekeeper import window
+from gatekeeper import window_fields
 from gatekeeper.checks.invariants import check
 from gatekeeper.machine.decide import decide, evidence_from_view
 from gatekeeper.store.exposures import ExposureStore
@@ -42,7 +42,7 @@ def reported_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs posted long after they started stand for runs that reported at once: their
     lag from start to report is taken as 0, or the concurrent cells and the report
     buckets would rightly wait that long to read them (issue 34's report horizon)."""
-    monkeypatch.setattr(window, "lag_bucket", lambda lag: 0)
+    monkeypatch.setattr(window_fields, "lag_bucket", lambda lag: 0)
 
 
 #: The live router at each url's trace store (`live`): `fill_stage` stores runs through it.

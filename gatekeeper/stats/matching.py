@@ -46,16 +46,16 @@ REPORTED = "rep:"
 ID_REPORTED = "rid:"
 
 
-def reported_fields(trace: Trace) -> dict[str, int]:
-    """The window fields saying `trace`'s run arrived (`gatekeeper.window.increments`): its
-    start's report bucket, under ID_REPORTED too when its run id was minted at assignment;
-    none without a time."""
+def reported_names(trace: Trace) -> tuple[str, ...]:
+    """The window fields saying `trace`'s run arrived, each adding 1
+    (`gatekeeper.window_fields`): its start's report bucket, under ID_REPORTED too when
+    its run id was minted at assignment; none without a time."""
     if trace.time is None:
-        return {}
+        return ()
     bucket = int((trace.time - trace.latency_s) // REPORT_BUCKET_S)
     if trace.run_id.startswith(PREFIX) and is_minted(trace.run_id):
-        return {f"{REPORTED}{bucket}": 1, f"{ID_REPORTED}{bucket}": 1}
-    return {f"{REPORTED}{bucket}": 1}
+        return f"{REPORTED}{bucket}", f"{ID_REPORTED}{bucket}"
+    return (f"{REPORTED}{bucket}",)
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ from gatekeeper.store.trace_keys import (
 )
 from gatekeeper.store.unit_events import UNITS_LUA, UnitFacts, unit_keys
 from gatekeeper.store.window_fold import FOLD_AT, FOLD_FUNCTION, FOLD_NOW_BYTES
-from gatekeeper.window import TOOL, increments
+from gatekeeper.window_fields import TOOL, Increments
 from rolegate.trace import Trace
 
 # KEYS: stream, window hash, tally hash, configs set, binding hash, the window's
@@ -288,17 +288,12 @@ class IngestGroup:
         role, config = self.role, self.config
         items = self.items
         expect = self.expect_known
-        if expect is None and len(items) == 1:
-            # One new trace (every single-trace POST): its increments are the totals.
-            totals = increments(items[0].trace, items[0].verdict, items[0].reported_at)
-        else:
-            expect = expect or [False] * len(items)
-            totals = {}
-            for item, known in zip(items, expect):
-                if not known:
-                    for name, value in increments(item.trace, item.verdict,
-                                                  item.reported_at).items():
-                        totals[name] = totals.get(name, 0) + value
+        # The increments of the traces expected new, summed (`window_fields.Increments`).
+        summed = Increments()
+        for index, item in enumerate(items):
+            if expect is None or not expect[index]:
+                summed.add(item.trace, item.verdict, item.reported_at)
+        totals = summed.totals()
         keys = [*_group_keys(role, config, self.arm, self.epoch)]
         keys += [claims_key(role, item.trace.run_id) for item in items]
         if charge is not None:

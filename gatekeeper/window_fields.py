@@ -1,0 +1,170 @@
+"""The window fields one trace adds: the one extractor both lanes fold traces with.
+
+A trace adds integers to flat `{field: int}` counts (`gatekeeper.window`, which
+reads them back): the scalars in `SCALARS`, and counters under the prefixes
+below. `increments` gives one trace's; `Increments` sums many traces' at once,
+as ingest stores a batch's group of traces in one script call.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from gatekeeper.checks.invariants import TraceVerdict
+from gatekeeper.stats.concurrent import bucket_of
+from gatekeeper.stats.matching import reported_names
+from gatekeeper.stats.units import lag_bucket
+from rolegate.trace import Trace
+
+#: Scalar fields: traces, passes, traces with a forbidden call, blocking traces,
+#: answered runs, tool calls, failed calls, runs with a failed call, micro-USD,
+#: tokens, milliseconds of latency; and runs whose record said nothing the gate can
+#: judge (`unjudged`: counted apart, in no other field, never a pass).
+SCALARS = ("n", "passes", "forbidden", "blocking", "answered", "calls", "tool_errors",
+           "error_runs", "cost_micros", "tokens", "latency_ms", "unjudged")
+CRIT_N = "crit_n:"
+CRIT_PASS = "crit_pass:"
+STEPS = "steps:"
+COST = "cost:"
+TOOL = "tool:"
+FORBID = "forbid:"
+LOST = "lost:"
+#: Latency histogram: milliseconds rounded up to COST_DIGITS significant digits.
+LATENCY = "lat:"
+#: Tokens histogram, rounded up to COST_DIGITS significant digits.
+TOKENS = "tok:"
+#: Seconds from a run's start to its report's arrival, in `units.lag_bucket`s (the horizon).
+LAG = "lag:"
+#: Not an increment of a trace: the ingest script counts run-id clashes into the window.
+CLASHES = "clashes"
+#: Per (bucket, stratum) counters: runs, and runs with each metric's event.
+CELL_N = "cn:"
+CELL_EVENTS = {"run_failure": "cf:", "tool_error": "ce:", "forbidden_call": "cx:"}
+
+#: The counts `to_json` gives, in its order.
+JSON_COUNTS = ("n", "passes", "forbidden", "blocking", "answered", "calls", "tool_errors",
+               "error_runs", "cost_usd", "tokens", "unjudged")
+MICROS = 1_000_000
+#: Cost histogram resolution: significant digits kept (rounded up), so a p95 read
+#: from it overstates the true value by under 1% and the field count stays small.
+COST_DIGITS = 3
+
+
+#: The scalars a trace adds its own value to (every other field it adds 1 to).
+VALUED = ("tool_errors", "calls", "cost_micros", "tokens", "latency_ms")
+#: The fields a verdict alone decides, by verdict (its `json_text`): most of a role's runs
+#: share a handful of verdicts.
+_VERDICT_FIELDS: dict[str, tuple[str, ...]] = {}
+_VERDICT_FIELDS_KEPT = 4096
+
+
+def cost_bucket(micros: int) -> int:
+    """Round a cost in micro-USD up to `COST_DIGITS` significant digits."""
+    if micros < 10 ** COST_DIGITS:
+        return max(0, micros)
+    scale: int = 10 ** (len(str(micros)) - COST_DIGITS)
+    return -(-micros // scale) * scale
+
+
+def increments(trace: Trace, verdict: TraceVerdict,
+               reported_at: float | None = None) -> dict[str, int]:
+    """The fields one trace adds to a window (non-zero only: the hash stays small), its
+    report arriving at `reported_at` (ingest's clock; None: at the run's end)."""
+    one = Increments()
+    one.add(trace, verdict, reported_at)
+    return one.totals()
+
+
+class Increments:
+    """The summed `increments` of several traces, gathered at a batch's speed.
+
+    Ingest sums the increments of each group of traces it stores. Merged dict by
+    dict, that cost about as much as validating the traces; here the names of the
+    fields a trace adds 1 to go into one list, counted at once (`Counter`, in C),
+    and the few it adds a value to (`VALUED`) are summed as numbers. All are
+    non-negative, so a sum is zero only when every trace's was, and then the field
+    is left out as `increments` leaves it out.
+    """
+
+    __slots__ = ("ones", "sums")
+
+    def __init__(self) -> None:
+        self.ones: list[str] = []
+        self.sums = [0] * len(VALUED)
+
+    def add(self, trace: Trace, verdict: TraceVerdict, reported_at: float | None = None) -> None:
+        """Add one trace's fields, its report arriving at `reported_at` (None: at its end)."""
+        ones = self.ones
+        # Every arriving run, judged or not, counts as reported in the time bucket it
+        # started in (`gatekeeper.stats.reports` compares these with the assignments).
+        ones += reported_names(trace)
+        if not verdict.judged:
+            ones.append("unjudged")
+            return
+        latency_s = trace.latency_s
+        cost = round(trace.cost_usd * MICROS)
+        latency_ms = round(latency_s * 1000)
+        steps, tokens, tool_errors = trace.step_count, trace.tokens, trace.tool_errors
+        ones += ("n", f"{STEPS}{steps}", f"{COST}{cost_bucket(cost)}")
+        if latency_s:
+            ones.append(f"{LATENCY}{cost_bucket(latency_ms)}")
+        if tokens:
+            ones.append(f"{TOKENS}{cost_bucket(tokens)}")
+        ones += _verdict_fields(verdict)
+        if trace.answered:
+            ones.append("answered")
+        sums = self.sums
+        if tool_errors:
+            sums[0] += tool_errors
+            ones.append("error_runs")
+        sums[1] += steps
+        sums[2] += cost
+        sums[3] += tokens
+        sums[4] += latency_ms
+        ones += [TOOL + tool for tool in trace.tools]
+        if trace.time is not None:
+            start = trace.time - latency_s
+            # A run is born at its start: a slow arm meets an outage in the other's cells.
+            arrived = start + latency_s if reported_at is None else reported_at
+            ones.append(f"{LAG}{lag_bucket(arrived - start)}")
+            cell = f"{bucket_of(start)}:{trace.rule or ''}"
+            ones.append(CELL_N + cell)
+            if not verdict.passed:
+                ones.append("cf:" + cell)
+            if tool_errors:
+                ones.append("ce:" + cell)
+            if verdict.forbidden:
+                ones.append("cx:" + cell)
+
+    def totals(self) -> dict[str, int]:
+        """{field: sum} of every trace added (non-zero fields only)."""
+        out: dict[str, int] = Counter(self.ones)
+        for name, value in zip(VALUED, self.sums):
+            if value:
+                out[name] = value
+        return out
+
+
+def _verdict_fields(verdict: TraceVerdict) -> tuple[str, ...]:
+    """The fields `verdict` decides on its own (each once), worked out once per verdict."""
+    text = verdict.json_text
+    found = _VERDICT_FIELDS.get(text)
+    if found is None:
+        out: dict[str, None] = {}
+        if verdict.passed:
+            out["passes"] = None
+        if verdict.forbidden:
+            out["forbidden"] = None
+            out.update(dict.fromkeys(FORBID + tool for tool in verdict.forbidden))
+        if verdict.forbidden or verdict.required_lost:
+            out["blocking"] = None
+            out.update(dict.fromkeys(LOST + tool for tool in verdict.required_lost))
+        for name, held in verdict.criteria.items():
+            out[CRIT_N + name] = None
+            if held:
+                out[CRIT_PASS + name] = None
+        found = tuple(out)
+        if len(_VERDICT_FIELDS) >= _VERDICT_FIELDS_KEPT:
+            _VERDICT_FIELDS.clear()
+        _VERDICT_FIELDS[text] = found
+    return found
