@@ -195,3 +195,26 @@ def test_an_ip_address_host_passes_a_name_that_contains_one_does_not() -> None:
         assert allowed(hostname(host), "0.0.0.0", ()), host
     for host in ("10.244.3.17.attacker.example", "0x7f.1", "1.2.3", "attacker.example"):
         assert not allowed(hostname(host), "0.0.0.0", ()), host
+
+
+def test_a_host_decision_from_memory_is_the_same_decision() -> None:
+    """check() remembers each (Host, SERVER_NAME, allowed names) answer: asked again, or with
+    another allow list or server name, it decides as `allowed` does; an over-long Host is
+    refused every time and never kept."""
+    from router.server import hosts
+    from router.server.errors import HostNotAllowed
+
+    cases = [("127.0.0.1:8080", "0.0.0.0", ()), ("api.example:8080", "0.0.0.0", ()),
+             ("api.example:8080", "0.0.0.0", ("api.example",)),
+             ("api.example", "api.example", ()), ("x.attacker.example", "0.0.0.0", (".example",)),
+             ("evil.test", "0.0.0.0", (".example",)), ("a" * 400, "0.0.0.0", ())]
+    for _ in range(3):
+        for header, server_name, extra in cases:
+            expected = hosts.allowed(hosts.hostname(header), server_name, extra)
+            if expected:
+                hosts.check(header, "/v1/resolve/x", server_name, extra)
+            else:
+                with pytest.raises(HostNotAllowed):
+                    hosts.check(header, "/v1/resolve/x", server_name, extra)
+    assert ("a" * 400, "0.0.0.0", ()) not in hosts._decided
+    assert len(hosts._decided) <= hosts.MAX_DECIDED
