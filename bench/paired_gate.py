@@ -198,7 +198,7 @@ def run(runs: int, batch: int, rounds: int) -> None:
                     candidate="*", config="*", arm="*")
         cold = Timings()
         answer: GateView | None = None
-        while not (answer is not None and (answer.paired or {}).get("caught_up")
+        while not (answer is not None and answer.paired is not None and answer.paired.caught_up
                    and getattr(answer.drift, "caught_up", True)) and len(cold) < 200:
             spent, answer = timed(view, 1)
             cold += spent
@@ -210,13 +210,13 @@ def run(runs: int, batch: int, rounds: int) -> None:
             before, old = timed(view, rounds)
         idle, new = timed(view, rounds)
         print(f"  gate_view, paired replayed (before, <= 20,000 runs per arm):        "
-              f"{_ms(before)}   pairs={(old.paired or {})['pairs']:,}")
+              f"{_ms(before)}   pairs={0 if old.paired is None else old.paired.pairs:,}")
         print(f"  gate_view, paired kept, caught up, no new runs:                    "
-              f"{_ms(idle)}   pairs={(new.paired or {})['pairs']:,}")
+              f"{_ms(idle)}   pairs={0 if new.paired is None else new.paired.pairs:,}")
         fresh, new = timed(view, rounds, lambda: fill.add(batch))
         print(f"  gate_view, paired kept, {batch} new jobs per arm stored before each read: "
-              f"{_ms(fresh)}   pairs={(new.paired or {})['pairs']:,}, "
-              f"caught_up={(new.paired or {})['caught_up']}   (target < 500 ms)")
+              f"{_ms(fresh)}   pairs={0 if new.paired is None else new.paired.pairs:,}, "
+              f"caught_up={new.paired is not None and new.paired.caught_up}   (target < 500 ms)")
 
         capped, _ = timed(lambda: replayed_paired(ctx()), rounds)
         total = traces.length(ROLE, "cfg_a", "current")

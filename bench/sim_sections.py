@@ -43,6 +43,10 @@ from gatekeeper.stats.reports import mature_before, report_check
 from gatekeeper.stats.sequential import THETAS
 from gatekeeper.view.concurrent import METRICS, Folded, section_of
 from gatekeeper.view_model import DriftView, GateView, RolloutView, arm_view, drift_view
+from gatekeeper.view_model.concurrent import ConcurrentView, concurrent_view
+from gatekeeper.view_model.criteria import criteria_view
+from gatekeeper.view_model.paired import PairedView
+from gatekeeper.view_model.reports import reports_view
 from gatekeeper.window import WindowStats
 
 #: The most one pass->fail flip raises the flips' log ratio (`sequential.log_ratio`).
@@ -67,19 +71,20 @@ def _arm_json(n: int, passes: int, policy: GatePolicy) -> dict[str, Any]:
     return found
 
 
-_PAIRS: dict[tuple[int, int, int, float, int], dict[str, Any]] = {}
+_PAIRS: dict[tuple[int, int, int, float, int], PairedView] = {}
 
 
-def paired_json(pairs: int, regressions: int, improvements: int, alpha: float,
-                 needed: int) -> dict[str, Any]:
-    """The paired tally's report of those counts (memoized, pure)."""
+def paired_report(pairs: int, regressions: int, improvements: int, alpha: float,
+                  needed: int) -> PairedView:
+    """The paired tally's report of those counts, as the view's model (memoized, pure)."""
     key = (pairs, regressions, improvements, alpha, needed)
     found = _PAIRS.get(key)
     if found is None:
         if len(_PAIRS) > 200_000:
             _PAIRS.clear()
         tally = Tally(pairs=pairs, regressions=regressions, improvements=improvements)
-        found = _PAIRS[key] = tally.report(alpha=alpha, min_samples=needed).as_dict()
+        found = _PAIRS[key] = PairedView.model_validate(
+            tally.report(alpha=alpha, min_samples=needed).as_dict())
     return found
 
 
@@ -252,7 +257,7 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float,
                 judged: arm_view(_arm_json(counts.cand_n, counts.cand_passes, policy))}
     view: dict[str, Any] = {"stage": binding.stage, "arms": arms, "paired": None}
     if binding.stage is Stage.SHADOW:
-        view["paired"] = paired_json(counts.pairs, counts.regressions, counts.improvements,
+        view["paired"] = paired_report(counts.pairs, counts.regressions, counts.improvements,
                                       final_alpha(thresholds.alpha, Stage.SHADOW),
                                       shadow_pairs_needed(thresholds))
     view["drift"] = drift_of(counts, record, fast)
@@ -260,8 +265,9 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float,
         if fast:
             view["concurrent"] = cached_section(counts, record, now)
         else:
-            view["concurrent"] = section_of(counts.cand_cells, counts.cur_cells, binding, now,
-                                            missing_of_stage(counts, record, now))
+            view["concurrent"] = concurrent_view(section_of(
+                counts.cand_cells, counts.cur_cells, binding, now,
+                missing_of_stage(counts, record, now)))
     if counts.rollout is not None:
         if "rollout" not in cache:
             cache["rollout"] = RolloutView.model_validate(counts.rollout.as_dict(binding))
@@ -270,23 +276,24 @@ def view_of(record: VersionedBinding, counts: StageCounts, now: float,
         mature = mature_before(now, policy.reports.grace_seconds)
         found = cache.get("reports")
         if not fast or found is None or found[0] != mature:
-            found = cache["reports"] = (mature, _reports(counts, record, now))
+            found = cache["reports"] = (mature, reports_view(_reports(counts, record, now)))
         view["reports"] = found[1]
     if counts.criteria is not None:
         tests = criteria_tests(_criteria(counts, record), policy.criteria, thresholds.alpha)
-        view["by_criterion"] = {"gate": {judged: [v.as_dict() for v in tests]}}
+        view["by_criterion"] = criteria_view({"gate": {judged: [v.as_dict() for v in tests]}})
     return GateView.model_construct(**view)
 
 
 def cached_section(counts: StageCounts, record: VersionedBinding,
-                   now: float) -> dict[str, Any]:
-    """`fast_section`, kept while no bucket closed and no report bucket matured (it cannot
-    change in between)."""
+                   now: float) -> ConcurrentView:
+    """`fast_section` as the view's model, kept while no bucket closed and no report bucket
+    matured (it cannot change in between)."""
     key = (closed_before(now), None if counts.reports is None else
            mature_before(now, record.binding.gate.reports.grace_seconds))
     found = counts.cache.get("concurrent")
     if found is None or found[0] != key:
-        found = counts.cache["concurrent"] = (key, fast_section(counts, record, now))
+        found = counts.cache["concurrent"] = (key, ConcurrentView.model_validate(
+            fast_section(counts, record, now)))
     return found[1]
 
 

@@ -39,7 +39,7 @@ from bench.sim_sections import (
     criteria_key,
     decision,
     kept_params,
-    paired_json,
+    paired_report,
     verdict_class,
 )
 from bench.sim_state import StageCounts
@@ -62,6 +62,7 @@ from gatekeeper.stats.drift import (
 from gatekeeper.stats.reports import mature_before
 from gatekeeper.stats.rollout import Carried
 from gatekeeper.view_model import DetectorView, DriftOnView
+from gatekeeper.view_model.paired import PairedView
 
 #: A stand-in for decide(): given the binding, the stage counts and the time, an action.
 Rule = Callable[[VersionedBinding, StageCounts, float], Action]
@@ -205,8 +206,9 @@ class Reader:
                                                       observed=found.observed)})
         paired = None
         if self.shadow:
-            paired = {"pairs": c.pairs, "flips": {"pass_to_fail": c.regressions,
-                                                  "fail_to_pass": c.improvements}}
+            paired = PairedView.model_validate({
+                "pairs": c.pairs, "flips": {"pass_to_fail": c.regressions,
+                                            "fail_to_pass": c.improvements}})
         evidence = Evidence(verdict="pass", paired=paired, carried=self.carried,
                             concurrent=cached_section(c, self.record, now),
                             baseline_failure=baseline_failure(drift),
@@ -237,13 +239,13 @@ class Reader:
         section = cached_section(c, self.record, now)
         paired = None
         if self.shadow:
-            paired = paired_json(c.pairs, c.regressions, c.improvements, self.alpha,
-                                  self.needed)
+            paired = paired_report(c.pairs, c.regressions, c.improvements, self.alpha,
+                                   self.needed)
         evidence = Evidence(verdict="pass", n=c.cand_n, passes=c.cand_passes, paired=paired,
                             carried=self.carried, concurrent=section)
         combined = sequential_evidence(binding, evidence)
         self.log_e, self.threshold = combined.log_e, combined.threshold
-        return tuple(section["alarms"]), combined.reject
+        return tuple(section.alarms), combined.reject
 
     def read(self, now: float) -> tuple[Action, bool]:
         """(the action at `now`, True when it is a hold past the deadline: the gatekeeper

@@ -48,6 +48,8 @@ from gatekeeper.view.context import GateContext
 from gatekeeper.view.reports import ReportCounts, merge_missing, missing_for, reports_section
 from gatekeeper.view_model import DriftView, GateView, RolloutView, drift_view
 from gatekeeper.view_model.arms import arms_view
+from gatekeeper.view_model.concurrent import concurrent_view
+from gatekeeper.view_model.reports import reports_view
 from gatekeeper.view_model.units import StretchView, UnitLimitsView, UnitsView, UnitTestView
 from gatekeeper.window import WindowStats, increments
 from rolegate import exposures
@@ -116,8 +118,9 @@ class GateState:
         view["reports"] = reports_section(ctx, counts)
         merge_missing(view["arms"], view["reports"])
         view["arms"] = arms_view(view["arms"])
+        view["reports"] = reports_view(view["reports"])
         view["drift"] = self.drift()
-        view["concurrent"] = concurrent_section(ctx, missing_for(ctx, counts))
+        view["concurrent"] = concurrent_view(concurrent_section(ctx, missing_for(ctx, counts)))
         view["rollout"] = self.rollout
         view["units"] = units
         return GateView.model_construct(**view)

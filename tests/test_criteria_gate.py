@@ -23,6 +23,8 @@ from gatekeeper.stats.criteria_gate import (
 )
 from gatekeeper.stats.sequential import log_ratio
 from gatekeeper.view_model import GateView, arms_view
+from gatekeeper.view_model.criteria import criteria_view
+from gatekeeper.view_model.paired import paired_view
 
 ALPHA = 0.0025
 
@@ -106,11 +108,11 @@ def test_decide_rolls_back_naming_the_key_and_reads_it_from_the_view() -> None:
         stage=Stage.SHADOW, version=3,
         arms=arms_view({"shadow": {"verdict": "pass", "reasons": [], "n": 40, "passes": 40},
                         "current": {"verdict": "pass", "reasons": [], "n": 40, "passes": 40}}),
-        paired={"pairs": 40, "flips": {"pass_to_fail": 0, "fail_to_pass": 0}},
-        by_criterion={"gate": {"shadow": [
+        paired=paired_view({"pairs": 40, "flips": {"pass_to_fail": 0, "fail_to_pass": 0}}),
+        by_criterion=criteria_view({"gate": {"shadow": [
             {"key": "escalation:high-value", "passed": 0, "failed": 30, "current_passed": 30,
              "current_failed": 0, "lost": 30, "gained": 0,
-             "message": "30 cases lost the verifyIdentity call"}]}})
+             "message": "30 cases lost the verifyIdentity call"}]}}))
     evidence = evidence_from_view(view)
     assert evidence.criteria[0].lost == 30
     decision = decide("r", _record(), evidence, now=100.0)

@@ -18,6 +18,8 @@ from gatekeeper.machine.decide import (
 )
 from gatekeeper.machine.stages import TRANSITIONS, Event, apply
 from gatekeeper.view_model import DetectorView, DriftOnView, GateView, arms_view
+from gatekeeper.view_model.concurrent import concurrent_view
+from gatekeeper.view_model.paired import paired_view
 
 NOW = 1_000_000.0
 POLICY = GatePolicy(thresholds=Thresholds(min_samples=20, min_stage_seconds=60,
@@ -89,12 +91,12 @@ def test_shadow_needs_paired_pass() -> None:
     """Shadow advances only on a passing paired report, rolls back on a failing one."""
     record = _record(Stage.SHADOW)
     waiting = Evidence(verdict="pass", n=100, passes=95,
-                       paired={"verdict": "insufficient", "reasons": ["5 pairs"]})
+                       paired=paired_view({"verdict": "insufficient", "reasons": ["5 pairs"]}))
     assert decide("r", record, waiting, NOW).action is Action.HOLD
     failing = Evidence(verdict="pass", n=100, passes=95,
-                       paired={"verdict": "fail", "reasons": ["lost verify"]})
+                       paired=paired_view({"verdict": "fail", "reasons": ["lost verify"]}))
     assert decide("r", record, failing, NOW).action is Action.ROLLBACK
-    passing = Evidence(verdict="pass", n=100, passes=95, paired=PAIRED_PASS)
+    passing = Evidence(verdict="pass", n=100, passes=95, paired=paired_view(PAIRED_PASS))
     assert decide("r", record, passing, NOW).action is Action.ADVANCE
 
 
@@ -203,7 +205,8 @@ def test_sequential_mcnemar_rolls_back_before_enough_data() -> None:
     paired = {"verdict": "insufficient", "reasons": ["14 pairs"], "pairs": 14,
               "flips": {"pass_to_fail": 14, "fail_to_pass": 0}}
     # The shadow's own pass rate (14 of 14) gives the rate and floor tests nothing.
-    evidence = Evidence(verdict="insufficient_data", n=14, passes=14, paired=paired)
+    evidence = Evidence(verdict="insufficient_data", n=14, passes=14,
+                        paired=paired_view(paired))
     decision = decide("r", _shadow(None), evidence, NOW)
     assert decision.action is Action.ROLLBACK and "mostly flips" in decision.reason
     assert decision.details["sequential"]["reject"] is True
@@ -212,17 +215,18 @@ def test_sequential_mcnemar_rolls_back_before_enough_data() -> None:
 def test_balanced_flips_do_not_trip_the_sequential_test() -> None:
     """Flips that are as many one way as the other advance a passing shadow."""
     paired = {**PAIRED_PASS, "flips": {"pass_to_fail": 6, "fail_to_pass": 6}}
-    evidence = Evidence(verdict="pass", n=100, passes=95, paired=paired)
+    evidence = Evidence(verdict="pass", n=100, passes=95, paired=paired_view(paired))
     assert decide("r", _shadow(None), evidence, NOW).action is Action.ADVANCE
 
 
 def test_shadow_holds_until_min_shadow_pairs() -> None:
     """A passing shadow holds below min_shadow_pairs and advances once it has them."""
     record = _shadow(500)
-    short = Evidence(verdict="pass", n=100, passes=95, paired=PAIRED_PASS)
+    short = Evidence(verdict="pass", n=100, passes=95, paired=paired_view(PAIRED_PASS))
     decision = decide("r", record, short, NOW)
     assert decision.action is Action.HOLD and "100 of min_shadow_pairs 500" in decision.reason
-    enough = Evidence(verdict="pass", n=500, passes=475, paired={**PAIRED_PASS, "pairs": 500})
+    enough = Evidence(verdict="pass", n=500, passes=475,
+                      paired=paired_view({**PAIRED_PASS, "pairs": 500}))
     assert decide("r", record, enough, NOW).action is Action.ADVANCE
 
 
@@ -283,8 +287,9 @@ def test_the_stage_end_look_names_the_missing_runs_it_counted_as_failed() -> Non
     comparison = {"logs": [0.0] * len(RISKS), "cells": 40,
                   "candidate": {"n": 400, "events": 60}, "current": {"n": 2000, "events": 100}}
     evidence = Evidence(verdict="pass", n=370, passes=340, current_n=2000, current_passes=1900,
-                        concurrent={"metrics": {"run_failure": comparison}, "alarms": [],
-                                    "missing": {"candidate": 30, "current": 0}})
+                        concurrent=concurrent_view({
+                            "metrics": {"run_failure": comparison}, "alarms": [],
+                            "missing": {"candidate": 30, "current": 0}}))
     record = _record(Stage.CANARY, 0.5)
     # The power hold off: the look is read on the tick that would advance.
     unpowered = record.binding.model_copy(update={"gate": POLICY.model_copy(

@@ -15,6 +15,7 @@ from gatekeeper.stats.budget import (
     final_alpha,
     weights,
 )
+from gatekeeper.view_model.paired import paired_view
 
 NOW = 1_000_000.0
 POLICY = GatePolicy(thresholds=Thresholds(min_samples=200, min_stage_seconds=600,
@@ -35,7 +36,7 @@ def _shadow_evidence(regressions: int, improvements: int) -> Evidence:
               "flips": {"pass_to_fail": regressions, "fail_to_pass": improvements}}
     passes = 950 - regressions + improvements
     return Evidence(verdict="pass", n=pairs, passes=passes, current_n=pairs, current_passes=950,
-                    paired=paired)
+                    paired=paired_view(paired))
 
 
 def test_the_fixed_sample_mcnemar_is_not_read_during_the_hold() -> None:

@@ -11,6 +11,7 @@ from bindings.models import Binding, CanaryStep, GatePolicy, Stage, Thresholds, 
 from gatekeeper.machine.decide import Action, Evidence, decide
 from gatekeeper.machine.durations import stage_minimum
 from gatekeeper.machine.next_step import next_step
+from gatekeeper.view_model.paired import paired_view
 
 #: 2026-12-01 12:00:00 UTC.
 NOON = float(calendar.timegm((2026, 12, 1, 12, 0, 0)))
@@ -94,7 +95,7 @@ def test_idle_roles_say_what_would_move_them(stage: Stage, candidate: str | None
 def test_shadow_waits_for_pairs() -> None:
     """In shadow a missing pair count is a wait of its own, named by its setting."""
     paired = {"verdict": "insufficient_data", "reasons": [], "pairs": 150}
-    evidence = Evidence(verdict="pass", n=400, passes=390, paired=paired)
+    evidence = Evidence(verdict="pass", n=400, passes=390, paired=paired_view(paired))
     step = next_step("r", _record(Stage.SHADOW), evidence, NOON)
     assert step.lines() == ["needs 50 more paired runs (min_samples 200)", "next: canary 0.1"]
 

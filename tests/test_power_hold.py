@@ -19,6 +19,8 @@ from gatekeeper.machine.decide import Action, Evidence, decide
 from gatekeeper.stats.concurrent import Comparison
 from gatekeeper.stats.power import Paired, Unpaired, alternative, power_of
 from gatekeeper.view_model import DetectorView, DriftOnView
+from gatekeeper.view_model.concurrent import concurrent_view
+from gatekeeper.view_model.paired import paired_view
 from rolegate.http import ApiClient
 from tests.conftest import GATEKEEPER, OPERATOR, auth
 from tests.population import Population
@@ -95,9 +97,10 @@ def _shadow_evidence(pairs: int) -> Evidence:
                        current_n=pairs, current_events=failed)
     return Evidence(verdict="pass", n=pairs, passes=pairs - failed, current_n=pairs,
                     current_passes=pairs - failed,
-                    paired={"verdict": "pass", "reasons": [], "pairs": pairs,
-                            "flips": {"pass_to_fail": 0, "fail_to_pass": 0}},
-                    concurrent={"metrics": {"run_failure": cells.as_dict()}, "alarms": []})
+                    paired=paired_view({"verdict": "pass", "reasons": [], "pairs": pairs,
+                                        "flips": {"pass_to_fail": 0, "fail_to_pass": 0}}),
+                    concurrent=concurrent_view({"metrics": {"run_failure": cells.as_dict()},
+                                                "alarms": []}))
 
 
 def test_a_shadow_with_too_few_pairs_holds_for_power_and_says_so() -> None:
@@ -125,9 +128,10 @@ def test_the_alternative_is_sized_on_the_rate_current_showed_not_its_upper_bound
     cells = Comparison(cells=pairs // 30, candidate_n=pairs, current_n=pairs)
     clean = Evidence(verdict="pass", n=pairs, passes=pairs, current_n=pairs,
                      current_passes=pairs,
-                     paired={"verdict": "pass", "reasons": [], "pairs": pairs,
-                             "flips": {"pass_to_fail": 0, "fail_to_pass": 0}},
-                     concurrent={"metrics": {"run_failure": cells.as_dict()}, "alarms": []},
+                     paired=paired_view({"verdict": "pass", "reasons": [], "pairs": pairs,
+                                         "flips": {"pass_to_fail": 0, "fail_to_pass": 0}}),
+                     concurrent=concurrent_view({"metrics": {"run_failure": cells.as_dict()},
+                                                 "alarms": []}),
                      baseline_failure=0.0006, baseline_runs=5000, baseline_bounded=True)
     drift = DriftOnView.model_construct(candidate={"run_failure": DetectorView.model_construct(
         p0=0.0006, reference=5000, observed=0.0)})

@@ -45,7 +45,7 @@ the fixed-sample ones (rule 6) are read exactly once.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +78,8 @@ from gatekeeper.machine.vocabulary import Action as Action  # re-exported for de
 from gatekeeper.stats.budget import CONCURRENT, FLIPS, FLOOR, RATE, Combined, final_alpha
 from gatekeeper.stats.criteria_gate import KeyVerdict, acting, criteria_tests
 from gatekeeper.stats.rollout import LIVE_STAGES, StageCounts, rollout_evidence
-from gatekeeper.stats.sequential import flips_of, upper_p0
+from gatekeeper.stats.sequential import upper_p0
+from gatekeeper.view_model.paired import PairedView
 
 
 @dataclass(frozen=True)
@@ -176,9 +177,9 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
     paired = evidence.paired if binding.stage is Stage.SHADOW else None
     # A pair that lost a required tool fails at once; so does a failing report that
     # does not say why (no McNemar figures). A McNemar failure waits for the look.
-    if paired is not None and paired.get("verdict") == "fail" and (
-            paired.get("blocking") or "mcnemar" not in paired) and (failed := fail(
-                "shadow", "shadow comparison failed: " + "; ".join(paired.get("reasons", [])))):
+    if paired is not None and paired.verdict == "fail" and (
+            paired.blocking or paired.mcnemar is None) and (failed := fail(
+                "shadow", "shadow comparison failed: " + "; ".join(paired.reasons))):
         return failed
     combined = sequential_evidence(binding, evidence)
     if combined.reject and (failed := fail(
@@ -275,7 +276,7 @@ def sequential_evidence(binding: Binding, evidence: Evidence) -> Combined:
     stage = binding.stage
     flips = None
     if stage is Stage.SHADOW and evidence.paired is not None:
-        flips = flips_of(evidence.paired)
+        flips = (evidence.paired.regressions, evidence.paired.improvements)
     counts = StageCounts(stage, evidence.n, evidence.passes, flips, concurrent_of(evidence))
     return rollout_evidence(binding, counts, evidence.carried, rate_p0(evidence))
 
@@ -299,12 +300,13 @@ def rate_p0(evidence: Evidence) -> float | None:
     return min(0.999, bounded)
 
 
-def _rejected(combined: Combined, evidence: Evidence, paired: Mapping[str, Any] | None) -> str:
+def _rejected(combined: Combined, evidence: Evidence, paired: PairedView | None) -> str:
     lead = combined.leading()
     carried = evidence.carried if evidence.carried is not None and evidence.carried.complete \
         else None
     n, passes = evidence.n, evidence.passes
-    regressions, improvements = flips_of(paired or {})
+    regressions, improvements = (0, 0) if paired is None \
+        else (paired.regressions, paired.improvements)
     if carried is not None:
         n, passes = n + carried.n, passes + carried.passes
         regressions, improvements = (regressions + carried.flips[0],
@@ -326,7 +328,6 @@ def _numbers(evidence: Evidence) -> dict[str, Any]:
                            "passes": evidence.passes, "current_n": evidence.current_n,
                            "current_passes": evidence.current_passes}
     if evidence.paired is not None:
-        out["paired"] = {k: evidence.paired[k] for k in ("pairs", "flips", "mcnemar")
-                         if k in evidence.paired}
+        out["paired"] = evidence.paired.recorded()
     out.update(evidence.figures)
     return out

@@ -22,6 +22,9 @@ from gatekeeper.stats.concurrent import Comparison
 from gatekeeper.stats.criteria_gate import KeyCounts
 from gatekeeper.stats.rollout import Carried, EarlierStage
 from gatekeeper.view_model import GateView, RolloutView, UnitsView
+from gatekeeper.view_model.concurrent import ConcurrentView
+from gatekeeper.view_model.paired import PairedView
+from gatekeeper.view_model.reports import ReportsView
 
 
 @dataclass(frozen=True)
@@ -38,8 +41,9 @@ class Evidence:
     #: Current-arm traces over the same period (for the comparison), or its recent history.
     current_n: int = 0
     current_passes: int = 0
-    #: The shadow paired report (pairing.PairedReport.as_dict()), in shadow only.
-    paired: Mapping[str, Any] | None = None
+    #: The view's `paired` section (shadow's report), in shadow only. A test or simulator
+    #: holding a report's JSON validates it first (`view_model.paired.paired_view`).
+    paired: PairedView | None = None
     #: The current arm's failure rate the candidate is tested against (the drift
     #: detector's run_failure p0); None: no sequential rate test.
     baseline_failure: float | None = None
@@ -55,7 +59,7 @@ class Evidence:
     #: has none, and the sequential tests run over this stage alone at the stage alpha.
     carried: Carried | None = None
     #: The view's `concurrent` section: when present what rolls back (`machine.matched`).
-    concurrent: Mapping[str, Any] | None = None
+    concurrent: ConcurrentView | None = None
     #: Metrics whose CUSUM alarms on the candidate, and on the current arm.
     candidate_alarms: tuple[str, ...] = ()
     current_alarms: tuple[str, ...] = ()
@@ -64,7 +68,7 @@ class Evidence:
     #: Why promotion waits for the judge's evidence (the view's judges.wait), if it does.
     judged_wait: str | None = None
     #: The gate view's `reports` section (assigned against reported); None: none.
-    reports: Mapping[str, Any] | None = None
+    reports: ReportsView | None = None
     #: The view's `units` section (`gatekeeper.view.units`); None: no unit test.
     units: UnitsView | None = None
     #: Extra figures to keep in the history entry.
@@ -77,7 +81,6 @@ def evidence_from_view(view: GateView | Mapping[str, Any]) -> Evidence:
         view = GateView.model_validate(view)
     judged = "shadow" if view.stage is Stage.SHADOW else "candidate"
     arm = view.arms.get(judged)
-    keys = ((view.by_criterion or {}).get("gate") or {}).get(judged) or []
     current = view.arms.get("current")
     drift = view.drift
     alarms = [] if drift is None else drift.alarms
@@ -99,8 +102,8 @@ def evidence_from_view(view: GateView | Mapping[str, Any]) -> Evidence:
         candidate_alarms=tuple(a.metric for a in alarms if a.arm == "candidate"),
         current_alarms=tuple(a.metric for a in alarms if a.arm == "current"),
         carried=carried_of(view.rollout),
-        criteria=tuple(KeyCounts.from_dict(k) for k in keys if isinstance(k, Mapping)),
-        judged_wait=(view.judges or {}).get("wait"),
+        criteria=() if view.by_criterion is None else view.by_criterion.keys_of(judged),
+        judged_wait=None if view.judges is None else view.judges.wait,
         reports=view.reports,
         concurrent=view.concurrent,
         units=view.units,

@@ -130,7 +130,7 @@ def _counts(binding: Binding, evidence: Evidence) -> list[Hold]:
             if evidence.n < need else Wait("runs", None, evidence.n, need, reason)))
     paired = evidence.paired if binding.stage is Stage.SHADOW else None
     if paired is not None:
-        pairs, need = int(paired.get("pairs", 0)), shadow_pairs_needed(thresholds)
+        pairs, need = paired.pairs, shadow_pairs_needed(thresholds)
         setting = "min_shadow_pairs" if thresholds.min_shadow_pairs is not None \
             else "min_samples"
         if pairs < need:

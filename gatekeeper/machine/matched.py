@@ -9,20 +9,20 @@ a rollback's reason says how many. Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from gatekeeper.stats.concurrent import Comparison
 from gatekeeper.stats.drift import RUN_FAILURE
 from gatekeeper.stats.rollout import Carried
+from gatekeeper.view_model.concurrent import ConcurrentView
 
 
 class Evidence(Protocol):
     """The fields of `decide.Evidence` read here (a protocol: decide imports this module)."""
 
     @property
-    def concurrent(self) -> Mapping[str, Any] | None: ...
+    def concurrent(self) -> ConcurrentView | None: ...
 
     @property
     def candidate_alarms(self) -> tuple[str, ...]: ...
@@ -35,8 +35,7 @@ def concurrent_of(evidence: Evidence) -> Comparison | None:
     """The stage's run-failure comparison with concurrent current; None without the section."""
     if evidence.concurrent is None:
         return None
-    metrics = evidence.concurrent.get("metrics") or {}
-    return Comparison.from_dict(metrics.get(RUN_FAILURE))
+    return evidence.concurrent.comparison(RUN_FAILURE)
 
 
 def matched(evidence: E) -> E:
@@ -56,7 +55,7 @@ def candidate_alarms(evidence: Evidence) -> tuple[list[str], str]:
     the section, the drift detectors against current's p0."""
     if evidence.concurrent is None:
         return list(evidence.candidate_alarms), "drift alarm"
-    alarms = [str(m) for m in evidence.concurrent.get("alarms", ())]
+    alarms = list(evidence.concurrent.alarms)
     counted = missing_words(evidence) if RUN_FAILURE in alarms else ""
     return alarms, "CUSUM against concurrent current" + (f", {counted}," if counted else "") \
         + " alarms"
@@ -65,10 +64,10 @@ def candidate_alarms(evidence: Evidence) -> tuple[list[str], str]:
 def missing_words(evidence: Evidence) -> str:
     """"counting N candidate and M current runs that never reported as failed" when the
     run-failure comparison counted any (`gate.reports.missing_runs`), else ""."""
-    missing = (evidence.concurrent or {}).get("missing")
-    if not isinstance(missing, Mapping):
+    missing = None if evidence.concurrent is None else evidence.concurrent.missing
+    if missing is None:
         return ""
-    cand, cur = int(missing.get("candidate", 0)), int(missing.get("current", 0))
+    cand, cur = missing.candidate, missing.current
     if not cand and not cur:
         return ""
     return (f"counting {cand} candidate and {cur} current runs that never reported as failed "

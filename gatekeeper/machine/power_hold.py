@@ -15,26 +15,25 @@ no comparison to size); `gate.power: null` or `min_power: 0` turns it off.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any, Protocol
 
 from bindings.models import Binding, Stage
 from gatekeeper.stats.budget import SEQUENTIAL_SHARE, weights
-from gatekeeper.stats.concurrent import Comparison
 from gatekeeper.stats.drift import RUN_FAILURE
 from gatekeeper.stats.power import Paired, Power, Unpaired, power_of
 from gatekeeper.stats.rollout import Carried, rollout_alpha
-from gatekeeper.stats.sequential import flips_of
+from gatekeeper.view_model.concurrent import ConcurrentView
+from gatekeeper.view_model.paired import PairedView
 
 
 class Evidence(Protocol):
     """The fields of `decide.Evidence` read here (decide imports this module)."""
 
     @property
-    def concurrent(self) -> Mapping[str, Any] | None: ...
+    def concurrent(self) -> ConcurrentView | None: ...
 
     @property
-    def paired(self) -> Mapping[str, Any] | None: ...
+    def paired(self) -> PairedView | None: ...
 
     @property
     def carried(self) -> Carried | None: ...
@@ -61,8 +60,7 @@ def rollout_power(binding: Binding, evidence: Evidence, scale: float = 1.0) -> P
     carried = evidence.carried if evidence.carried is not None and evidence.carried.complete \
         else None
     earlier = carried.stages if carried is not None else ()
-    metrics = evidence.concurrent.get("metrics") or {}
-    stage = Comparison.from_dict(metrics.get(RUN_FAILURE))
+    stage = evidence.concurrent.comparison(RUN_FAILURE)
     comparisons = [(s.concurrent.candidate_n, s.concurrent.current_n, s.concurrent.current_events)
                    for s in earlier]
     comparisons.append((round(stage.candidate_n * scale), round(stage.current_n * scale),
@@ -75,9 +73,9 @@ def rollout_power(binding: Binding, evidence: Evidence, scale: float = 1.0) -> P
             if s.stage is Stage.SHADOW:
                 pairs, discordant = pairs + s.n, discordant + s.regressions + s.improvements
         if binding.stage is Stage.SHADOW and evidence.paired is not None:
-            regressions, improvements = flips_of(evidence.paired)
-            pairs += round(int(evidence.paired.get("pairs", 0)) * scale)
-            discordant += round((regressions + improvements) * scale)
+            paired = evidence.paired
+            pairs += round(paired.pairs * scale)
+            discordant += round((paired.regressions + paired.improvements) * scale)
         shadow = Paired(pairs, discordant)
     failures = sum(c[2] for c in comparisons)
     runs = sum(c[1] for c in comparisons)

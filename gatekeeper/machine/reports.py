@@ -9,21 +9,22 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from gatekeeper.stats.reports import BOTH_SHORT, LAGGING, SHORT
+from gatekeeper.view_model.reports import ReportsView
 
 ROLLBACK = "rollback"
 HOLD = "hold"
 ALERT = "alert"
 
 
-def report_step(section: Mapping[str, Any] | None) -> tuple[str, str] | None:
+def report_step(section: ReportsView | None) -> tuple[str, str] | None:
     """(rollback | hold | alert, reason) for the view's `reports` section; None: no effect."""
-    if not isinstance(section, Mapping):
+    if section is None:
         return None
-    verdict, reason = section.get("verdict"), str(section.get("reason", ""))
+    verdict, reason = section.verdict, section.reason
     if verdict == SHORT:
         return ROLLBACK, reason
     if verdict == BOTH_SHORT:
@@ -33,7 +34,7 @@ def report_step(section: Mapping[str, Any] | None) -> tuple[str, str] | None:
     return None
 
 
-def report_decision(section: Mapping[str, Any] | None, fail: Callable[..., Any],
+def report_decision(section: ReportsView | None, fail: Callable[..., Any],
                     hold: Callable[..., Any]) -> Any:
     """decide()'s answer to the `reports` section: `fail("reports", ...)` (roll back, or what
     gate.responses says), `hold(reason, ...)` (with the reason as an alert when no
@@ -42,7 +43,8 @@ def report_decision(section: Mapping[str, Any] | None, fail: Callable[..., Any],
     if step is None:
         return None
     kind, reason = step
+    shown = None if section is None else section.as_json()  # the decision keeps the section
     if kind == ROLLBACK:
-        return fail("reports", reason, reports=section)
-    held = hold(reason, reports=section)
+        return fail("reports", reason, reports=shown)
+    held = hold(reason, reports=shown)
     return dataclasses.replace(held, alerts=(*held.alerts, reason)) if kind == ALERT else held

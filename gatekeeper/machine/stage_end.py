@@ -8,12 +8,11 @@ current's over the cells both arms ran in (`machine.matched`). Pure.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from statistics import NormalDist
-from typing import Any, Protocol
+from typing import Protocol
 
-from gatekeeper.stats.sequential import flips_of
 from gatekeeper.stats.statistics import difference_interval, mcnemar_exact
+from gatekeeper.view_model.paired import PairedView
 
 
 class Counts(Protocol):
@@ -32,12 +31,12 @@ class Counts(Protocol):
     def current_passes(self) -> int: ...
 
 
-def mcnemar_worse(paired: Mapping[str, Any], level: float) -> str | None:
+def mcnemar_worse(paired: PairedView, level: float) -> str | None:
     """A reason when the exact McNemar test, read once at the stage's end, rejects."""
-    regressions, improvements = flips_of(paired)
-    one_sided = (paired.get("mcnemar") or {}).get("one_sided")
-    if not isinstance(one_sided, (int, float)):
-        one_sided = mcnemar_exact(regressions, improvements)[0]
+    regressions, improvements = paired.regressions, paired.improvements
+    # A report without its McNemar figures (a simulator's): computed from the flips.
+    one_sided = paired.mcnemar.one_sided if paired.mcnemar is not None \
+        else mcnemar_exact(regressions, improvements)[0]
     if one_sided >= level:
         return None
     return (f"shadow McNemar at the stage's end: {regressions} pass->fail vs {improvements} "

@@ -1,9 +1,8 @@
 """The gate view of one role: every section, computed from one `GateContext`.
 
 `gate_view` is what `GET /v1/roles/<role>/gate` answers, what the dashboard
-shows and what the gatekeeper decides on. Add a section by writing
-one more field on `model.GateView` and
-`name=section(ctx)` here.
+shows and what the gatekeeper decides on. Add a section by writing its model in
+`gatekeeper.view_model`, one more field on `GateView`, and `name=section(ctx)` here.
 """
 
 from __future__ import annotations
@@ -26,7 +25,13 @@ from gatekeeper.view.sections import drift_section, paired_section
 from gatekeeper.view.units import units_section
 from gatekeeper.view_model import GatekeeperView, GateView
 from gatekeeper.view_model.arms import arms_view
+from gatekeeper.view_model.comparison import comparison_view, previous_view
+from gatekeeper.view_model.concurrent import concurrent_view
+from gatekeeper.view_model.criteria import criteria_view
+from gatekeeper.view_model.judges import judges_view
 from gatekeeper.view_model.next import annotate_next
+from gatekeeper.view_model.paired import paired_view
+from gatekeeper.view_model.reports import reports_view
 
 
 def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) -> GateView:
@@ -47,11 +52,14 @@ def gate_view(store: BindingStore, traces: TraceStore, role: str, now: float) ->
     rollout = rollout_section(store, ctx)
     units = units_section(ctx, rollout)
     keeper = GatekeeperView.model_validate(HeartbeatStore(traces.connection).summary())
+    # The builders make JSON-ready dicts (some kept between views); each becomes its model.
     view = GateView.model_construct(
-        **view_header(ctx), arms=arms_view(arms), comparison=comparison, by_criterion=by_criterion,
-        judges=judges, reports=reports, paired=paired, drift=drift, concurrent=concurrent,
-        rollout=rollout, units=units, difference=difference_section(ctx, units),
-        previous=previous_section(store, traces, ctx.record, now),
+        **view_header(ctx), arms=arms_view(arms), comparison=comparison_view(comparison),
+        by_criterion=criteria_view(by_criterion), judges=judges_view(judges),
+        reports=reports_view(reports), paired=paired_view(paired), drift=drift,
+        concurrent=concurrent_view(concurrent), rollout=rollout, units=units,
+        difference=difference_section(ctx, units),
+        previous=previous_view(previous_section(store, traces, ctx.record, now)),
         gatekeeper=keeper, next=None)
     # Last: it reads the sections above, as the gatekeeper's decide() does; it says
     # plainly when no gatekeeper is there to take the step it names.

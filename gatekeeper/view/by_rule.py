@@ -18,6 +18,7 @@ from gatekeeper.view.context import GateContext, arm_configs, view_header
 from gatekeeper.view.sections import MAX_REPLAY
 from gatekeeper.view_model import RuleView
 from gatekeeper.view_model.arms import arms_view
+from gatekeeper.view_model.comparison import comparison_view
 from gatekeeper.window import WindowStats
 from rolegate.routing import rule_id
 
@@ -43,4 +44,4 @@ def rule_view(store: BindingStore, traces: TraceStore, role: str, rule: str,
     # `next` stays null: the gatekeeper decides on the whole stage, not on one rule's slice.
     return RuleView.model_construct(
         **view_header(ctx), rule={"id": rule, **rules[rule].model_dump(mode="json")},
-        arms=arms_view(arms_section(ctx)), comparison=comparison_section(ctx), next=None)
+        arms=arms_view(arms_section(ctx)), comparison=comparison_view(comparison_section(ctx)), next=None)

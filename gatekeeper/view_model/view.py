@@ -8,8 +8,10 @@ instead of string keys on both ends. The builder makes them with
 tick, so validating it again would buy nothing; a JSON view read back (the
 gatekeeper's over HTTP, a test's) is validated with `GateView.model_validate`.
 
-A section not typed yet is `dict[str, Any]`: its shape is still the builder's
-(`gatekeeper.view.<section>`) alone. Pure: the pure core imports it.
+Every section is typed, one module per concern (`gatekeeper.view_model.<section>`);
+what is still `dict[str, Any]` (a rule's definition, a judged criterion's regressions,
+the pairwise judge's figures, a rollback entry's details) is a figure passed through
+as its builder made it. Pure: the pure core imports it.
 """
 
 from __future__ import annotations
@@ -20,9 +22,15 @@ from pydantic import BaseModel, ConfigDict
 
 from bindings.models import GatePolicy, Stage
 from gatekeeper.view_model.arms import ArmView
+from gatekeeper.view_model.comparison import ComparisonView, PreviousView
+from gatekeeper.view_model.concurrent import ConcurrentView
+from gatekeeper.view_model.criteria import ByCriterionView
 from gatekeeper.view_model.drift import DriftView
+from gatekeeper.view_model.judges import JudgesView
 from gatekeeper.view_model.keeper import GatekeeperView
 from gatekeeper.view_model.next import NextView
+from gatekeeper.view_model.paired import PairedView
+from gatekeeper.view_model.reports import ReportsView
 from gatekeeper.view_model.rollout import RolloutView
 from gatekeeper.view_model.section import Section
 from gatekeeper.view_model.units import DifferenceView, Number, UnitsView
@@ -67,7 +75,7 @@ class RuleView(GateHeader):
     #: The rule: its id and its definition as the binding holds it.
     rule: dict[str, Any]
     arms: dict[str, ArmView]
-    comparison: dict[str, dict[str, Any]]
+    comparison: dict[str, ComparisonView]
     #: Always null: the gatekeeper decides on the whole stage, not on one rule's slice.
     next: None = None
 
@@ -78,17 +86,17 @@ class GateView(GateHeader):
     #: arm -> its config, the gate's verdict, reasons and figures (`gatekeeper.view.arms`).
     arms: dict[str, ArmView]
     #: arm -> against current over the same period (`arms.comparison_section`).
-    comparison: dict[str, dict[str, Any]]
-    by_criterion: dict[str, Any] | None = None
-    judges: dict[str, Any] | None = None
-    reports: dict[str, Any] | None = None
-    paired: dict[str, Any] | None = None
+    comparison: dict[str, ComparisonView]
+    by_criterion: ByCriterionView | None = None
+    judges: JudgesView | None = None
+    reports: ReportsView | None = None
+    paired: PairedView | None = None
     drift: DriftView | None = None
-    concurrent: dict[str, Any] | None = None
+    concurrent: ConcurrentView | None = None
     rollout: RolloutView | None = None
     units: UnitsView | None = None
     difference: list[DifferenceView] | None = None
-    previous: dict[str, Any] | None = None
+    previous: PreviousView | None = None
     gatekeeper: GatekeeperView | None = None
     #: What the gatekeeper does next (`gatekeeper.machine.next_step`); set last.
     next: NextView | None = None

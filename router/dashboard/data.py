@@ -227,5 +227,5 @@ def role_detail(store: BindingStore, traces: TraceStore, role: str, now: float) 
         "pass_rates": pass_rates(traces, record, now),
         "cusum_arm": watched,
         "cusum": cusum,
-        "trajectory": paired.get("trajectory") if isinstance(paired, dict) else None,
+        "trajectory": None if paired is None else dict(paired.trajectory),
     }

@@ -83,28 +83,10 @@ ROLE_QUERY = {"name": "role", "in": "query", "required": False,
 STORED_TRACE = _obj("id", "received", "role", "trace", "verdict",
                     id={"type": "string"}, received={"type": "number"},
                     role={"type": "string"}, trace=ref("Trace"), verdict=OBJECT)
-#: One arm's runs with ids (gatekeeper.stats.matching.run_figures).
-_RUN_FIGURES = {**_obj("with_id", "matched", "missing", "in_flight",
-                       with_id={"type": "integer", "minimum": 0,
-                                "description": "Runs assigned with a run id, past the grace."},
-                       matched={"type": "integer", "minimum": 0,
-                                "description": "Of those, reported under their own id."},
-                       missing={"type": "integer", "minimum": 0,
-                                "description": "Of those, whose id never reported."},
-                       in_flight={"type": "integer", "minimum": 0,
-                                  "description": "Runs within the grace not reported yet."}),
-                "additionalProperties": False}
-REPORTS = {"anyOf": [{"type": "object", "properties": {
-    "runs": {**_obj("candidate", "current", candidate=_RUN_FIGURES, current=_RUN_FIGURES),
-             "description": "Reports matched to their own assignments by run id, over the "
-                            "reporters whose missing runs count (runs without ids: bucket "
-                            "arithmetic, docs/gatekeeper.md)."}}},
-                     {"type": "null"}]}
 #: `gatekeeper.view_model`: the whole view, or one targeting rule's (`?rule=R`); generated
-#: from the models the view is built as, so a field added to one is in the schema. The
-#: `reports` section is not typed yet: its `runs` are described here.
-GATE = {"allOf": [{"anyOf": [ref("GateView"), ref("RuleView")]},
-                  {"type": "object", "properties": {"reports": REPORTS}}]}
+#: from the models the view is built as, every section included, so a field added to one
+#: is in the schema.
+GATE = {"anyOf": [ref("GateView"), ref("RuleView")]}
 
 MORE_PATHS: dict[str, dict[str, dict[str, Any]]] = {
     "/v1/traces": {"post": {
