@@ -75,3 +75,22 @@ def test_gatekeeper_unit_restarts_always_and_stops_with_term() -> None:
     assert service["ExecStart"].endswith("rolegate gatekeeper")
     assert service["Restart"] == "always" and service["KillSignal"] == "SIGTERM"
     assert service["User"] == "rolegate"
+
+
+def test_a_workers_settings_read_the_same_once_frozen() -> None:
+    """freeze() puts every setting's value on the Config (Config's own properties keep theirs):
+    each reads as before, now without Config.__getattr__."""
+    from gunicorn.config import Config
+
+    from router.server.frozen_config import freeze
+
+    cfg = Config()
+    cfg.set("keepalive", 7)
+    cfg.set("forwarded_allow_ips", "10.0.0.1")
+    before = {name: getattr(cfg, name) for name in cfg.settings}
+    frozen = freeze(cfg)
+    assert frozen == len([n for n in cfg.settings if not hasattr(Config, n)]) > 100
+    assert {name: getattr(cfg, name) for name in cfg.settings} == before
+    assert vars(cfg)["keepalive"] == 7 and cfg.forwarded_allow_ips == ["10.0.0.1"]
+    assert "worker_class" not in vars(cfg) and cfg.worker_class_str == "sync"
+    assert freeze(object()) == 0

@@ -138,7 +138,10 @@ def post_worker_init(worker: Any) -> None:
     import signal
 
     from router.app import worker_started, worker_stopping
+    from router.server.frozen_config import freeze
 
+    # This worker's settings never change now: read them as plain attributes from here on.
+    freeze(worker.cfg)
     worker_started(worker.wsgi)
     gunicorns = signal.getsignal(signal.SIGTERM)
 
