@@ -7,6 +7,8 @@ scale), retries under one key, a shared outage by start time, report lags.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import random
 from collections import defaultdict
@@ -59,8 +61,20 @@ def simulate(seed: int, *, seconds: int = 300, rate: float = 5.0, share: float =
     """A rollout's first failure events per unit, as the ingest script files them."""
     rnd = random.Random(seed)
     weights = [1.0 / (k + 1) ** 1.1 for k in range(customers or 0)]
+    # Accumulated once, as rnd.choices(population, weights) does on every call: the same
+    # draws (its bisect on random() * total), without an O(customers) sum per run.
+    cumulative = list(itertools.accumulate(weights))
+    total, last = (cumulative[-1] + 0.0, len(cumulative) - 1) if cumulative else (0.0, 0)
     difficulty = [rnd.gauss(0.0, difficulty_sd) for _ in weights]
     arms = {u: rnd.random() < share for u in range(customers or 0)}
+
+    def chance(failing: float, hard: float) -> float:
+        """A run's failure chance: the arm's rate moved by the unit's difficulty (logits)."""
+        return 1 / (1 + math.exp(-(math.log(failing / (1 - failing)) + hard)))
+
+    # Each customer's (or a fresh key's, per arm) chance, computed once, not per run.
+    chances = [chance(candidate if arms[u] else current, hard) for u, hard in enumerate(difficulty)]
+    fresh_chance = {True: chance(candidate, 0.0), False: chance(current, 0.0)}
     events: dict[str, dict[int, int]] = {"candidate": defaultdict(int),
                                          "current": defaultdict(int)}
     runs = {"candidate": 0, "current": 0}
@@ -71,19 +85,18 @@ def simulate(seed: int, *, seconds: int = 300, rate: float = 5.0, share: float =
     while t < seconds:
         t += rnd.expovariate(rate)
         if customers:
-            unit = rnd.choices(range(customers), weights)[0]
-            hard, on_candidate = difficulty[unit], arms[unit]
+            unit = bisect.bisect(cumulative, rnd.random() * total, 0, last)
+            fails, on_candidate = chances[unit], arms[unit]
         else:
             fresh += 1
-            unit, hard, on_candidate = fresh, 0.0, rnd.random() < share
+            on_candidate = rnd.random() < share
+            unit, fails = fresh, fresh_chance[on_candidate]
         arm = "candidate" if on_candidate else "current"
-        rate_failing = candidate if on_candidate else current
         for attempt in range(retries + 1):
             start = t + attempt * 2.0
             runs[arm] += 1
             units[arm].add(unit)
-            logit = math.log(rate_failing / (1 - rate_failing)) + hard
-            failed = rnd.random() < 1 / (1 + math.exp(-logit)) or (
+            failed = rnd.random() < fails or (
                 outage is not None and outage[0] <= start < outage[1])
             if not failed:
                 break
