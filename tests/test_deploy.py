@@ -60,6 +60,7 @@ def test_the_per_request_debug_line_is_skipped_unless_debug(
     conf = _gunicorn_settings(monkeypatch)
     assert conf["pre_request"](None, None) is None  # touches neither worker nor request
     assert "pre_request" not in _gunicorn_settings(monkeypatch, ROLEGATE_LOG_LEVEL="debug")
+    assert "pre_request" not in _gunicorn_settings(monkeypatch, ROLEGATE_LOG_LEVEL="DEBUG")
 
 
 def test_router_unit_is_notify_mixed_kill_and_unprivileged() -> None:

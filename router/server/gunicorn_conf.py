@@ -118,7 +118,7 @@ def on_starting(server: Any) -> None:
     master_starting(server.log)
 
 
-if loglevel != "debug":
+if loglevel.lower() != "debug":
     # gunicorn's default pre_request writes "<method> <path>" at debug level, paying a
     # logger call and two config lookups per request even when debug is off (3-4% of a
     # resolve's worker CPU, issue 38). Below debug it would write nothing: do nothing.
