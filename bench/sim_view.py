@@ -261,5 +261,5 @@ class Reader:
         made = decision(self.record, self.counts, now, fast=not self.literal)
         self.reason = made.reason
         self.last = (made.action, made.action is Action.HOLD
-                     and bool(made.details.get("deadline")))
+                     and bool(made.details.deadline))
         return self.last

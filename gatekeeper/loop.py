@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from bindings.models import VersionedBinding
 from gatekeeper.judging import Judges, judge_tick
 from gatekeeper.machine.decide import Action, Decision, decide, evidence_from_view
+from gatekeeper.machine.details import DecisionDetails
 from gatekeeper.view_model import GateView
 from gatekeeper.webhooks import (
     ALARM,
@@ -60,7 +61,7 @@ UNJUDGED = "unjudged"
 
 def unjudged(decisions: list[Decision]) -> list[str]:
     """The roles of `decisions` that could not be judged (their gate view failed)."""
-    return [d.role for d in decisions if d.details.get(UNJUDGED)]
+    return [d.role for d in decisions if d.details.unjudged]
 
 
 #: Batches of sampled runs judged per role before each tick (`gatekeeper.judging`).
@@ -86,7 +87,7 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
             decisions.append(Decision(role, Action.HOLD, record.version,
                                       record.binding.stage.value,
                                       f"gate view unreadable: {exc.error_count()} fields",
-                                      {UNJUDGED: True}))
+                                      DecisionDetails(unjudged=True)))
             continue
         except ApiError as exc:
             # One role whose gate view fails (a corrupt record, a bug in a section)
@@ -95,8 +96,9 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
             decisions.append(Decision(role, Action.HOLD, record.version,
                                       record.binding.stage.value,
                                       f"gate view failed: {exc.status} {exc.message}",
-                                      {"error": {"status": exc.status, "code": exc.code},
-                                       UNJUDGED: True}))
+                                      DecisionDetails(error={"status": exc.status,
+                                                             "code": exc.code},
+                                                      unjudged=True)))
             continue
         if view.version != record.version:
             # The binding moved between the two reads; judge it next tick on one version.
@@ -113,9 +115,9 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
         except ApiError as exc:
             # The move itself failed (a 5xx): report it, and go on judging the others.
             log.error("%s of %s failed: %s", decision.action.value, role, exc)
-            decisions.append(dataclasses.replace(decision, details={
-                **decision.details, "outcome": "failed",
-                "error": {"status": exc.status, "code": exc.code, "message": exc.message}}))
+            decisions.append(dataclasses.replace(decision, details=decision.details.with_(
+                outcome="failed",
+                error={"status": exc.status, "code": exc.code, "message": exc.message})))
         _alert(decision, view, notifier, alerted)
         _ask_approval(decision, notifier, alerted)
         _warn(decision, notifier, alerted)
@@ -146,8 +148,8 @@ def _relay_tripwire(record: VersionedBinding, now: float, notifier: Notifier | N
 
 def held_by_policy(decision: Decision) -> bool:
     """A hold that gate.responses chose: the gatekeeper pauses the role for a human."""
-    response = decision.details.get("response") or {}
-    return decision.action is Action.HOLD and response.get("applied") == "hold"
+    response = decision.details.response
+    return decision.action is Action.HOLD and response is not None and response.applied == "hold"
 
 
 def _act(api: ApiClient, decision: Decision, *, dry_run: bool,
@@ -156,10 +158,10 @@ def _act(api: ApiClient, decision: Decision, *, dry_run: bool,
     if decision.action not in (Action.ADVANCE, Action.ROLLBACK) and not held:
         return decision
     if dry_run:
-        return dataclasses.replace(decision, details={**decision.details, "outcome": "dry_run"})
+        return dataclasses.replace(decision, details=decision.details.with_(outcome="dry_run"))
     verb = "pause" if held else "promote" if decision.action is Action.ADVANCE else "rollback"
     body = {"reason": f"gatekeeper: {decision.reason}"[:2000],
-            "details": {"gatekeeper": decision.details}}
+            "details": {"gatekeeper": decision.details.as_json()}}
     try:
         written = api.post(f"/v1/bindings/{_path(decision.role)}/{verb}", body,
                            version=decision.version)
@@ -171,8 +173,8 @@ def _act(api: ApiClient, decision: Decision, *, dry_run: bool,
         if notifier is not None:
             notifier.emit(REFUSED, decision.role, action=verb, version=decision.version,
                           status=exc.status, error=exc.message, decision=decision.as_dict())
-        return dataclasses.replace(decision, details={**decision.details, "outcome": "refused",
-                                                      "error": exc.message})
+        return dataclasses.replace(decision, details=decision.details.with_(
+            outcome="refused", error=exc.message))
     binding = written.get("binding", {})
     log.info("%s %s: %s (now version %s)", verb, decision.role, decision.reason,
              written.get("version"))
@@ -182,9 +184,9 @@ def _act(api: ApiClient, decision: Decision, *, dry_run: bool,
         notifier.emit(kind, decision.role, action=verb, from_stage=decision.stage,
                       to_stage=binding.get("stage"), share=binding.get("share"),
                       version=written.get("version"), reason=decision.reason,
-                      details=decision.details)
-    return dataclasses.replace(decision, details={**decision.details, "outcome": "applied",
-                                                  "new_version": written.get("version")})
+                      details=decision.details.as_json())
+    return dataclasses.replace(decision, details=decision.details.with_(
+        outcome="applied", new_version=written.get("version")))
 
 
 def _alert(decision: Decision, view: GateView, notifier: Notifier | None,
@@ -211,7 +213,7 @@ def _alert(decision: Decision, view: GateView, notifier: Notifier | None,
 def _ask_approval(decision: Decision, notifier: Notifier | None,
                   alerted: set[str] | None) -> None:
     """Tell people once (per role and version) that a passed step waits for their approval."""
-    if notifier is None or not decision.details.get("awaiting_approval"):
+    if notifier is None or not decision.details.awaiting_approval:
         return
     key = f"{decision.role}|approval|{decision.version}"
     if alerted is not None:
@@ -219,23 +221,22 @@ def _ask_approval(decision: Decision, notifier: Notifier | None,
             return
         alerted.add(key)
     notifier.emit(APPROVAL_NEEDED, decision.role, action="approve", version=decision.version,
-                  stage=decision.stage, reason=decision.reason, details=decision.details)
+                  stage=decision.stage, reason=decision.reason, details=decision.details.as_json())
 
 
 def _warn(decision: Decision, notifier: Notifier | None, alerted: set[str] | None) -> None:
     """Notify once (per role, version and rule) of a rule gate.responses only warns on."""
-    for warning in decision.details.get("warnings", []):
-        key = f"{decision.role}|warn|{decision.version}|{warning.get('rule')}"
+    for warning in decision.details.warnings or ():
+        key = f"{decision.role}|warn|{decision.version}|{warning.rule}"
         if alerted is not None:
             if key in alerted:
                 continue
             alerted.add(key)
         log.warning("%s: %s would roll back, warned only (%s): %s", decision.role,
-                    warning.get("rule"), warning.get("policy"), warning.get("reason"))
+                    warning.rule, warning.policy, warning.reason)
         if notifier is not None:
-            notifier.emit(WARNING, decision.role, rule=warning.get("rule"),
-                          policy=warning.get("policy"), reason=warning.get("reason"),
-                          version=decision.version, stage=decision.stage)
+            notifier.emit(WARNING, decision.role, rule=warning.rule, policy=warning.policy,
+                          reason=warning.reason, version=decision.version, stage=decision.stage)
 
 
 def default_holder() -> str:

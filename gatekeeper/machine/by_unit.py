@@ -36,4 +36,4 @@ def repeats_hold(units: UnitsView | None, rule: str, reason: str) -> str | None:
 
 def unit_details(units: UnitsView | None) -> dict[str, Any]:
     """The unit test's figures for a decision's details."""
-    return {} if units is None else {"units": units.test.as_json()}
+    return {} if units is None else {"units": units.test}

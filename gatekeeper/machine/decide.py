@@ -52,6 +52,7 @@ from typing import Any
 from bindings.models import Binding, Stage, Thresholds, VersionedBinding
 from gatekeeper.machine.by_unit import repeats_hold, unit_details, unit_rejection
 from gatekeeper.machine.deadline import overdue
+from gatekeeper.machine.details import DecisionDetails
 from gatekeeper.machine.durations import stage_minimum
 from gatekeeper.machine.evidence import Evidence as Evidence  # re-exported for decide's callers
 from gatekeeper.machine.evidence import evidence_from_view as evidence_from_view
@@ -91,7 +92,8 @@ class Decision:
     version: int
     stage: str
     reason: str
-    details: dict[str, Any] = field(default_factory=dict)
+    #: The figures behind it (`machine.details`): typed; its JSON is what history keeps.
+    details: DecisionDetails = field(default_factory=DecisionDetails)
     #: Alerts to raise whatever the action (a drifting stable current).
     alerts: tuple[str, ...] = ()
     #: What a hold (or a paused stage) waits for, in decide()'s order (`machine.holds`):
@@ -101,7 +103,7 @@ class Decision:
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready, for --dry-run output and webhook events."""
         return {"role": self.role, "action": self.action.value, "version": self.version,
-                "stage": self.stage, "reason": self.reason, "details": self.details,
+                "stage": self.stage, "reason": self.reason, "details": self.details.as_json(),
                 "alerts": list(self.alerts)}
 
 
@@ -137,7 +139,8 @@ def decide(role: str, record: VersionedBinding, evidence: Evidence, now: float) 
                 waits_shown(stage_holds()) or (other_wait(reason),))
         warned = {"warnings": list(responder.warnings)} if responder.warnings else {}
         return Decision(role, action, record.version, binding.stage.value, reason,
-                        {**numbers, **warned, **extra}, alerts, waits)
+                        DecisionDetails.model_validate({**numbers, **warned, **extra}), alerts,
+                        waits)
 
     def fail(rule: str, reason: str, keys: Iterable[str] = (),
              **extra: Any) -> Decision | None:

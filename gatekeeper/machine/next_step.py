@@ -96,9 +96,10 @@ def explain(decision: Decision, binding: Binding, evidence: Evidence, now: float
             paused_by: tuple[str, str] | None = None) -> NextStep:
     """Put `decision` (decide()'s answer on `evidence`) into plain words."""
     step = _explain(decision, binding, evidence, now, paused_by=paused_by)
-    warnings = tuple(f"warning only ({w.get('policy')}): {w.get('reason')}"
-                     for w in decision.details.get("warnings", []))
-    response = decision.details.get("response")
+    warnings = tuple(f"warning only ({w.policy}): {w.reason}"
+                     for w in decision.details.warnings or ())
+    found = decision.details.response
+    response = None if found is None else found.as_json()
     deadline = deadline_of(binding, now) if decision.action is Action.HOLD else None
     if not warnings and response is None and deadline is None:
         return step
@@ -118,11 +119,11 @@ def _explain(decision: Decision, binding: Binding, evidence: Evidence, now: floa
         return NextStep(decision.action.value, ROLLING_BACK,
                         f"rolls back at the gatekeeper's next tick: {decision.reason}",
                         then, (), decision.reason)
-    if decision.action is Action.HOLD and decision.details.get("awaiting_approval"):
+    if decision.action is Action.HOLD and decision.details.awaiting_approval:
         return NextStep(decision.action.value, AWAITING_APPROVAL, decision.waits[0].text, then,
                         decision.waits, decision.reason)
-    if decision.action is Action.HOLD and (decision.details.get("response") or {}).get(
-            "applied") == "hold":
+    if decision.action is Action.HOLD and decision.details.response is not None \
+            and decision.details.response.applied == "hold":
         return NextStep(decision.action.value, HELD,
                         f"{decision.reason}; the gatekeeper pauses the role for a human, who "
                         f"promotes, rolls back or resumes it", then, (), decision.reason)

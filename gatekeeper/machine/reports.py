@@ -43,8 +43,7 @@ def report_decision(section: ReportsView | None, fail: Callable[..., Any],
     if step is None:
         return None
     kind, reason = step
-    shown = None if section is None else section.as_json()  # the decision keeps the section
-    if kind == ROLLBACK:
-        return fail("reports", reason, reports=shown)
-    held = hold(reason, reports=shown)
+    if kind == ROLLBACK:  # the decision's details keep the section
+        return fail("reports", reason, reports=section)
+    held = hold(reason, reports=section)
     return dataclasses.replace(held, alerts=(*held.alerts, reason)) if kind == ALERT else held

@@ -1,0 +1,108 @@
+"""The figures behind a decision (`Decision.details`), as a model. Pure.
+
+Each of decide()'s rules records what it read (the counts, the e-value, the
+response applied, the waits' figures); the gatekeeper's loop adds what became of
+the decision (`outcome`). The JSON (`as_json`) is what a history entry keeps
+under `details.gatekeeper`, what a webhook event and `--dry-run` print: only the
+figures a decision set, so a hold on too few runs has no `response` key, as
+before. Reading by key (`details["response"]`, `details.get(...)`, `"x" in
+details`) reads that JSON, as a history entry's reader does; the code reads the
+fields. Figures a caller adds beyond these (`Evidence.figures`) stay, as extras.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from gatekeeper.view_model.criteria import CriterionKeyView
+from gatekeeper.view_model.next import ResponseView
+from gatekeeper.view_model.reports import ReportsView
+from gatekeeper.view_model.units import Number, UnitTestView
+
+#: The loop's outcomes of a decision it acted on.
+OUTCOMES = ("applied", "refused", "dry_run", "failed")
+
+
+class WarningView(BaseModel):
+    """A rule that would have rolled back and that gate.responses only warns on."""
+
+    model_config = ConfigDict(frozen=True)
+
+    rule: str
+    #: The policy entry that chose "warn".
+    policy: str
+    reason: str
+
+
+class DecisionDetails(BaseModel):
+    """The figures behind one decision; every field optional, served only when set."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, ser_json_inf_nan="constants")
+
+    # -- every decision: the judged arm's verdict and counts, current's (decide._numbers)
+    verdict: str | None = None
+    n: int | None = None
+    passes: int | None = None
+    current_n: int | None = None
+    current_passes: int | None = None
+    #: Shadow: the paired report's pairs, flips and McNemar figures (those it gave).
+    paired: dict[str, Any] | None = None
+    #: Rules gate.responses only warned on.
+    warnings: list[WarningView] | None = None
+    # -- a rule that acted
+    #: The response applied (rollback, hold) and the policy entry that chose it.
+    response: ResponseView | None = None
+    #: The gate's reasons that failed the stage (zero tolerance, or at the stage's end).
+    gate_reasons: list[str] | None = None
+    #: The criterion keys whose tests acted.
+    criteria: list[CriterionKeyView] | None = None
+    #: The unit test's reading, when it rejected.
+    units: UnitTestView | None = None
+    #: The metrics whose CUSUM alarmed on the candidate.
+    drift_alarms: list[str] | None = None
+    #: The rollout's sequential e-value (`stats.budget.Combined.as_dict`; with p0 when it
+    #: rejected).
+    sequential: dict[str, Any] | None = None
+    #: The run-level rule a unit-test hold stands in for (keys repeat).
+    held_by_units: str | None = None
+    #: The gate view's reports section, when the report rate held or rolled back.
+    reports: ReportsView | None = None
+    # -- a hold, or the advance
+    #: The power hold's figures (`stats.power.Power.as_dict`).
+    power: dict[str, Any] | None = None
+    #: The stage's age and the minimum it must last.
+    elapsed_s: Number | None = None
+    required_s: Number | None = None
+    #: True: the stage's deadline passed (its action is the response).
+    deadline: bool | None = None
+    #: True: the gate passed and the step waits for an operator's approval.
+    awaiting_approval: bool | None = None
+    # -- what the gatekeeper's loop made of it
+    #: One of OUTCOMES.
+    outcome: str | None = None
+    new_version: int | None = None
+    #: Why a move failed or was refused (the API's error, or its message).
+    error: str | dict[str, Any] | None = None
+    #: True: the role's gate view could not be read, so it was not judged.
+    unjudged: bool | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON-ready: the figures set, as a history entry keeps them."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def with_(self, **figures: Any) -> DecisionDetails:
+        """These details with `figures` set too (the loop's outcome)."""
+        return type(self).model_validate({**self.as_json(), **figures})
+
+    # Reading by key reads the served JSON (a history entry's, a webhook's, a test's).
+    def __getitem__(self, key: str) -> Any:
+        return self.as_json()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.as_json()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The served JSON's `key`, else `default`."""
+        return self.as_json().get(key, default)
