@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 import random
 
 import pytest
@@ -13,7 +15,7 @@ from gatekeeper.stats.budget import (
     CUSUM_SHARE,
     cusum_arl0,
 )
-from gatekeeper.stats.cusum_arl import arl, chain_arl, h_for_arl, lattice
+from gatekeeper.stats.cusum_arl import arl, chain_arl, chain_arls, h_for_arl, lattice
 from gatekeeper.stats.drift import METRICS, bounded_p0, derived_h, params_for
 from gatekeeper.stats.statistics import Cusum
 from gatekeeper.window import WindowStats
@@ -50,6 +52,38 @@ def test_h_is_the_smallest_that_reaches_the_target() -> None:
         h = h_for_arl(p0, p1, 1e5)
         assert chain_arl(p0, a, m, round(h * m)) >= 1e5
         assert chain_arl(p0, a, m, round(h * m) - 1) < 1e5
+
+
+def test_one_elimination_gives_every_tops_arl_as_its_own_solve() -> None:
+    """chain_arls' running ARLs are chain_arl's, top by top, up and down the lattice."""
+    for p, a, m in ((0.05, 3, 40), (0.316, 15, 44), (0.9, 10, 11), (0.0123, 1, 27), (0.5, 13, 25)):
+        running = list(itertools.islice(chain_arls(p, a, m), 400))
+        for top in (0, 1, 2, a, m - a, m, 97, 251, 399):
+            assert running[top] == pytest.approx(chain_arl(p, a, m, top), rel=1e-12), (p, top)
+    # An event-free chain never alarms: the ARL is infinite at every top, as chain_arl's.
+    assert list(itertools.islice(chain_arls(0.0, 3, 40), 3)) == [math.inf] * 3
+
+
+#: h at the shipped target (stage alpha 0.0025, shift 0.05) as the secant search over
+#: separate solves found it: one elimination must find the very same (the yardstick of
+#: every drift alarm), the hardest p0s included (0.316 and 0.491: 0.5-0.9 CPU-s each then).
+SHIPPED_H = {0.0017: 3.5526315789473686, 0.0123: 7.592592592592593,
+             0.141: 40.74418604651163, 0.302: 71.42857142857143, 0.316: 59.31818181818182,
+             0.491: 68.0, 0.9: 28.14305910619685, 0.95: 11.664293928967728}
+
+
+def test_h_at_the_shipped_target_is_the_smallest_top_that_reaches_it() -> None:
+    """Each shipped h is unchanged, and is the lowest lattice top whose own solve reaches
+    ARL0 (or Lorden's bound, where the chain would drift up or need too many states)."""
+    target = cusum_arl0(0.0025)
+    for p0, expected in SHIPPED_H.items():
+        p1 = min(0.999, p0 + 0.05)
+        h = h_for_arl(p0, p1, target)
+        assert h == expected, p0
+        a, m = lattice((p0 + p1) / 2)
+        top = round(h * m)
+        if h == top / m:  # a lattice top, not Lorden's bound
+            assert chain_arl(p0, a, m, top) >= target > chain_arl(p0, a, m, top - 1), p0
 
 
 def test_derived_h_depends_on_the_base_rate_and_keeps_the_false_alarm_budget() -> None:
