@@ -169,12 +169,11 @@ def contains_table(text: str) -> bool:
 
 
 def _cell_count(line: str) -> int:
+    """The cells of a table row: its pipes + 1, less a leading and a trailing pipe."""
     body = line.strip()
-    if body.startswith("|"):
-        body = body[1:]
-    if body.endswith("|"):
-        body = body[:-1]
-    return body.count("|") + 1
+    lead = body[:1] == "|"
+    trail = len(body) > lead and body[-1] == "|"
+    return body.count("|") + 1 - lead - trail
 
 
 #: Distinct verdicts one policy keeps for reuse (a role's runs fall in a handful).
@@ -199,34 +198,49 @@ class Policy:
     max_cost_usd: float | None
     _verdicts: dict[tuple[Any, ...], TraceVerdict] = field(
         default_factory=dict, compare=False, repr=False)
+    _artifact_set: frozenset[str] = field(init=False, compare=False, repr=False)
+    _required_set: frozenset[str] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_artifact_set", frozenset(self.artifacts))
+        object.__setattr__(self, "_required_set", frozenset(self.required))
 
     def judge(self, trace: Trace) -> TraceVerdict:
         """Judge one trace against this policy (an unjudged trace: no criterion, no pass)."""
         if not trace.judged:
             return UNJUDGED
         answered = trace.answered if self.answered else None
+        # Each list is first compared as a set (in C): most runs miss nothing and call
+        # nothing forbidden, and only a run that does is walked in order.
         missing: tuple[str, ...] = ()
-        if self.artifacts:
+        artifacts = self.artifacts
+        if artifacts and not self._artifact_set.issubset(trace.artifacts):
             produced = trace.artifacts
-            missing = tuple([p for p in self.artifacts if p not in produced])
+            missing = tuple([p for p in artifacts if p not in produced])
         table = contains_table(trace.output_text) if self.table else None
-        reported = trace.steps is not None or bool(trace.tools) or trace.step_count == 0
+        tools = trace.tools
+        reported = trace.steps is not None or bool(tools) or trace.step_count == 0
         hits: tuple[str, ...] | None = None
         outside: tuple[str, ...] | None = None
         lost: tuple[str, ...] | None = None
         if reported:
-            called = dict.fromkeys(trace.tools)  # first-call order, no repeats
             unoffered = _unoffered(trace)
-            if self.forbidden or unoffered:
+            forbidden = self.forbidden
+            if unoffered:
                 # A call to a tool the agent did not offer is one the run may not make,
                 # whatever the role lists (issue 37): the model went outside its tools.
-                forbidden = self.forbidden
-                hits = tuple([t for t in called if t in forbidden or t in unoffered])
-            if self.allowed is not None:
-                allowed = self.allowed
-                outside = tuple([t for t in called if t not in allowed])
+                hits = tuple([t for t in dict.fromkeys(tools)
+                              if t in forbidden or t in unoffered])
+            elif forbidden:
+                hits = () if forbidden.isdisjoint(tools) else tuple(
+                    [t for t in dict.fromkeys(tools) if t in forbidden])
+            allowed = self.allowed
+            if allowed is not None:
+                outside = () if allowed.issuperset(tools) else tuple(
+                    [t for t in dict.fromkeys(tools) if t not in allowed])
             if self.required:
-                lost = tuple([t for t in self.required if t not in called])
+                lost = () if self._required_set.issubset(tools) else tuple(
+                    [t for t in self.required if t not in tools])
         steps_ok = None if self.max_steps is None else trace.step_count <= self.max_steps
         cost_ok = None if self.max_cost_usd is None else trace.cost_usd <= self.max_cost_usd
         key = (answered, missing, table, reported, hits, outside, lost, steps_ok, cost_ok)

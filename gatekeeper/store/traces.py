@@ -161,7 +161,7 @@ class TraceStore(WindowReads):
         sizes: dict[tuple[str, str, str, str, int | None, str | None], int] = {}
         for index, item in enumerate(items):
             t = item.trace
-            if any("\n" in tool for tool in t.tools):
+            if t.tools and "\n" in "".join(t.tools):
                 # The script reads increments as "field\nvalue" lines.
                 raise InvalidInput(f"tools of run {t.run_id!r}: a tool name must not contain "
                                    "a line break", run_id=t.run_id)

@@ -18,6 +18,7 @@ from flask import Flask, current_app
 
 from bindings.errors import RolegateError
 from bindings.judge_policy import JudgePolicy
+from bindings.models import VersionedBinding
 from gatekeeper.store.judge_pairs import PairStore
 from gatekeeper.store.judging import JudgeStore
 from rolegate.trace import Trace
@@ -55,8 +56,14 @@ def offer_sampled(app: Flask, stored: Iterable[tuple[Trace, str]], now: float) -
     Roles without a judge cost one attribute read per trace.
     """
     services = services_of(app)
+    # Read once per role, not per trace: a batch's traces share a few roles.
+    held: dict[str, VersionedBinding | None] = {}
     for trace, epoch in stored:
-        record, _ = services.cache.get(trace.role)
+        role = trace.role
+        if role in held:
+            record = held[role]
+        else:
+            record = held[role] = services.cache.get(role)[0]
         if record is None or record.binding.gate.judge is None:
             continue
         policy = record.binding.gate.judge

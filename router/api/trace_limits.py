@@ -36,6 +36,8 @@ def refuse_deep(traces: list[Trace], raw: bytes) -> None:
         return  # cannot nest deeper than it has brackets
     prefix = body_prefix(raw)
     for trace in traces:
+        if trace.input is None and trace.feedback is None and not trace.steps:
+            continue  # no free-form value: nothing in it can nest
         # The trace object is one level; its fields' values start one below it.
         values: list[tuple[int, Any]] = [(prefix + 1, trace.input), (prefix + 1, trace.feedback)]
         # steps (a list) -> a step (an object) -> its args / result.

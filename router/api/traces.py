@@ -48,7 +48,7 @@ from flask import Blueprint, Flask, current_app, g, jsonify, request
 from flask.typing import ResponseReturnValue
 
 from bindings.errors import NotFound
-from bindings.models import validate_role_name
+from bindings.models import VersionedBinding, validate_role_name
 from gatekeeper import tripwire
 from gatekeeper.checks.invariants import Policy, policy_of
 from gatekeeper.store.pending_spans import PendingSpans
@@ -214,9 +214,10 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
     checked: list[Checked] = []
     positions: list[int] = []
     # What depends on the role or its binding alone is worked out once per request, not
-    # per trace: a batch's traces share a few roles.
+    # per trace: a batch's traces share a few roles. Per role: the record it was worked
+    # out for (a reread gives another), the epoch, the unit rules and the policy.
     role_problems: dict[str, str | None] = {}
-    per_binding: dict[tuple[str, int], tuple[str, UnitRules, Policy]] = {}
+    per_role: dict[str, tuple[VersionedBinding, str, UnitRules, Policy]] = {}
     for index, trace in valid:
         role = trace.role
         if role not in role_problems:
@@ -229,32 +230,36 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
         if problem is not None:
             results[index] = _refused(index, trace, "invalid", problem, {"field": "role"})
             continue
-        if any("\n" in tool for tool in trace.tools):
+        tools = trace.tools
+        if tools and "\n" in "".join(tools):
             results[index] = _refused(index, trace, "invalid",
                                       "tools: a tool name must not contain a line break",
                                       {"field": "tools"})
             continue
+        config = trace.config
         try:
             record = bindings.get(role)
-            if not bound(trace.config, record.binding) and role not in bindings.fresh:
+            binding = record.binding
+            placed = config == binding.current or config == binding.candidate  # `bound`
+            if not placed and role not in bindings.fresh:
                 record = bindings.reread(role)
+                binding = record.binding
+                placed = bound(config, binding)
         except NotFound as exc:
             results[index] = _refused(index, trace, exc.code, exc.message, exc.details)
             continue
-        binding = record.binding
-        if not bound(trace.config, binding):
+        if not placed:
             results[index] = _refused(index, trace, NOT_BOUND, not_bound(trace, record), {
-                "field": "config", "config": trace.config, "current": binding.current,
+                "field": "config", "config": config, "current": binding.current,
                 "candidate": binding.candidate, "version": record.version})
             continue
         if trace.time is None:
             trace = trace.model_copy(update={"time": now})
-        shared = per_binding.get((role, record.version))
-        if shared is None:
-            shared = per_binding[(role, record.version)] = (
-                epoch_of(binding), UnitRules(binding, connection),
-                policy_of(binding.gate.invariants))
-        epoch, units, policy = shared
+        shared = per_role.get(role)
+        if shared is None or shared[0] is not record:
+            shared = per_role[role] = (record, epoch_of(binding), UnitRules(binding, connection),
+                                       policy_of(binding.gate.invariants))
+        _, epoch, units, policy = shared
         verdict = policy.judge(trace)
         checked.append(Checked(trace, verdict, epoch, record.version, binding.trace_retention,
                                units.facts(trace, verdict, now), reported_at=now))
