@@ -62,7 +62,9 @@ MIN_RUNS_FOR_REPEATS = 20
 
 def lag_bucket(lag_s: float) -> int:
     """The histogram bucket of a report lag: bucket b holds lags up to 2^(b/4) - 1 seconds."""
-    return max(0, math.ceil(4 * math.log2(1.0 + max(0.0, lag_s))))
+    if not lag_s > 0.0:  # none, negative (clocks apart) or NaN: bucket 0
+        return 0
+    return math.ceil(4 * math.log2(1.0 + lag_s))
 
 
 def bucket_upper(bucket: int) -> float:
