@@ -149,8 +149,8 @@ def _ingest_json() -> ResponseReturnValue:
         results = [None] * len(items)
         valid = parse_each(items, results,
                            check_values=SURROGATE_ESCAPE.search(raw) is not None, stamp=stamp)
-    duplicates, trips = store_traces(valid, results, now)
     minimal = wants_minimal(request.headers.get("Prefer"))
+    duplicates, trips = store_traces(valid, results, now, minimal=minimal)
     if len(results) == 1 and isinstance(results[0], str) and not trips and not minimal:
         # One trace stored (every single-trace POST): its answer without the batch walk.
         return current_app.response_class(single_answer(results[0], duplicates),
@@ -159,12 +159,14 @@ def _ingest_json() -> ResponseReturnValue:
 
 
 def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],
-                 now: float) -> tuple[int, list[dict[str, Any]]]:
+                 now: float, *, minimal: bool = False) -> tuple[int, list[dict[str, Any]]]:
     """Check, store and trip each (request index, trace) of `valid`, filling `results` by index.
 
     Returns the duplicates (retried run_ids) and the rollbacks the traces caused;
     leaves what was stored and tripped on `g` for the metrics and log hooks. The
     OTLP path (router.api.otlp) sends its assembled runs through here too.
+    `minimal` (the compact answer): a stored trace that tripped nothing gets ""
+    (counted, never shown) instead of its result's JSON text.
     """
     extensions = current_app.extensions
     services = services_of(current_app)
@@ -194,13 +196,16 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
     trips = _tripwire(checked, stored, now, services)
     ctx.tripwire = trips  # for the metrics hook, which would otherwise re-parse the answer
     duplicates = 0
+    tripped = {trip["run_id"] for trip in trips}
     for index, item, outcome in zip(positions, checked, stored):
         duplicates += outcome.duplicate
         if outcome.clash:
             note_clash(item, outcome)
         # Serialized here, with the verdict text the store already built: a batch
         # answer holds one of these per trace, and jsonify would encode them again.
-        results[index] = stored_result(index, item, outcome)
+        # The compact answer shows only the traces that tripped: the others are counted.
+        results[index] = ("" if minimal and item.trace.run_id not in tripped
+                          else stored_result(index, item, outcome))
     fresh = [(c.trace, c.epoch) for c, o in zip(checked, stored) if not o.duplicate]
     if fresh:
         offer_sampled(current_app, fresh, now)
