@@ -247,7 +247,8 @@ def run(args: argparse.Namespace) -> None:
         cells = len(traces.window(ROLE, CANDIDATE, "candidate", epoch).all_cells()["run_failure"])
         print(f"gate view bench: {args.runs:,} runs per arm at {args.jobs_per_s:g} jobs/s, "
               f"{args.rule_share:.0%} by a rule: {cells:,} (bucket, stratum) cells per arm, "
-              f"{(view.concurrent or {})['metrics']['run_failure']['cells']:,} closed in both; "
+              f"{0 if view.concurrent is None else view.concurrent.comparison().cells:,} "
+              f"closed in both; "
               f"filled in {time.perf_counter() - started:.0f} s, {warm} views to warm up "
               f"(untimed)")
 
