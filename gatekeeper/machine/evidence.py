@@ -18,7 +18,6 @@ from gatekeeper.machine.baseline import (
     baseline_runs,
     run_failure,
 )
-from gatekeeper.stats.concurrent import Comparison
 from gatekeeper.stats.criteria_gate import KeyCounts
 from gatekeeper.stats.rollout import Carried, EarlierStage
 from gatekeeper.view_model import GateView, RolloutView, UnitsView
@@ -121,4 +120,4 @@ def carried_of(rollout: RolloutView | None) -> Carried | None:
                        since=None if s.since is None else float(s.since), n=s.n, passes=s.passes,
                        regressions=0 if s.flips is None else s.flips.pass_to_fail,
                        improvements=0 if s.flips is None else s.flips.fail_to_pass,
-                       concurrent=Comparison.from_dict(s.concurrent)) for s in rollout.stages))
+                       concurrent=s.concurrent.comparison()) for s in rollout.stages))

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import Field
 
 from bindings.models import Stage
+from gatekeeper.view_model.concurrent import CellComparisonView
 from gatekeeper.view_model.section import Section
 from gatekeeper.view_model.units import Number
 
@@ -29,7 +28,7 @@ class EarlierStageView(Section):
     n: int
     passes: int
     #: Its run failures against concurrent current's (`stats.concurrent.Comparison`).
-    concurrent: dict[str, Any]
+    concurrent: CellComparisonView
     #: Shadow's flips; absent for a canary or full stage.
     flips: FlipsView | None = Field(None, exclude_if=lambda value: value is None)
 
