@@ -37,8 +37,8 @@ def test_the_recorder_sets_a_declared_field_and_refuses_the_rest() -> None:
     assert run.finish().scenario == "refund-7"
     with pytest.raises(ValueError, match=r"cost_usd \(measured, not declared\)"):
         Recorder(RESOLUTION, STAMPS).mark(cost_usd=1.0)
-    with pytest.raises(ValueError, match=r"escalated \(not a Trace field\)"):
-        Recorder(RESOLUTION, STAMPS).mark(escalated=True)
+    with pytest.raises(ValueError, match=r"priority \(not a Trace field\)"):
+        Recorder(RESOLUTION, STAMPS).mark(priority=True)
 
 
 def test_otlp_spans_declare_fields_through_the_router(app: Flask, client: FlaskClient) -> None:
