@@ -3,123 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
-from typing import Any
 
 import pytest
 from flask import Flask
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
-from langchain_core.tools import BaseTool, tool
-from langgraph.graph import END, START, MessagesState, StateGraph
 
-from rolegate.integrations import langgraph as rg
 from rolegate.integrations._common import NO_RESULT, UNOFFERED
 from router.api.traces import trace_store
 from tests.agent_support import ROLE, binding_stage, candidate_key, live_client
 
-pytestmark = pytest.mark.slow
-
-
-class ScriptedChatModel(GenericFakeChatModel):
-    """LangChain's scripted chat model; binding tools keeps the script (it has no real model)."""
-
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
-        return self
-
-
-def ai(*calls: tuple[str, dict[str, Any], str], text: str = "", tokens: tuple[int, int] = (0, 0)
-       ) -> AIMessage:
-    """One scripted model turn: its tool calls (name, args, id), text and usage."""
-    return AIMessage(text, tool_calls=[{"name": n, "args": a, "id": i} for n, a, i in calls],
-                     usage_metadata={"input_tokens": tokens[0], "output_tokens": tokens[1],
-                                     "total_tokens": sum(tokens)})
-
-
-def build(executed: list[str], *, crash: bool = False) -> Any:
-    """triage calls search+lookup together and hands off to billing, which calls
-    delete_account and a failing refund (or an audit whose exception ends the run)."""
-
-    @tool
-    def search(q: str) -> list[str]:
-        """Search the help center."""
-        executed.append("search")
-        return [f"{q}-policy"]
-
-    @tool
-    def lookup(id: int) -> dict[str, Any]:
-        """Look an order up."""
-        executed.append("lookup")
-        return {"id": id}
-
-    @tool
-    def transfer_to_billing() -> str:
-        """Hand the ticket to billing."""
-        return "billing has it"
-
-    @tool
-    def delete_account(id: int) -> str:
-        """Delete the customer's account."""
-        executed.append("delete_account")
-        return "deleted"
-
-    @tool
-    def refund(id: int) -> str:
-        """Refund an order (the ledger is down)."""
-        executed.append("refund")
-        raise ConnectionError("ledger unreachable")
-
-    @tool
-    def audit() -> str:
-        """An audit whose exception ends the run."""
-        executed.append("audit")
-        raise RuntimeError("audit log full")
-
-    triage_model = ScriptedChatModel(messages=iter([
-        ai(("search", {"q": "refund"}, "c1"), ("lookup", {"id": 7}, "c2"), tokens=(10, 2)),
-        ai(("transfer_to_billing", {}, "h1"), tokens=(20, 2))]))
-    second = ("audit", {}, "c5") if crash else ("refund", {"id": 7}, "c4")
-    billing_model = ScriptedChatModel(messages=iter([
-        ai(("delete_account", {"id": 7}, "c3"), second, tokens=(30, 5)),
-        ai(text="refunded", tokens=(40, 3))]))
-    billing_tools = [delete_account, refund, audit]
-
-    def agent(name: str, model: Any, instructions: str, tools: list[BaseTool]) -> Any:
-        bound = model.bind_tools(tools)
-
-        def node(state: MessagesState) -> dict[str, list[BaseMessage]]:
-            reply = bound.invoke([SystemMessage(instructions), *state["messages"]])
-            reply.name = name  # what create_react_agent(name=...) does: the agent of each turn
-            return {"messages": [reply]}
-        return node
-
-    def after_model(state: MessagesState) -> str:
-        last_message = state["messages"][-1]
-        return "tools" if getattr(last_message, "tool_calls", None) else END
-
-    def after_triage_tools(state: MessagesState) -> str:
-        return "billing" if state["messages"][-1].name == "transfer_to_billing" else "triage"
-
-    graph = StateGraph(MessagesState)
-    graph.add_node("triage", agent("triage", triage_model, "Triage the ticket.",
-                                   [search, lookup, transfer_to_billing]))
-    graph.add_node("triage_tools", rg.tool_node([search, lookup, transfer_to_billing]))
-    graph.add_node("billing", agent("billing", billing_model, "Handle billing.", billing_tools))
-    graph.add_node("billing_tools", rg.tool_node(billing_tools,
-                                                 handle_tool_errors=not crash))
-    graph.add_edge(START, "triage")
-    graph.add_conditional_edges("triage", after_model, {"tools": "triage_tools", END: END})
-    graph.add_conditional_edges("triage_tools", after_triage_tools)
-    graph.add_conditional_edges("billing", after_model, {"tools": "billing_tools", END: END})
-    graph.add_edge("billing_tools", "billing")
-    return graph.compile()
-
-
-PROMPT = {"messages": [HumanMessage("refund order 7")]}
+# One worker runs every test that imports langgraph (xdist_group): each
+# worker that runs one pays its import, seconds of CPU.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("langgraph")]
 
 
 def test_the_trace_is_what_the_run_did(app: Flask) -> None:
     """Calls in order across the handoff, agents and parents, the refusal, the failure, tokens."""
+    from tests.langgraph_kit import PROMPT, build, rg
     with live_client(app) as (_, client):
         executed: list[str] = []
         graph = build(executed)
@@ -147,6 +46,7 @@ def test_the_trace_is_what_the_run_did(app: Flask) -> None:
 
 def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: Flask) -> None:
     """wrap_tool_call refuses delete_account before it runs; the candidate's attempt trips."""
+    from tests.langgraph_kit import PROMPT, build, rg
     with live_client(app) as (url, client):
         executed: list[str] = []
         for n in range(3):
@@ -161,6 +61,7 @@ def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: F
 
 def test_an_async_graph_is_guarded_too(app: Flask) -> None:
     """ainvoke goes through awrap_tool_call: the same refusal, the same trace."""
+    from tests.langgraph_kit import PROMPT, build, rg
     with live_client(app) as (_, client):
         executed: list[str] = []
         with client.recorder(client.resolve(ROLE, candidate_key()),
@@ -174,6 +75,17 @@ def test_an_async_graph_is_guarded_too(app: Flask) -> None:
 
 def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> None:
     """The model calls a tool the node lacks (no role rule names it): a failed step; it trips."""
+    from tests.langgraph_kit import (
+        END,
+        PROMPT,
+        START,
+        MessagesState,
+        ScriptedChatModel,
+        StateGraph,
+        ai,
+        rg,
+        tool,
+    )
     executed: list[str] = []
 
     @tool
@@ -209,6 +121,7 @@ def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> No
 
 def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None:
     """A tool exception ends the graph: the calls the hook saw, the one in flight, the error."""
+    from tests.langgraph_kit import PROMPT, build, rg
     with live_client(app) as (_, client):
         with pytest.raises(RuntimeError, match="audit log full"), client.recorder(
                 client.resolve(ROLE, candidate_key()), stamps=rg.stamps("scripted", [])) as run, \
@@ -234,6 +147,7 @@ BODY = {"model": {"name": "gpt-test"}, "instructions": "Summarize.",
 
 def test_tools_come_from_the_body_with_its_schemas() -> None:
     """The body's tool list decides what is offered, with the body's JSON schema and text."""
+    from tests.langgraph_kit import rg
     calls: list[str] = []
 
     def read_file(path: str) -> str:
@@ -256,6 +170,7 @@ def test_tools_come_from_the_body_with_its_schemas() -> None:
 
 def test_stamps_follow_the_model_instructions_and_tool_schemas() -> None:
     """Another model, instruction or schema changes its stamp; the same inputs give the same."""
+    from tests.langgraph_kit import ScriptedChatModel, rg
     made = rg.tools(BODY, {"read_file": lambda path: path})
     first = rg.stamps(ScriptedChatModel(messages=iter([])), made, instructions="Summarize.")
     assert first["model_id"] == "ScriptedChatModel"

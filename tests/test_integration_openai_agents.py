@@ -6,18 +6,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agents import Agent, RunConfig, Runner, function_tool
-from agents.exceptions import AgentsException, ModelBehaviorError
-from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
-from agents.usage import Usage
 from flask import Flask
 
-from rolegate.integrations import openai_agents as rg
 from rolegate.integrations._common import NO_RESULT
 from router.api.traces import trace_store
 from tests.agent_support import ROLE, binding_stage, candidate_key, live_client, own_event_loop
 
-pytestmark = pytest.mark.slow
+# One worker runs every test that imports openai-agents (xdist_group): each
+# worker that runs one pays its import, seconds of CPU.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("openai_agents")]
 
 
 @pytest.fixture(autouse=True)
@@ -25,67 +22,11 @@ def event_loop_per_test() -> Iterator[None]:
     """Each test runs the framework on its own default event loop."""
     with own_event_loop():
         yield
-NO_TRACING = RunConfig(tracing_disabled=True)
-
-
-def usage(tokens_in: int, tokens_out: int) -> Usage:
-    """One model turn's usage."""
-    return Usage(requests=1, input_tokens=tokens_in, output_tokens=tokens_out,
-                 total_tokens=tokens_in + tokens_out)
-
-
-def build(executed: list[str], *, crash: bool = False) -> Agent[Any]:
-    """triage calls search+lookup together and hands off to billing, which calls
-    delete_account and a failing tool (or one whose exception ends the run), then answers."""
-
-    @function_tool
-    def search(q: str) -> list[str]:
-        """Search the help center."""
-        executed.append("search")
-        return [f"{q}-policy"]
-
-    @function_tool
-    def lookup(id: int) -> dict[str, Any]:
-        """Look an order up."""
-        executed.append("lookup")
-        return {"id": id}
-
-    @function_tool
-    def delete_account(id: int) -> str:
-        """Delete the customer's account."""
-        executed.append("delete_account")
-        return "deleted"
-
-    @function_tool
-    def refund(id: int) -> str:
-        """Refund an order (the ledger is down)."""
-        executed.append("refund")
-        raise ConnectionError("ledger unreachable")
-
-    @function_tool(failure_error_function=None)
-    def audit() -> str:
-        """An audit whose exception ends the run."""
-        executed.append("audit")
-        raise RuntimeError("audit log full")
-
-    last = function_call("audit", {}, call_id="c5") if crash else assistant_message("refunded")
-    billing = Agent(name="billing", instructions="Handle billing.", tools=[
-        delete_account, refund, audit], model=ScriptedModel([
-            ModelStep(output=[function_call("delete_account", {"id": 7}, call_id="c3"),
-                              function_call("refund", {"id": 7}, call_id="c4")],
-                      usage=usage(30, 5)),
-            ModelStep(output=[last], usage=usage(40, 3))]))
-    return Agent(name="triage", instructions="Triage the ticket.", tools=[search, lookup],
-                 handoffs=[billing], model=ScriptedModel([
-                     ModelStep(output=[function_call("search", {"q": "refund"}, call_id="c1"),
-                                       function_call("lookup", {"id": 7}, call_id="c2")],
-                               usage=usage(10, 2)),
-                     ModelStep(output=[function_call("transfer_to_billing", {}, call_id="h1")],
-                               usage=usage(20, 2))]))
 
 
 def test_the_trace_is_what_the_run_did(app: Flask) -> None:
     """Calls in order across the handoff, the hidden tool failure marked, tokens and output."""
+    from tests.openai_agents_kit import NO_TRACING, Runner, build, rg
     with live_client(app) as (_, client):
         executed: list[str] = []
         agent = rg.protect(build(executed))
@@ -112,6 +53,7 @@ def test_the_trace_is_what_the_run_did(app: Flask) -> None:
 
 def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: Flask) -> None:
     """The tool guardrail rejects delete_account before it runs; the canary rolls back."""
+    from tests.openai_agents_kit import NO_TRACING, Runner, build, rg
     with live_client(app) as (url, client):
         executed: list[str] = []
         for n in range(3):
@@ -124,23 +66,9 @@ def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: F
         assert binding_stage(url) == "rolled_back"
 
 
-def unoffered_agent(executed: list[str]) -> Agent[Any]:
-    """An agent offering only search, whose model also calls wipe_cache (not offered)."""
-
-    @function_tool
-    def search(q: str) -> list[str]:
-        """Search the help center."""
-        executed.append("search")
-        return [q]
-
-    return rg.protect(Agent(name="support", tools=[search], model=ScriptedModel([
-        ModelStep(output=[function_call("search", {"q": "refund"}, call_id="c1"),
-                          function_call("wipe_cache", {"older_than": 7}, call_id="c2")]),
-        ModelStep(output=[assistant_message("done")])])))
-
-
 def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> None:
     """Under rg.run_config() the run goes on; the unoffered call is a failed step; it trips."""
+    from tests.openai_agents_kit import NO_TRACING, Runner, rg, unoffered_agent
     with live_client(app) as (url, client):
         executed: list[str] = []
         agent = unoffered_agent(executed)
@@ -159,6 +87,7 @@ def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> No
 
 def test_under_the_sdk_default_the_unoffered_call_still_trips(app: Flask) -> None:
     """The SDK's default raises ModelBehaviorError before any hook: the guard records the call."""
+    from tests.openai_agents_kit import NO_TRACING, ModelBehaviorError, Runner, rg, unoffered_agent
     with live_client(app) as (url, client):
         executed: list[str] = []
         agent = unoffered_agent(executed)
@@ -178,6 +107,7 @@ def test_under_the_sdk_default_the_unoffered_call_still_trips(app: Flask) -> Non
 
 def test_an_unprotected_failure_is_still_marked_failed() -> None:
     """Without protect(), a call answered with the SDK's generic error text counts as failed."""
+    from tests.openai_agents_kit import NO_TRACING, Runner, build, rg
 
     class Run:
         """The recorder calls record() makes, kept for inspection."""
@@ -202,6 +132,7 @@ def test_an_unprotected_failure_is_still_marked_failed() -> None:
 
 def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None:
     """A tool exception ends the run: calls so far, the one in flight without result, the error."""
+    from tests.openai_agents_kit import NO_TRACING, AgentsException, Runner, build, rg
     with live_client(app) as (_, client):
         agent = rg.protect(build([], crash=True))
         with pytest.raises(AgentsException), client.recorder(
@@ -217,6 +148,7 @@ def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None
 
 def test_stamps_cover_every_agent_of_the_graph() -> None:
     """A change to the handoff target's instructions changes the instruction hash."""
+    from tests.openai_agents_kit import Agent, build, rg
     first = rg.stamps(build([]))
     assert first == rg.stamps(build([]))
     changed = build([])

@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from flask import Flask
-from pydantic_ai import Agent, ModelRetry
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.usage import RequestUsage
 
-from rolegate.integrations import pydantic_ai as rg
 from rolegate.integrations._common import NO_RESULT, UNOFFERED
 from router.api.traces import trace_store
 from tests.agent_support import ROLE, binding_stage, candidate_key, live_client, own_event_loop
 
-pytestmark = pytest.mark.slow
+# One worker runs every test that imports pydantic-ai (xdist_group): each
+# worker that runs one pays its import, seconds of CPU.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pydantic_ai")]
 
 
 @pytest.fixture(autouse=True)
@@ -27,60 +23,9 @@ def event_loop_per_test() -> Iterator[None]:
         yield
 
 
-def build(executed: list[str], *, crash: bool = False) -> Agent[None, str]:
-    """An agent whose scripted model calls search+lookup together, then delete_account+fail."""
-
-    def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-        turn = len(messages) // 2
-        if turn == 0:
-            return ModelResponse(parts=[ToolCallPart("search", {"q": "refund"}),
-                                        ToolCallPart("lookup", {"id": 7})],
-                                 usage=RequestUsage(input_tokens=20, output_tokens=4))
-        if turn == 1:
-            return ModelResponse(parts=[ToolCallPart("delete_account", {"id": 7}),
-                                        ToolCallPart("crash" if crash else "fail", {})],
-                                 usage=RequestUsage(input_tokens=30, output_tokens=5))
-        return ModelResponse(parts=[TextPart("refund issued")],
-                             usage=RequestUsage(input_tokens=40, output_tokens=3))
-
-    agent = Agent(FunctionModel(script, model_name="scripted"), name="support",
-                  instructions="Resolve the ticket.", capabilities=[rg.Guard()])
-
-    @agent.tool_plain
-    def search(q: str) -> list[str]:
-        """Search the help center."""
-        executed.append("search")
-        return [f"{q}-policy"]
-
-    @agent.tool_plain
-    def lookup(id: int) -> dict[str, Any]:
-        """Look an order up."""
-        executed.append("lookup")
-        return {"id": id, "total": 30}
-
-    @agent.tool_plain
-    def delete_account(id: int) -> str:
-        """Delete the customer's account."""
-        executed.append("delete_account")
-        return "deleted"
-
-    @agent.tool_plain
-    def fail() -> str:
-        """A tool that fails and asks the model to retry."""
-        executed.append("fail")
-        raise ModelRetry("the ledger is locked")
-
-    @agent.tool_plain(name="crash")
-    def crash_tool() -> str:
-        """A tool whose exception ends the run."""
-        executed.append("crash")
-        raise RuntimeError("ledger exploded")
-
-    return agent
-
-
 def test_the_trace_is_what_the_run_did(app: Flask) -> None:
     """Tools in order with args, results and errors, a parallel group, tokens, agent, output."""
+    from tests.pydantic_ai_kit import build, rg
     with live_client(app) as (_, client):
         executed: list[str] = []
         agent = build(executed)
@@ -111,6 +56,7 @@ def test_the_trace_is_what_the_run_did(app: Flask) -> None:
 
 def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: Flask) -> None:
     """With the per-run guard, delete_account never runs; the attempt trips the wire."""
+    from tests.pydantic_ai_kit import build, rg
     with live_client(app) as (url, client):
         executed: list[str] = []
         for n in range(5):
@@ -125,6 +71,16 @@ def test_no_forbidden_call_executes_and_the_attempt_rolls_the_canary_back(app: F
 
 def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> None:
     """The model calls a tool the agent lacks (no role rule names it): a failed step; it trips."""
+    from tests.pydantic_ai_kit import (
+        Agent,
+        AgentInfo,
+        FunctionModel,
+        ModelMessage,
+        ModelResponse,
+        TextPart,
+        ToolCallPart,
+        rg,
+    )
 
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if len(messages) == 1:
@@ -158,6 +114,7 @@ def test_an_unoffered_call_is_a_failed_step_and_trips_the_wire(app: Flask) -> No
 
 def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None:
     """A tool exception ends the run: the calls so far, the one without result, the run error."""
+    from tests.pydantic_ai_kit import build, rg
     with live_client(app) as (_, client):
         agent = build([], crash=True)
         resolution = client.resolve(ROLE, candidate_key())
@@ -174,6 +131,7 @@ def test_an_aborted_run_is_reported_with_its_calls_and_error(app: Flask) -> None
 
 def test_stamps_follow_the_agent() -> None:
     """Changing the instructions or a tool's schema changes the stamp; the same agent keeps it."""
+    from tests.pydantic_ai_kit import build, rg
     first, again = rg.stamps(build([])), rg.stamps(build([]))
     assert first == again
     other = build([])

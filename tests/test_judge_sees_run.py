@@ -10,25 +10,26 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import requests
 from flask import Flask
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from gatekeeper.judging import Judges, judge_tick
 from rolegate import Client
 from rolegate.http import ApiClient
-from rolegate.integrations import pydantic_ai as rg
 from tests.agent_support import own_event_loop
 from tests.conftest import CALLER, GATEKEEPER, OPERATOR, auth
 from tests.judge_server import JudgeServer, judge_server
 from tests.servers import werkzeug_server
 
-pytestmark = pytest.mark.slow
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+
+# One worker runs every test that imports pydantic-ai (xdist_group): each
+# worker that runs one pays its import, seconds of CPU.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pydantic_ai")]
 
 ROLE = "refunds"
 KEY_ENV = "ROLEGATE_TEST_JUDGE_KEY"
@@ -43,6 +44,13 @@ def event_loop_per_test() -> Iterator[None]:
 
 def agent() -> Agent[None, str]:
     """Looks order 7 up, then answers."""
+    # pydantic-ai is imported when a test runs, not at collection (seconds of CPU in
+    # every pytest-xdist worker).
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from rolegate.integrations import pydantic_ai as rg
 
     def script(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if len(messages) == 1:
@@ -78,6 +86,8 @@ def judged_request(app: Flask, *, trajectory: bool) -> str:
         assert r.status_code == 201, r.text
         client = Client(url, CALLER)
         try:
+            from rolegate.integrations import pydantic_ai as rg
+
             made = agent()
             with client.recorder(client.resolve(ROLE, "order-7"),
                                  stamps=rg.stamps(made)) as run, rg.guard(client, run):

@@ -15,11 +15,8 @@ from typing import Any
 
 import pytest
 import requests
-from agents import Agent, Runner, function_tool
-from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from click.testing import CliRunner
 from flask import Flask
-from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -34,7 +31,9 @@ from tests.servers import werkzeug_server
 ROLE = "dba"
 GATE = {"thresholds": {"min_samples": 5}, "invariants": {"forbidden_tools": ["drop_table"]}}
 
-pytestmark = pytest.mark.slow
+# One worker runs every test that imports openai-agents (xdist_group): each
+# worker that runs one pays its import, seconds of CPU.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("openai_agents")]
 
 
 @pytest.fixture
@@ -53,6 +52,8 @@ def router(app: Flask) -> Iterator[str]:
 @pytest.fixture
 def provider(router: str) -> Iterator[TracerProvider]:
     """A tracer provider exporting to the router, with OpenInference instrumenting the SDK."""
+    # Imported here, not at collection: the SDK takes seconds of CPU in every xdist worker.
+    from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor
     provider = TracerProvider(resource=Resource.create({"service.name": "dba-agent"}))
     provider.add_span_processor(PlacementPropagator())
     provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(
@@ -69,6 +70,8 @@ def provider(router: str) -> Iterator[TracerProvider]:
 
 def run(provider: TracerProvider, arm: str, key: str, tools: list[str]) -> list[str]:
     """One Agents SDK run that calls `tools` one by one, inside a job span naming its placement."""
+    from agents import Agent, Runner, function_tool
+    from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
     executed: list[str] = []
 
     @function_tool
