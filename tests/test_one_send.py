@@ -162,3 +162,28 @@ def test_the_default_headers_are_gunicorns(version: tuple[int, int], status: str
             break
     assert ours == theirs
     assert ours[0] == f"HTTP/{version[0]}.{version[1]} {status}\r\n"
+
+
+def test_a_gunicorn_with_other_default_headers_keeps_them(
+        gunicorn_response: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gunicorn whose default headers differ from the lines OneSendResponse writes (a new
+    release adding one) keeps its own: one send stays, the copied lines are not used."""
+    theirs = one_send._Base.default_headers
+
+    def changed(self: Any) -> list[str]:
+        return [*theirs(self), "X-Gunicorn-New: 1\r\n"]
+
+    monkeypatch.setattr(one_send._Base, "default_headers", changed)
+    wsgi.Response = one_send._Base
+    assert one_send.install({}) is True
+    assert issubclass(wsgi.Response, one_send.OneSendResponse)
+
+    class Req:
+        version, method = (1, 1), "GET"
+
+        def should_close(self) -> bool:
+            return False
+
+    resp = wsgi.Response(Req(), None, Config())
+    resp.status, resp.status_code = "200 OK", 200
+    assert "X-Gunicorn-New: 1\r\n" in resp.default_headers()

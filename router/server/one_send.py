@@ -92,6 +92,48 @@ class OneSendResponse(_Base):  # type: ignore[misc]  # gunicorn's class is untyp
         util.write(self.sock, head + arg)
 
 
+class _GunicornsHeaders(OneSendResponse):
+    """OneSendResponse with gunicorn's own `default_headers` (its Date formatted per answer):
+    installed when this gunicorn's lines are not the ones OneSendResponse writes."""
+
+    def default_headers(self) -> list[str]:
+        """gunicorn's own lines, as its Response writes them."""
+        lines: list[str] = super(OneSendResponse, self).default_headers()
+        return lines
+
+
+class _ProbeRequest:
+    """What gunicorn's `default_headers` reads of a request, for `same_default_headers`."""
+
+    version = (1, 1)
+    method = "GET"
+
+    def should_close(self) -> bool:
+        """A keep-alive request."""
+        return False
+
+
+def same_default_headers() -> bool:
+    """Whether OneSendResponse's status line and default headers are this gunicorn's own.
+
+    `OneSendResponse.default_headers` copies gunicorn's (to format the Date once a
+    second); a gunicorn release that adds or changes a line would otherwise have it
+    silently dropped from every answer.
+    """
+    for _ in range(3):  # the second may turn between the two calls: try again
+        try:
+            lines = []
+            for cls in (OneSendResponse, _Base):
+                probe = cls(_ProbeRequest(), None, None)
+                probe.status, probe.status_code = "200 OK", 200
+                lines.append(probe.default_headers())
+        except Exception:  # noqa: BLE001 - any change to what it reads: use gunicorn's own
+            return False
+        if lines[0] == lines[1]:
+            return True
+    return False
+
+
 def supported() -> bool:
     """Whether this gunicorn's Response has what OneSendResponse relies on."""
     probe = _Base.__new__(_Base)
@@ -111,5 +153,10 @@ def install(environ: dict[str, str] | None = None) -> bool:
         log.warning("one send per answer off: this gunicorn's Response is not the one "
                     "router.server.one_send knows")
         return False
-    wsgi.Response = OneSendResponse
+    if same_default_headers():
+        wsgi.Response = OneSendResponse
+    else:
+        log.warning("the Date header is formatted per answer: this gunicorn's default headers "
+                    "are not the ones router.server.one_send writes")
+        wsgi.Response = _GunicornsHeaders
     return True
