@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from gatekeeper.checks.invariants import TraceVerdict
+from gatekeeper.checks.invariants import KEPT_NAMES, TraceVerdict
 from gatekeeper.stats.concurrent import bucket_of
 from gatekeeper.stats.matching import reported_names
 from gatekeeper.stats.units import lag_bucket
@@ -164,7 +164,8 @@ def _verdict_fields(verdict: TraceVerdict) -> tuple[str, ...]:
             if held:
                 out[CRIT_PASS + name] = None
         found = tuple(out)
-        if len(_VERDICT_FIELDS) >= _VERDICT_FIELDS_KEPT:
-            _VERDICT_FIELDS.clear()
-        _VERDICT_FIELDS[text] = found
+        if verdict.names() <= KEPT_NAMES:  # a verdict of many made-up tools: not kept
+            if len(_VERDICT_FIELDS) >= _VERDICT_FIELDS_KEPT:
+                _VERDICT_FIELDS.clear()
+            _VERDICT_FIELDS[text] = found
     return found

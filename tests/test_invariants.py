@@ -175,3 +175,31 @@ def test_a_call_the_agent_did_not_offer_is_a_forbidden_call() -> None:
     plain = check(trace(steps=[{"tool": "wipe_cache", "error": "boom"}], output_text="done"),
                   Invariants())
     assert not plain.blocking and "forbidden_tools" not in plain.criteria
+
+
+def test_made_up_tool_names_are_not_kept_in_memory() -> None:
+    """Verdicts naming many tools (a run may call up to 256 it was not offered, each name up to
+    200 characters) are built afresh, not kept: a caller sending such runs can't fill a worker's
+    memory through the verdict and window-field memos (about 190 KB a run before)."""
+    import tracemalloc
+
+    from gatekeeper.checks.invariants import policy_of
+    from gatekeeper.window_fields import increments
+
+    policy = policy_of(Invariants())
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for k in range(60):
+            made_up = trace(steps=[{"tool": f"{k:04d}_{i:03d}_" + "x" * 190, "offered": False}
+                                   for i in range(256)])
+            verdict = policy.judge(made_up)
+            assert len(verdict.forbidden) == 256 and verdict.json_text
+            increments(made_up, verdict)
+            del made_up, verdict
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 2_000_000, f"{kept / 1e6:.1f} MB kept after 60 runs"
+    few = trace(steps=[{"tool": "wipe", "offered": False}])
+    assert policy.judge(few) is policy.judge(few)  # the usual verdicts are still shared

@@ -90,9 +90,15 @@ class TraceVerdict:
         # Built once: ingest needs it twice per trace (the store and the answer).
         return dict(self._json)
 
+    def names(self) -> int:
+        """How many tool names and artifacts it lists (a memo keeps only short verdicts)."""
+        return len(self.forbidden) + len(self.required_lost) + len(self.missing_artifacts)
+
     @functools.cached_property
     def json_text(self) -> str:
         """`to_json()` serialized compactly, built once (the store and the answer share it)."""
+        if self.names() > KEPT_NAMES:  # a run's own made-up tools: not worth keeping
+            return json.dumps(self._json, separators=(",", ":"))
         # Most traces of a role get one of a few verdicts: encode each once per process.
         return _verdict_text(self.passed, tuple(self.criteria.items()), self.forbidden,
                              self.required_lost, self.missing_artifacts, self.tools_reported,
@@ -178,6 +184,10 @@ def _cell_count(line: str) -> int:
 
 #: Distinct verdicts one policy keeps for reuse (a role's runs fall in a handful).
 _VERDICTS_KEPT = 1024
+#: A verdict naming more tools than this is built afresh each time, never kept: the memos
+#: are for the few verdicts a role's runs share, and a run may name up to 256 made-up
+#: tools of 200 characters (kept, each such verdict held about 190 KB per worker).
+KEPT_NAMES = 16
 
 
 @dataclass(frozen=True)
@@ -247,9 +257,10 @@ class Policy:
         verdict = self._verdicts.get(key)
         if verdict is None:
             verdict = self._verdict(*key)
-            if len(self._verdicts) >= _VERDICTS_KEPT:
-                self._verdicts.clear()
-            self._verdicts[key] = verdict
+            if verdict.names() <= KEPT_NAMES:
+                if len(self._verdicts) >= _VERDICTS_KEPT:
+                    self._verdicts.clear()
+                self._verdicts[key] = verdict
         return verdict
 
     def _verdict(self, answered: bool | None, missing: tuple[str, ...], table: bool | None,
