@@ -56,14 +56,29 @@ VALUED = ("tool_errors", "calls", "cost_micros", "tokens", "latency_ms")
 #: share a handful of verdicts.
 _VERDICT_FIELDS: dict[str, tuple[str, ...]] = {}
 _VERDICT_FIELDS_KEPT = 4096
+#: The `TOOL` fields of a run's calls, by its tool sequence (kept as many as verdicts).
+_TOOL_FIELDS: dict[tuple[str, ...], tuple[str, ...]] = {}
+_TOOLS_KEPT_LONGEST = 64
 
 
 def cost_bucket(micros: int) -> int:
     """Round a cost in micro-USD up to `COST_DIGITS` significant digits."""
-    if micros < 10 ** COST_DIGITS:
+    if micros < _SMALL:
         return max(0, micros)
-    scale: int = 10 ** (len(str(micros)) - COST_DIGITS)
-    return -(-micros // scale) * scale
+    # The scale by comparisons against powers of ten, not len(str()): ingest buckets
+    # three values of every trace.
+    for below, scale in _SCALES:
+        if micros < below:
+            return -(-micros // scale) * scale
+    big: int = 10 ** (len(str(micros)) - COST_DIGITS)
+    return -(-micros // big) * big
+
+
+_SMALL: int = 10 ** COST_DIGITS
+#: (bound, scale): a value under `bound` (and at least the bound before) keeps
+#: COST_DIGITS digits at `scale`; past the last, the scale is worked out from its digits.
+_SCALES: tuple[tuple[int, int], ...] = tuple((10 ** (digits + 1), 10 ** (digits + 1 - COST_DIGITS))
+                for digits in range(COST_DIGITS, 19))
 
 
 def increments(trace: Trace, verdict: TraceVerdict,
@@ -121,14 +136,15 @@ class Increments:
         sums[2] += cost
         sums[3] += tokens
         sums[4] += latency_ms
-        ones += [TOOL + tool for tool in trace.tools]
+        tools = trace.tools
+        if tools:
+            ones += _tool_fields(tools)
         if trace.time is not None:
             start = trace.time - latency_s
             # A run is born at its start: a slow arm meets an outage in the other's cells.
             arrived = start + latency_s if reported_at is None else reported_at
-            ones.append(f"{LAG}{lag_bucket(arrived - start)}")
             cell = f"{bucket_of(start)}:{trace.rule or ''}"
-            ones.append(CELL_N + cell)
+            ones += (f"{LAG}{lag_bucket(arrived - start)}", CELL_N + cell)  # one C call
             if not verdict.passed:
                 ones.append("cf:" + cell)
             if tool_errors:
@@ -143,6 +159,20 @@ class Increments:
             if value:
                 out[name] = value
         return out
+
+
+def _tool_fields(tools: tuple[str, ...]) -> tuple[str, ...]:
+    """The `TOOL` field of each call in `tools`, worked out once per tool sequence: a role's
+    runs call a handful of sequences, and a tuple of names hashes from their cached hashes."""
+    found = _TOOL_FIELDS.get(tools)
+    if found is None:
+        found = tuple([TOOL + tool for tool in tools])
+        if len(tools) > _TOOLS_KEPT_LONGEST:
+            return found  # a long one is not kept: it would pin its names in memory
+        if len(_TOOL_FIELDS) >= _VERDICT_FIELDS_KEPT:
+            _TOOL_FIELDS.clear()
+        _TOOL_FIELDS[tools] = found
+    return found
 
 
 def _verdict_fields(verdict: TraceVerdict) -> tuple[str, ...]:
