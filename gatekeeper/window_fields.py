@@ -59,6 +59,9 @@ _VERDICT_FIELDS_KEPT = 4096
 #: The `TOOL` fields of a run's calls, by its tool sequence (kept as many as verdicts).
 _TOOL_FIELDS: dict[tuple[str, ...], tuple[str, ...]] = {}
 _TOOLS_KEPT_LONGEST = 64
+#: Nor a sequence whose names are longer in all: a name may be 200 characters, and 4,096
+#: kept sequences of 64 made-up ones held about 136 MB of a worker.
+_TOOLS_KEPT_CHARS = 512
 
 
 def cost_bucket(micros: int) -> int:
@@ -167,7 +170,7 @@ def _tool_fields(tools: tuple[str, ...]) -> tuple[str, ...]:
     found = _TOOL_FIELDS.get(tools)
     if found is None:
         found = tuple([TOOL + tool for tool in tools])
-        if len(tools) > _TOOLS_KEPT_LONGEST:
+        if len(tools) > _TOOLS_KEPT_LONGEST or sum(map(len, tools)) > _TOOLS_KEPT_CHARS:
             return found  # a long one is not kept: it would pin its names in memory
         if len(_TOOL_FIELDS) >= _VERDICT_FIELDS_KEPT:
             _TOOL_FIELDS.clear()

@@ -203,3 +203,25 @@ def test_made_up_tool_names_are_not_kept_in_memory() -> None:
     assert kept < 2_000_000, f"{kept / 1e6:.1f} MB kept after 60 runs"
     few = trace(steps=[{"tool": "wipe", "offered": False}])
     assert policy.judge(few) is policy.judge(few)  # the usual verdicts are still shared
+
+
+def test_long_tool_names_do_not_pile_up_in_the_window_fields_memo() -> None:
+    """A run's tool sequence is remembered only when short in characters too: 64 calls of
+    200-character made-up names, new each run, are not kept (about 33 KB a run before)."""
+    import tracemalloc
+
+    from gatekeeper.checks.invariants import policy_of
+    from gatekeeper.window_fields import increments
+
+    policy = policy_of(Invariants())
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for k in range(120):
+            made_up = trace(tools=[f"{k:04d}_{i:02d}_" + "x" * 190 for i in range(64)])
+            assert increments(made_up, policy.judge(made_up))
+            del made_up
+        kept = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert kept < 1_000_000, f"{kept / 1e6:.1f} MB kept after 120 runs"
