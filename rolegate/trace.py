@@ -238,9 +238,11 @@ class Trace(BaseModel):
         self._fill(info)
         # Each name's length and line breaks were checked by its type (ToolName).
         tools = self.tools
-        if len(tools) > MAX_STEPS:
+        calls = len(tools)
+        if calls > MAX_STEPS:
             raise ValueError(f"tools: at most {MAX_STEPS} calls per trace")
-        distinct = len(set(tools))
+        # No more distinct names than calls: a short list needs no set built.
+        distinct = len(set(tools)) if calls > MAX_DISTINCT_TOOLS else 0
         if distinct > MAX_DISTINCT_TOOLS:
             raise ValueError(f"tools: at most {MAX_DISTINCT_TOOLS} distinct tool names per trace, "
                              f"got {distinct}")
@@ -259,18 +261,21 @@ class Trace(BaseModel):
                 raise ValueError(
                     f"tool_errors: {self.tool_errors} contradicts {errors} failed steps"
                 )
-        if self.step_count < len(self.tools):
+        step_count, tool_errors = self.step_count, self.tool_errors
+        if step_count < calls:
             raise ValueError(
-                f"step_count: {self.step_count} is fewer than the {len(self.tools)} tools called"
+                f"step_count: {step_count} is fewer than the {calls} tools called"
             )
-        if self.tool_errors > self.step_count and self.step_count > 0:
+        if tool_errors > step_count and step_count > 0:
             raise ValueError(
-                f"tool_errors: {self.tool_errors} exceeds step_count {self.step_count}"
+                f"tool_errors: {tool_errors} exceeds step_count {step_count}"
             )
-        split = (self.tokens_in or 0) + (self.tokens_out or 0)
-        if split > self.tokens:
-            raise ValueError(f"tokens: {self.tokens} is fewer than tokens_in + tokens_out "
-                             f"({split})")
+        tokens_in, tokens_out = self.tokens_in, self.tokens_out
+        if tokens_in is not None or tokens_out is not None:  # else no split to exceed
+            split = (tokens_in or 0) + (tokens_out or 0)
+            if split > self.tokens:
+                raise ValueError(f"tokens: {self.tokens} is fewer than tokens_in + tokens_out "
+                                 f"({split})")
         if self.steps is not None or self.input or self.feedback:
             # Most reported runs carry no free-form values: nothing to walk.
             self._free_form_finite()
