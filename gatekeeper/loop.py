@@ -109,7 +109,17 @@ def tick(api: ApiClient, now: float, *, dry_run: bool = False,
         # Stage ages are read on the router's clock (Redis TIME), never this host's:
         # a gatekeeper whose clock runs ahead must not promote a stage early.
         at = view_time(view, now)
-        decision = decide(role, record, evidence_from_view(view), at)
+        try:
+            decision = decide(role, record, evidence_from_view(view), at)
+        except Exception as exc:  # noqa: BLE001 - any bug judging one role, see below
+            # A role decide() cannot judge (a figure it cannot read: a bug, not a verdict)
+            # is held and named, as a failing gate view is; the other roles are still judged.
+            log.exception("judging %s failed, holding it this tick", role)
+            decisions.append(Decision(role, Action.HOLD, record.version,
+                                      record.binding.stage.value,
+                                      f"judging failed: {type(exc).__name__}",
+                                      DecisionDetails(unjudged=True)))
+            continue
         try:
             decisions.append(_act(api, decision, dry_run=dry_run, notifier=notifier))
         except ApiError as exc:

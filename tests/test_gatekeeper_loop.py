@@ -12,6 +12,7 @@ import requests
 from click.testing import CliRunner
 from flask import Flask
 
+from gatekeeper import loop
 from gatekeeper.loop import Gatekeeper, _act, tick
 from gatekeeper.machine.decide import Action, Decision
 from gatekeeper.webhooks import Notifier
@@ -240,6 +241,30 @@ def test_one_roles_failing_gate_view_does_not_stall_the_others(live: str, api: A
     assert decisions["broken"].details["error"]["code"] == "corrupt_record"
     assert decisions["good"].action is Action.ADVANCE
     assert api.get("/v1/bindings/good")["binding"]["stage"] == "canary"
+
+
+def test_one_role_decide_cannot_judge_is_held_and_the_others_are_moved(
+        live: str, api: ApiClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """decide() raising for one role (a bug, injected here) holds that role, named unjudged;
+    the tick goes on and moves the others."""
+    _create(live, "good", "cfg-good")
+    _create(live, "broken", "cfg-broken")
+    Population(live, ["good"], batch=40).step()
+    judged = loop.decide
+
+    def decide_or_fail(role: str, *args: Any) -> Decision:
+        if role == "broken":
+            raise ValueError("a figure decide() cannot read")
+        return judged(role, *args)
+
+    monkeypatch.setattr(loop, "decide", decide_or_fail)
+    decisions = {d.role: d for d in tick(api, time.time())}
+    assert decisions["broken"].action is Action.HOLD
+    assert decisions["broken"].reason == "judging failed: ValueError"
+    assert decisions["broken"].details["unjudged"] is True
+    assert decisions["good"].action is Action.ADVANCE
+    assert api.get("/v1/bindings/good")["binding"]["stage"] == "canary"
+    assert api.get("/v1/bindings/broken")["binding"]["stage"] == "shadow"
 
 
 def test_once_exits_non_zero_when_a_role_could_not_be_judged(live: str, app: Flask) -> None:
