@@ -228,13 +228,13 @@ class Policy:
             produced = trace.artifacts
             missing = tuple([p for p in artifacts if p not in produced])
         table = contains_table(trace.output_text) if self.table else None
-        tools = trace.tools
-        reported = trace.steps is not None or bool(tools) or trace.step_count == 0
+        tools, steps = trace.tools, trace.steps
+        reported = steps is not None or bool(tools) or trace.step_count == 0
         hits: tuple[str, ...] | None = None
         outside: tuple[str, ...] | None = None
         lost: tuple[str, ...] | None = None
         if reported:
-            unoffered = _unoffered(trace)
+            unoffered = _unoffered(trace) if steps else None  # no steps: nothing unoffered
             forbidden = self.forbidden
             if unoffered:
                 # A call to a tool the agent did not offer is one the run may not make,
