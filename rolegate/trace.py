@@ -194,7 +194,8 @@ class Trace(BaseModel):
         """
         given = self.__pydantic_fields_set__
         values = self.__dict__
-        stamp = info.context.get(STAMP) if info.context else None
+        context = info.context
+        stamp = context.get(STAMP) if context else None
         if stamp is not None:
             # In the one validation: a batch would otherwise pay a model copy per trace.
             reporter = stamp["reporter"]

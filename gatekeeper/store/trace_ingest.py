@@ -297,7 +297,9 @@ class IngestGroup:
                 summed.add(item.trace, item.verdict, item.reported_at)
         totals = summed.totals()
         keys = [*_group_keys(role, config, self.arm, self.epoch)]
-        keys += [claims_key(role, item.trace.run_id) for item in items]
+        # Each run's claims key is the role's prefix and the run id (`claims_key`, formatted once).
+        claims = claims_key(role, "")
+        keys += [claims + item.trace.run_id for item in items]
         if charge is not None:
             keys += charge.keys()
         args: list[Any] = [retention, run_ttl_s, window_ttl_s, self.prefix,
