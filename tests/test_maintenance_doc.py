@@ -71,6 +71,7 @@ def _calls(log: Path, tool: str) -> list[list[Any]]:
 
 
 @pytest.mark.slow
+@pytest.mark.walkthrough
 def test_every_command_of_maintenance_md_runs_as_written(tmp_path: Path) -> None:
     """Back up, change the table, restore the RDB under the running router, accept it, build
     and push the image, create the Secrets and apply the manifests, cap a role's traces."""

@@ -1,14 +1,14 @@
-"""The `walkthrough` marker only lets a developer leave tests out: CI's command runs them.
-
-.ci/run runs the README Quickstart's second sh block; neither it nor pytest's addopts
-may deselect by marker, or the packaging and docs walk-throughs would silently stop
-running in CI.
+"""The `walkthrough` marker keeps the slow packaging and walk-through tests out of the README's
+test command, and CI still runs them: .ci/run runs the Quickstart's second sh block (the test
+command, `-m 'not walkthrough'`) and its third (`-m walkthrough`). Between them every test runs:
+no other marker, keyword or addopts may deselect anything.
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -17,18 +17,39 @@ from tests.conftest import LONGEST_FIRST
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def readme_test_command() -> str:
-    """The command .ci/run runs: the first line of the Quickstart's second sh block."""
+def quickstart_commands() -> list[str]:
+    """The first line of each sh block of the README's Quickstart."""
     quickstart = ROOT.joinpath("README.md").read_text().split("## Quickstart", 1)[1]
     quickstart = re.split(r"\n## ", quickstart, maxsplit=1)[0]
-    return re.findall(r"```sh\n(.*)\n", quickstart)[1]
+    return re.findall(r"```sh\n(.*)\n", quickstart)
 
 
-def test_the_ci_command_and_addopts_deselect_no_marker() -> None:
-    """No -m (or -k) in the README's test command or in pytest's addopts."""
-    command = shlex.split(readme_test_command())
-    at = max(i for i, word in enumerate(command) if word.endswith("pytest"))
-    assert not {"-m", "-k"} & set(command[at:]), command  # pytest's own arguments
+def readme_test_command() -> str:
+    """The README's test command: the first line of the Quickstart's second sh block."""
+    return quickstart_commands()[1]
+
+
+def _pytest_args(command: str) -> list[str]:
+    """The arguments of the last pytest `command` runs."""
+    words = shlex.split(command)
+    at = max(i for i, word in enumerate(words) if word.endswith("pytest"))
+    return words[at + 1:]
+
+
+def _selection(args: list[str]) -> list[str]:
+    """The -m/-k options (with their values) among pytest's `args`."""
+    return [f"{word} {args[i + 1]}" for i, word in enumerate(args) if word in ("-m", "-k")]
+
+
+def test_ci_runs_the_test_command_then_the_walkthroughs_and_between_them_every_test() -> None:
+    """.ci/run runs exactly the Quickstart's second and third commands; the first leaves out
+    `walkthrough` alone, the second selects it alone, and pytest's addopts select nothing."""
+    ci = subprocess.run(["bash", str(ROOT / ".ci" / "run"), "--commands"], capture_output=True,
+                        text=True, timeout=30, check=True, stdin=subprocess.DEVNULL)
+    test_command, walkthrough_command = quickstart_commands()[1:3]
+    assert ci.stdout.splitlines() == [test_command, walkthrough_command]
+    assert _selection(_pytest_args(test_command)) == ["-m not walkthrough"]
+    assert _selection(_pytest_args(walkthrough_command)) == ["-m walkthrough"]
     addopts = tomllib.loads(ROOT.joinpath("pyproject.toml").read_text())[
         "tool"]["pytest"]["ini_options"]["addopts"].split()
     assert not {"-m", "-k"} & set(addopts), addopts
@@ -37,7 +58,8 @@ def test_the_ci_command_and_addopts_deselect_no_marker() -> None:
 #: The packaging and walk-through tests: each carries the marker.
 MARKED = ("test_fresh_install.py", "test_docs_walkthrough.py", "test_docs_shell_walkthrough.py",
           "test_docs_criteria.py", "test_docs_integrations.py", "test_example_story.py",
-          "test_example_roles.py", "test_readme_judges.py", "test_readme_rollout.py")
+          "test_example_roles.py", "test_readme_judges.py", "test_readme_rollout.py",
+          "test_maintenance_doc.py")
 
 
 def test_the_packaging_and_walkthrough_tests_carry_the_marker() -> None:
