@@ -106,3 +106,22 @@ class DecisionDetails(BaseModel):
     def get(self, key: str, default: Any = None) -> Any:
         """The served JSON's `key`, else `default`."""
         return self.as_json().get(key, default)
+
+
+class EntryDetails(BaseModel):
+    """A history entry's `details`: what its writer recorded, a decision's under `gatekeeper`.
+
+    The router validates a move's `details` with it (the gatekeeper sends its decision's
+    `as_json` under `gatekeeper`) and keeps the JSON (`as_json`), so every entry served
+    has the shape the OpenAPI document gives it. Other keys (a tripwire's run id, a
+    restore's version, an operator's notes) are the writer's own, kept as they came.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True, ser_json_inf_nan="constants")
+
+    #: The gatekeeper's decision that made the move.
+    gatekeeper: DecisionDetails | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        """JSON-ready: the keys given, as the history entry keeps them."""
+        return self.model_dump(mode="json", exclude_unset=True)

@@ -17,6 +17,7 @@ from bindings.errors import Archived, Conflict, NotFound, PreconditionRequired
 from bindings.models import Binding, VersionedBinding
 from bindings.store import archived_error
 from bindings.table_guard import DATA_LOST, lost_roles
+from gatekeeper.machine.details import EntryDetails
 from gatekeeper.machine.stages import Event, apply, check_holds
 from rolegate.trace import JsonNumber, PositiveJsonInt
 from router.api.bodies import json_body, parse
@@ -37,8 +38,9 @@ class _Action(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     reason: str = Field(min_length=1, max_length=2000)
-    #: Numbers behind an automated decision, kept in the history entry.
-    details: dict[str, Any] = Field(default_factory=dict)
+    #: Numbers behind an automated decision (a gatekeeper's under `gatekeeper`, validated
+    #: as `DecisionDetails`), kept in the history entry as validated.
+    details: EntryDetails = Field(default_factory=EntryDetails)
 
 
 class RollbackRequest(_Action):
@@ -222,7 +224,7 @@ def _transition(role: str, event: Event, body: _Action, *, share: float | None =
                  reason=body.reason)
     # A role may demand an offline suite pass before its candidate runs on real jobs.
     guard_live_candidate(role, current.binding, move.binding)
-    details = {"summary": move.summary, **body.details}
+    details = {"summary": move.summary, **body.details.as_json()}
     # A rolled-back candidate going live again is a new rollout: it draws its own salt.
     moved = _bucketed(current.binding, move.binding, set())
     return _written(store.write(role, moved, expected_version=current.version,
@@ -244,7 +246,7 @@ def rollback(role: str) -> ResponseReturnValue:
     restored = old.binding.with_changes(stage_since=_now())
     guard_live_candidate(role, current.binding, restored)
     details = {"summary": f"restored version {body.to_version}",
-               "restored_version": body.to_version, **body.details}
+               "restored_version": body.to_version, **body.details.as_json()}
     return _written(store.write(role, restored, expected_version=current.version, actor=actor(),
                                action="restore", reason=body.reason, details=details,
                                idempotency=idempotency()))

@@ -21,6 +21,7 @@ from werkzeug.routing import Rule
 from bindings.models import ROLE_NAME_SCHEMA_PATTERN, Binding, HistoryEntry, VersionedBinding
 from bindings.offline import OfflineVerdict, StoredOfflineVerdict
 from gatekeeper.checks.criteria import CriteriaDiff
+from gatekeeper.machine.details import EntryDetails
 from gatekeeper.store.configs import ConfigRecord
 from gatekeeper.view_model import GateView, RuleView
 from rolegate.config_ids import CONFIG_ID_PATTERN, MAX_CONFIG_ID
@@ -74,7 +75,13 @@ MODELS: list[tuple[type[BaseModel], Any]] = [
     # The gate view's typed sections (`gatekeeper.view_model`): their enums are the code's.
     (GateView, "serialization"),
     (RuleView, "serialization"),
+    # A history entry's details, a gatekeeper's decision (`DecisionDetails`) in them.
+    (EntryDetails, "serialization"),
 ]
+#: Components whose `details` is a history entry's, held as a plain dict by a model that
+#: cannot name `EntryDetails`: bindings imports no gatekeeper, and the gate view's models
+#: are imported by `machine.details`. Their schemas point at the generated one instead.
+ENTRY_DETAILS = ("HistoryEntry", "RollbackEntryView")
 #: Every described operation: {path: {method: operation}}.
 OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {}
 for _described in (PATHS, MORE_PATHS, OPERATOR_PATHS, OFREP_PATHS, JUDGE_PATHS):
@@ -144,6 +151,8 @@ def model_schemas(models: list[tuple[type[BaseModel], Any]] | None = None) -> di
     """Component schemas for `models` (default MODELS), refs pointing into components."""
     _, top = models_json_schema(models or MODELS, ref_template=REF)
     schemas: dict[str, Any] = _json_schema_bounds(dict(top.get("$defs", {})))
+    for name in ENTRY_DETAILS:
+        schemas[name] = typed_details(schemas[name])
     schemas["Error"] = ERROR_SCHEMA
     schemas["ErrorDetail"] = ERROR_SCHEMA["properties"]["error"]
     schemas["Resolution"] = RESOLUTION
@@ -159,6 +168,17 @@ def model_schemas(models: list[tuple[type[BaseModel], Any]] | None = None) -> di
     schemas["ConfigWritten"] = extended(schemas["ConfigRecord"], "ConfigWritten",
                                         diff={"$ref": REF.format(model="DiffSummary")})
     return schemas
+
+
+def typed_details(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an object `schema` whose `details` is the EntryDetails component."""
+    plain = schema["properties"]["details"]
+    if plain.get("type") != "object":  # the model typed it: the generated schema serves
+        raise TypeError(f"{schema.get('title')}.details is no longer a plain object: {plain}")
+    typed = {key: plain[key] for key in ("description", "default") if key in plain}
+    return {**schema, "properties": {**schema["properties"],
+                                     "details": {"$ref": REF.format(model="EntryDetails"),
+                                                 **typed}}}
 
 
 def extended(schema: dict[str, Any], title: str, **extra: dict[str, Any]) -> dict[str, Any]:
