@@ -183,6 +183,12 @@ def main() -> None:
                   f"failed {sum(p['failed'] for p in phases):.0f}")
         print(f"  rolegate / bare, CPU per trace: {cpu['rolegate'] / cpu['bare']:.2f}x "
               f"(target <= 2.0); with the full per-trace answer {cpu['full'] / cpu['bare']:.2f}x")
+        # Each round's own ratios: the spread says how far the mean can be trusted.
+        for name in ("rolegate", "full"):
+            ratios = " ".join(f"{p['cpu_us'] / b['cpu_us']:.2f}"
+                              for p, b in zip(runs[name], runs["bare"]))
+            print(f"    per round, {name:<8} / bare: {ratios}")
+        print(f"  load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
 if __name__ == "__main__":
