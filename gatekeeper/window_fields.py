@@ -99,16 +99,20 @@ class Increments:
     Ingest sums the increments of each group of traces it stores. Merged dict by
     dict, that cost about as much as validating the traces; here the names of the
     fields a trace adds 1 to go into one list, counted at once (`Counter`, in C),
-    and the few it adds a value to (`VALUED`) are summed as numbers. All are
-    non-negative, so a sum is zero only when every trace's was, and then the field
-    is left out as `increments` leaves it out.
+    and the few it adds a value to (`VALUED`) are summed as numbers. The fields its
+    verdict, tool calls, step count, answer and errors decide (most of a trace's)
+    are one shared tuple per such shape (a role's runs have a handful), counted as a
+    shape and spread over its fields once per batch. All are non-negative, so a sum
+    is zero only when every trace's was, and then the field is left out as
+    `increments` leaves it out.
     """
 
-    __slots__ = ("ones", "sums")
+    __slots__ = ("ones", "shapes", "sums")
 
     def __init__(self) -> None:
         self.ones: list[str] = []
         self.sums = [0] * len(VALUED)
+        self.shapes: dict[tuple[str, ...], int] = {}
 
     def add(self, trace: Trace, verdict: TraceVerdict, reported_at: float | None = None) -> None:
         """Add one trace's fields, its report arriving at `reported_at` (None: at its end)."""
@@ -123,25 +127,20 @@ class Increments:
         cost = round(trace.cost_usd * MICROS)
         latency_ms = round(latency_s * 1000)
         steps, tokens, tool_errors = trace.step_count, trace.tokens, trace.tool_errors
-        ones += ("n", f"{STEPS}{steps}", f"{COST}{cost_bucket(cost)}")
+        shape = _shape(verdict, trace.tools, steps, trace.answered, tool_errors > 0)
+        shapes = self.shapes
+        shapes[shape] = shapes.get(shape, 0) + 1
+        ones.append(f"{COST}{cost_bucket(cost)}")
         if latency_s:
             ones.append(f"{LATENCY}{cost_bucket(latency_ms)}")
         if tokens:
             ones.append(f"{TOKENS}{cost_bucket(tokens)}")
-        ones += _verdict_fields(verdict)
-        if trace.answered:
-            ones.append("answered")
         sums = self.sums
-        if tool_errors:
-            sums[0] += tool_errors
-            ones.append("error_runs")
+        sums[0] += tool_errors
         sums[1] += steps
         sums[2] += cost
         sums[3] += tokens
         sums[4] += latency_ms
-        tools = trace.tools
-        if tools:
-            ones += _tool_fields(tools)
         if trace.time is not None:
             start = trace.time - latency_s
             # A run is born at its start: a slow arm meets an outage in the other's cells.
@@ -158,10 +157,42 @@ class Increments:
     def totals(self) -> dict[str, int]:
         """{field: sum} of every trace added (non-zero fields only)."""
         out: dict[str, int] = Counter(self.ones)
+        get = out.get
+        for shape, count in self.shapes.items():
+            for name in shape:  # a tool called twice is in it twice, and counts so
+                out[name] = get(name, 0) + count
         for name, value in zip(VALUED, self.sums):
             if value:
                 out[name] = value
         return out
+
+
+def _shape(verdict: TraceVerdict, tools: tuple[str, ...], steps: int, answered: bool,
+           errored: bool) -> tuple[str, ...]:
+    """The fields a judged run adds 1 to that its verdict, tools, step count, answer and
+    errors decide, worked out once per such shape (kept as `_tool_fields` keeps tools)."""
+    key = (verdict.json_text, tools, steps, answered, errored)
+    found = _SHAPES.get(key)
+    if found is None:
+        fields = ["n", f"{STEPS}{steps}", *_verdict_fields(verdict)]
+        if answered:
+            fields.append("answered")
+        if errored:
+            fields.append("error_runs")
+        if tools:
+            fields += _tool_fields(tools)
+        found = tuple(fields)
+        if (len(tools) > _TOOLS_KEPT_LONGEST or verdict.names() > KEPT_NAMES
+                or sum(map(len, tools)) > _TOOLS_KEPT_CHARS):
+            return found  # made-up names: not kept, as the other memos keep none
+        if len(_SHAPES) >= _VERDICT_FIELDS_KEPT:
+            _SHAPES.clear()
+        _SHAPES[key] = found
+    return found
+
+
+#: The fields of each run shape (`_shape`): kept as many as verdicts.
+_SHAPES: dict[tuple[object, ...], tuple[str, ...]] = {}
 
 
 def _tool_fields(tools: tuple[str, ...]) -> tuple[str, ...]:

@@ -225,3 +225,27 @@ def test_long_tool_names_do_not_pile_up_in_the_window_fields_memo() -> None:
     finally:
         tracemalloc.stop()
     assert kept < 1_000_000, f"{kept / 1e6:.1f} MB kept after 120 runs"
+
+
+def test_a_batch_sums_to_the_increments_of_its_traces() -> None:
+    """`Increments` (a batch's fields, run shapes counted once) adds up to each trace's own
+    `increments`: shapes repeated and not, a tool called twice, errors, a failed verdict,
+    an unanswered run and an unjudged one."""
+    from collections import Counter
+
+    from gatekeeper.checks.invariants import policy_of
+    from gatekeeper.window_fields import Increments, increments
+
+    policy = policy_of(Invariants(forbidden_tools=("rm",), max_steps=4))
+    runs = [trace(tools=["a", "b", "a"], time=1000.0 + k, latency_s=k % 3, tokens=k * 7,
+                  cost_usd=0.001 * k) for k in range(6)]
+    runs += [trace(tools=["a", "rm"], time=1000.0), trace(tool_errors=1, time=1001.0),
+             trace(answered=False, step_count=9), trace(judged=False, time=1002.0),
+             trace(steps=[{"tool": "a", "error": "boom"}, {"tool": "a"}], time=1003.0)]
+    summed: Counter[str] = Counter()
+    batch = Increments()
+    for run in runs * 2:
+        verdict = policy.judge(run)
+        summed.update(increments(run, verdict, 1010.0))
+        batch.add(run, verdict, 1010.0)
+    assert batch.totals() == {name: n for name, n in summed.items() if n}
