@@ -14,11 +14,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 
 import pytest
 import requests
 from flask import Flask
 
+from gatekeeper.stats import concurrent
 from router.cli.status import render
 from tests.agent_world import Behaviour, Scenario, World, put_world_role
 from tests.conftest import CALLER, OPERATOR, auth
@@ -90,9 +92,17 @@ def test_a_candidate_failing_every_run_is_rolled_back_within_30_runs_or_10_secon
             assert why.startswith("unit test"), why
 
 
+#: The world below runs 3 times as fast as the one it stands for (issue 39): every span of
+#: it (the outage, each arm's runs and report delays, the concurrent test's buckets and their
+#: grace, the seconds it lasts) a third as long and every rate 3 times as high, so each span
+#: holds as many runs as at speed 1. The figures below are the world at speed 1.
+SPEED = 3
 #: Every run started in these seconds of the world fails, on both arms.
 OUTAGE = (10.0, 55.0)
+#: The world lasts at least this long, and until every healthy role's gate has read this far
+#: past the outage (the unit test's report horizon and the concurrent test's closed buckets).
 WORLD_SECONDS = 130.0
+READ_PAST_OUTAGE_S = 30.0
 #: Runs of 15-45 s against current's 2-6 s (issue 34: the candidate's runs 30-60 s longer,
 #: scaled to the world's length), a latency the policy allows: filed by end, the outage's
 #: failures of the candidate would land in later 30 s cells than current's.
@@ -128,31 +138,62 @@ WORSE = [
 ]
 
 
+def _read_past(url: str, role: str, when: float) -> bool:
+    """Whether `role`'s gate has read every run started before `when`: the unit test's report
+    horizon and the concurrent test's closed buckets are both past it."""
+    view = gate_view(url, role)
+    horizon = (view.get("units") or {}).get("test", {}).get("horizon")
+    closed = (view.get("concurrent") or {}).get("closed_before", 0)
+    return horizon is not None and horizon > when and closed > concurrent.bucket_of(when)
+
+
 def test_a_shared_outage_repeated_keys_retries_and_late_reports_roll_back_no_healthy_candidate(
-        app: Flask) -> None:
+        app: Flask, monkeypatch: pytest.MonkeyPatch) -> None:
     """A 45 s outage on both arms under 11 healthy candidates keyed by job (plain, retries,
     late reports, slower runs, runs 15-45 s against current's 2-6 s), and customers:
     healthy candidates stay in canary; worse ones (customers, retries, much slower, much
-    longer and failing) are rolled back by the unit test, the slow one for latency."""
-    scenarios = [*HEALTHY, *WORSE]
-    for scenario in scenarios:
-        # Customers' first failures would all fall in the outage, on both arms: with 40
-        # customers that leaves the unit test little to learn from after it (documented).
-        scenario.outage = None if scenario.customers else OUTAGE
+    longer and failing) are rolled back by the unit test, the slow one for latency.
+
+    Figures at speed 1: the world runs at SPEED, and lasts until every healthy role's gate
+    has read READ_PAST_OUTAGE_S past the outage."""
+    # Customers' first failures would all fall in the outage, on both arms: with 40
+    # customers that leaves the unit test little to learn from after it (documented).
+    scenarios = [replace(s, outage=None if s.customers else OUTAGE).faster(SPEED)
+                 for s in [*HEALTHY, *WORSE]]
+    monkeypatch.setattr(concurrent, "BUCKET_S", 30 // SPEED)
+    monkeypatch.setattr(concurrent, "GRACE_S", 30 // SPEED)
     with werkzeug_server(app) as url:
         for scenario in scenarios:
             put_world_role(url, scenario)
-        with World(url, scenarios, seed=7) as world, ticking(url) as rolled:
-            started = time.time()
-            # The worse roles' evidence comes with their runs: on a loaded machine the world
-            # makes fewer of them a second, so the time past WORLD_SECONDS stretches with load
-            # (longer-and-worse missed by log e 5.25 against 5.99 at load 3.5 per core).
-            deadline = started + WORLD_SECONDS + scaled(60)
-            while time.time() < deadline and not (time.time() - started > WORLD_SECONDS
-                                                  and all(s.role in rolled for s in WORSE)):
+        with World(url, scenarios, seed=7, report_every=0.2) as world, \
+                ticking(url) as rolled:
+            read_to = world.start + (OUTAGE[1] + READ_PAST_OUTAGE_S) / SPEED
+            unread = {s.role for s in HEALTHY}
+            # The worse roles' evidence comes with their runs, and the horizon with their
+            # reports: on a loaded machine the world makes fewer of them a second, so the
+            # deadline stretches with load (longer-and-worse missed by log e 5.25 against
+            # 5.99 at load 3.5 per core, when the world had a fixed length).
+            deadline = world.start + scaled((WORLD_SECONDS + 60) / SPEED)
+            read_at = None
+            while time.time() < deadline and (
+                    time.time() - world.start < WORLD_SECONDS / SPEED or unread
+                    or not all(s.role in rolled for s in WORSE)):
+                if time.time() - world.start >= WORLD_SECONDS / SPEED and unread:
+                    unread = {role for role in unread if not _read_past(url, role, read_to)}
+                    read_at = None if unread else time.time() - world.start
                 time.sleep(0.5)
+            ran = time.time() - world.start
             missed = {s.role: (gate_view(url, s.role).get("units") or {}).get("test")
                       for s in WORSE if s.role not in rolled}
+        print(f"the world ran {ran:.0f} s ({ran * SPEED:.0f} s at speed 1), read past the "
+              f"outage at {read_at} s; rolled back at (s at speed 1):",
+              {r: round((w - world.start) * SPEED) for r, (w, _) in rolled.items()})
+        for role, starts in world.candidate_starts.items():
+            during = sum(1 for t in starts if OUTAGE[0] <= (t - world.start) * SPEED < OUTAGE[1])
+            after = sum(1 for t in starts if (t - world.start) * SPEED >= OUTAGE[1])
+            print(f"{role}: {world.runs[role]}; candidate runs in the outage {during}, "
+                  f"after {after}")
+        assert not unread, unread
         assert not missed, (missed, {r: w for r, (_, w) in rolled.items()})
         assert not world.errors, world.errors[:3]
         wrongly = {role: why for role, (_, why) in rolled.items()
@@ -194,12 +235,15 @@ def test_what_users_feel_slower_runs_and_a_lost_criterion_are_rolled_back_in_can
         app: Flask) -> None:
     """At 10 jobs/s, canary 0.5: a candidate whose runs take 50% longer, and one that never
     asks for the identity check the refunds spec demands over 1,000, are rolled back within
-    5 minutes, naming what users feel (the latency by the unit test's slow events)."""
+    5 minutes, naming what users feel (the latency by the unit test's slow events).
+
+    The world runs at SPEED (30 jobs/s, runs of 0.67 s against 1 s): as many runs in a
+    third of the time."""
     slow = Scenario("slower-p95", rate=10, current=Behaviour(duration_s=2.0),
-                    candidate=Behaviour(duration_s=3.0))
+                    candidate=Behaviour(duration_s=3.0)).faster(SPEED)
     lost = Scenario("lost-escalation", rate=10,
                     current=Behaviour(tools=("lookupOrder", "verifyIdentity"), input=HIGH_VALUE),
-                    candidate=Behaviour(tools=("lookupOrder",), input=HIGH_VALUE))
+                    candidate=Behaviour(tools=("lookupOrder",), input=HIGH_VALUE)).faster(SPEED)
     with werkzeug_server(app) as url:
         for config in ("cfg-a", "cfg-b"):
             r = requests.put(f"{url}/v1/configs/{config}", json={"spec": REFUNDS_SPEC},
@@ -207,9 +251,10 @@ def test_what_users_feel_slower_runs_and_a_lost_criterion_are_rolled_back_in_can
             assert r.status_code in (200, 201), r.text
         for scenario in (slow, lost):
             put_world_role(url, scenario)
-        with World(url, [slow, lost], seed=3) as world, ticking(url) as rolled:
-            wait_for(lambda: (slow.role in rolled and lost.role in rolled) or None, 300,
-                     "both rollbacks")
+        with World(url, [slow, lost], seed=3, report_every=0.2) as world, \
+                ticking(url) as rolled:
+            wait_for(lambda: (slow.role in rolled and lost.role in rolled) or None,
+                     300 / SPEED, "both rollbacks")
         assert not world.errors, world.errors[:3]
         _, why = rolled[slow.role]
         assert why.startswith("unit test") and "mostly slow" in why, why
@@ -218,5 +263,6 @@ def test_what_users_feel_slower_runs_and_a_lost_criterion_are_rolled_back_in_can
         assert "escalation:high-value" in why, why
         for scenario in (slow, lost):
             when, why = rolled[scenario.role]
-            print(f"{scenario.role}: rolled back {when - world.first_candidate[scenario.role]:.0f}"
-                  f" s after the candidate's first run: {why}")
+            took = when - world.first_candidate[scenario.role]
+            print(f"{scenario.role}: rolled back {took:.0f} s ({took * SPEED:.0f} s at speed 1)"
+                  f" after the candidate's first run, {world.runs[scenario.role]}: {why}")
