@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -146,7 +146,7 @@ def mean_ns(call: Callable[[str], object], keys: list[str]) -> float:
     return (time.perf_counter_ns() - started) / len(keys)
 
 
-def interleaved(contenders: dict[str, Callable[[str], object]], keys: list[str],
+def interleaved(contenders: Mapping[str, Callable[[str], object]], keys: list[str],
                 rounds: int = 10) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Time each contender in alternating rounds, so the shared machine's noise hits all alike."""
     samples: dict[str, list[float]] = {name: [] for name in contenders}

@@ -49,7 +49,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import requests
@@ -69,6 +69,9 @@ from gatekeeper.store.trace_keys import closed_key, epoch_of
 from gatekeeper.store.traces import Checked, TraceStore
 from gatekeeper.store.window_closed import GEN
 from rolegate.trace import Trace
+
+if TYPE_CHECKING:
+    from gatekeeper.view_model import GateView
 
 ROLE = "refunds"
 CURRENT, CANDIDATE = "refunds_v1", "refunds_v2"
@@ -263,7 +266,7 @@ def run(args: argparse.Namespace) -> None:
               f"CPU {ms(cpu)}")
         behind: list[bool] = []
 
-        def read() -> dict[str, Any]:
+        def read() -> GateView:
             answer = gate_view(store, traces, ROLE, time.time())
             behind.append(not getattr(answer.drift, "caught_up", True))
             return answer

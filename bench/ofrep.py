@@ -34,6 +34,7 @@ from bench.resolve import (
     PATHS,
     ROLE,
     TOKEN,
+    Summary,
     private_redis,
     router_env,
     second_server_env,
@@ -70,7 +71,7 @@ def per_cpu_second(row: tuple[float, ...]) -> float:
     return 1e6 / row[4] if row[4] else float("nan")
 
 
-def print_rows(results: dict[str, list[Sample]]) -> dict[str, tuple[float, ...]]:
+def print_rows(results: dict[str, list[Sample]]) -> dict[str, Summary]:
     """One line per target: req/s, latency, errors, CPU per request and per CPU-second."""
     rows = {name: summarize(samples) for name, samples in results.items()}
     print(f"  {'target':<44} {'req/s':>7} {'p50 ms':>7} {'p99 ms':>7} {'errors':>6} "

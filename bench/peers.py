@@ -137,8 +137,9 @@ def launchdarkly_load(config: bytes) -> tuple[Any, Call]:
     from ldclient.feature_store import InMemoryFeatureStore
     from ldclient.versioned_data_kind import FEATURES, SEGMENTS
 
-    store = InMemoryFeatureStore()
-    store.init({FEATURES: json.loads(config), SEGMENTS: {}})
+    # The SDK leaves these two unannotated (its store's __init__ and init take no types).
+    store = InMemoryFeatureStore()  # type: ignore[no-untyped-call]
+    store.init({FEATURES: json.loads(config), SEGMENTS: {}})  # type: ignore[no-untyped-call]
     # Daemon mode: the SDK reads its store and never connects; no events are sent.
     client = LDClient(config=Config("bench-sdk-key", feature_store=store, use_ldd=True,
                                     send_events=False, diagnostic_opt_out=True))
@@ -183,8 +184,8 @@ def unleash_config(roles: int) -> bytes:
 
 
 def unleash_load(config: bytes) -> tuple[Any, Call]:
-    from UnleashClient import UnleashClient
     from UnleashClient.cache import FileCache
+    from UnleashClient.clients.unleash_client import UnleashClient
 
     cache = FileCache("rolegate-bench", directory=tempfile.mkdtemp(prefix="unleash-"))
     cache.bootstrap_from_dict(json.loads(config))
@@ -210,13 +211,15 @@ def flagsmith_config(roles: int) -> bytes:
 
 
 def flagsmith_load(config: bytes) -> tuple[Any, Call]:
+    from flag_engine.context.types import EvaluationContext
     from flag_engine.engine import get_evaluation_result
 
-    context = json.loads(config)
+    context: EvaluationContext[Any, Any] = json.loads(config)
     if len(context["features"]) > 1:
         # The engine evaluates every feature of the environment per identity;
         # resolving one flag, time the environment of that one flag.
-        timed = {**context, "features": {FLAG: context["features"][FLAG]}}
+        timed: EvaluationContext[Any, Any] = {
+            **context, "features": {FLAG: context["features"][FLAG]}}
     else:
         timed = context
 
@@ -253,7 +256,7 @@ def eppo_load(config: bytes) -> tuple[Any, Call]:
     import eppo_client
     from eppo_client import AssignmentLogger, ClientConfig, Configuration
 
-    class Silent(AssignmentLogger):  # type: ignore[misc]
+    class Silent(AssignmentLogger):
         def log_assignment(self, event: dict[str, Any]) -> None:
             pass
 

@@ -44,7 +44,6 @@ from bench.sim_sections import (
 )
 from bench.sim_state import StageCounts
 from bindings.models import Stage, VersionedBinding
-from gatekeeper.machine.baseline import baseline_failure, baseline_observed, baseline_runs
 from gatekeeper.machine.deadline import deadline_of
 from gatekeeper.machine.decide import (
     Action,
@@ -56,12 +55,8 @@ from gatekeeper.machine.decide import (
 from gatekeeper.machine.power_hold import rollout_power
 from gatekeeper.stats.budget import final_alpha
 from gatekeeper.stats.concurrent import closed_before
-from gatekeeper.stats.drift import (
-    RUN_FAILURE,
-)
 from gatekeeper.stats.reports import mature_before
 from gatekeeper.stats.rollout import Carried
-from gatekeeper.view_model import DetectorView, DriftOnView
 from gatekeeper.view_model.paired import PairedView
 
 #: A stand-in for decide(): given the binding, the stage counts and the time, an action.
@@ -200,10 +195,9 @@ class Reader:
         section carries (p0, the rate observed and its reference: current's runs with its
         history; the detector's other figures do not enter)."""
         c = self.counts
+        # The candidate's run_failure detector's p0, reference and observed rate: what
+        # the section's detector serves (`Detector.as_dict`) and `machine.baseline` reads.
         found = c.detector.params if self.baseline and c.detector is not None else None
-        drift = None if found is None else DriftOnView.model_construct(candidate={
-            RUN_FAILURE: DetectorView.model_construct(p0=found.p0, reference=found.reference,
-                                                      observed=found.observed)})
         paired = None
         if self.shadow:
             paired = PairedView.model_validate({
@@ -211,9 +205,9 @@ class Reader:
                                             "fail_to_pass": c.improvements}})
         evidence = Evidence(verdict="pass", paired=paired, carried=self.carried,
                             concurrent=cached_section(c, self.record, now),
-                            baseline_failure=baseline_failure(drift),
-                            baseline_runs=baseline_runs(drift),
-                            baseline_observed=baseline_observed(drift))
+                            baseline_failure=None if found is None else found.p0,
+                            baseline_runs=0 if found is None else found.reference,
+                            baseline_observed=None if found is None else found.observed)
         power = rollout_power(self.record.binding, evidence)
         return power is None or power.enough
 

@@ -38,6 +38,7 @@ import statistics
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from bench.sim_bounds import ROLLOUT_ALPHA, one_sample_bound, two_sample_bound
 from bench.sim_measure import wilson_upper
@@ -59,7 +60,15 @@ MIRROR_ROLLOUTS = 10 ** 9
 KNOWN_FAULTS: tuple[str, ...] = ()
 #: Slow runs: current takes 60-120 s, the candidate 30-60 s more; a policy letting
 #: the candidate's p95 latency be 50% higher covers that (its p95 is ~1.42x current's).
-SLOW = {"duration": (60.0, 120.0), "extra": (30.0, 60.0), "latency_tolerance": 0.5}
+class Slow(TypedDict):
+    """The UnitWorld fields of a slow agent's rows: long runs, the latency policy loosened."""
+
+    duration: tuple[float, float]
+    extra: tuple[float, float]
+    latency_tolerance: float
+
+
+SLOW: Slow = {"duration": (60.0, 120.0), "extra": (30.0, 60.0), "latency_tolerance": 0.5}
 
 
 @dataclass(frozen=True)

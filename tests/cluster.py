@@ -13,6 +13,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import redis
@@ -83,13 +84,15 @@ class OwnCluster:
         clients = [self.node(i) for i in range(len(self.ports))]
         try:
             for port, client in zip(self.ports, clients):
-                wait_for(lambda c=client: _pings(c), 10, f"cluster node on {port}")
+                wait_for(partial(_pings, client), 10, f"cluster node on {port}")
             for client, slots in zip(clients, slot_ranges(len(self.ports))):
-                client.execute_command("CLUSTER ADDSLOTS", *slots)
+                client.execute_command(  # type: ignore[no-untyped-call]
+                    "CLUSTER ADDSLOTS", *slots)
             for port in self.ports[1:]:
-                clients[0].execute_command("CLUSTER MEET", "127.0.0.1", port)
+                clients[0].execute_command(  # type: ignore[no-untyped-call]
+                    "CLUSTER MEET", "127.0.0.1", port)
             for port, client in zip(self.ports, clients):
-                wait_for(lambda c=client: _cluster_ok(c, len(self.ports)), 20,
+                wait_for(partial(_cluster_ok, client, len(self.ports)), 20,
                          f"cluster state ok on node {port}", interval=0.05)
         finally:
             for client in clients:
@@ -138,7 +141,7 @@ def close_client(client: object) -> None:
     an error under filterwarnings=error, whenever the garbage collector finds them).
     """
     if isinstance(client, RedisCluster):
-        for node in client.get_nodes():
+        for node in client.get_nodes():  # type: ignore[no-untyped-call]
             if node.redis_connection is not None:
                 node.redis_connection.connection_pool.disconnect()
     close = getattr(client, "close", None)
@@ -166,7 +169,7 @@ def _cluster_ok(client: redis.Redis, masters: int) -> bool:
 def _sees_all_slots(client: redis.Redis, masters: int) -> bool:
     # cluster_state ok only says this node's slots are covered as it sees them;
     # wait until it also knows who serves every range, or the first MOVED races.
-    slots = client.execute_command("CLUSTER SLOTS")
+    slots = client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
     return len(slots) == masters
 
 

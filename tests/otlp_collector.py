@@ -97,6 +97,7 @@ def collector() -> Iterator[Collector]:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             if self.headers.get("Content-Encoding") == "gzip":
                 body = gzip.decompress(body)
+            headers: dict[str, str]
             if self.path != "/v1/traces":
                 status, headers, out = 404, {}, b"no such path"
             else:
