@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import configparser
+import logging
 import runpy
 from pathlib import Path
 from typing import Any
@@ -95,3 +96,43 @@ def test_a_workers_settings_read_the_same_once_frozen() -> None:
     assert vars(cfg)["keepalive"] == 7 and cfg.forwarded_allow_ips == ["10.0.0.1"]
     assert "worker_class" not in vars(cfg) and cfg.worker_class_str == "sync"
     assert freeze(object()) == 0
+
+
+def test_a_setting_written_in_the_worker_after_freezing_is_read() -> None:
+    """gunicorn writes no setting in a worker today; if a release does, through Config.set
+    or the Setting's own set, the frozen attribute follows at once."""
+    from gunicorn.config import Config
+
+    from router.server.frozen_config import freeze, writes_reach_frozen
+
+    assert writes_reach_frozen(Config)
+    cfg = Config()
+    assert freeze(cfg) > 100
+    cfg.set("keepalive", 9)
+    assert cfg.keepalive == 9 == vars(cfg)["keepalive"]
+    cfg.settings["forwarded_allow_ips"].set("10.0.0.2")
+    assert cfg.forwarded_allow_ips == ["10.0.0.2"]
+
+
+def test_a_gunicorn_whose_writes_go_around_the_setting_keeps_its_own_lookups(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A Config that writes a value without the Setting's set (as a future gunicorn might):
+    the probe sees a write not reach the copy, so nothing is frozen, a warning says so,
+    and every read is gunicorn's own lookup, current after a write."""
+    from gunicorn.config import Config
+
+    from router.server.frozen_config import freeze, writes_reach_frozen
+
+    class AroundTheSetting(Config):
+        def set(self, name: str, value: Any) -> None:
+            setting = self.settings[name]
+            setting.value = setting.validator(value)
+
+    assert not writes_reach_frozen(AroundTheSetting)
+    cfg = AroundTheSetting()
+    with caplog.at_level(logging.WARNING, logger="rolegate"):
+        assert freeze(cfg) == 0
+    assert any("frozen copy" in r.getMessage() for r in caplog.records)
+    assert "keepalive" not in vars(cfg)
+    cfg.set("keepalive", 9)
+    assert cfg.keepalive == 9
