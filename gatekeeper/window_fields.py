@@ -12,7 +12,7 @@ from collections import Counter
 
 from gatekeeper.checks.invariants import KEPT_NAMES, TraceVerdict
 from gatekeeper.stats.concurrent import bucket_of
-from gatekeeper.stats.matching import reported_names
+from gatekeeper.stats.matching import ID_REPORTED, REPORTED, id_minted, report_bucket
 from gatekeeper.stats.units import lag_bucket
 from rolegate.trace import Trace
 
@@ -102,24 +102,36 @@ class Increments:
     and the few it adds a value to (`VALUED`) are summed as numbers. The fields its
     verdict, tool calls, step count, answer and errors decide (most of a trace's)
     are one shared tuple per such shape (a role's runs have a handful), counted as a
-    shape and spread over its fields once per batch. All are non-negative, so a sum
-    is zero only when every trace's was, and then the field is left out as
-    `increments` leaves it out.
+    shape and spread over its fields once per batch; so are the few report buckets
+    (`matching.reported_names`), lag buckets and cells a batch's runs fall in (named
+    once each, not per trace). All are non-negative, so a sum is zero only when every
+    trace's was, and then the field is left out as `increments` leaves it out.
     """
 
-    __slots__ = ("ones", "shapes", "sums")
+    __slots__ = ("cells", "lags", "minted", "ones", "reports", "shapes", "sums")
 
     def __init__(self) -> None:
         self.ones: list[str] = []
         self.sums = [0] * len(VALUED)
         self.shapes: dict[tuple[str, ...], int] = {}
+        #: Each run's report bucket, and again for a run id minted at assignment.
+        self.reports: list[int] = []
+        self.minted: list[int] = []
+        #: Each run's report lag bucket (`units.lag_bucket`: a handful in a batch).
+        self.lags: list[int] = []
+        #: The cell fields of each (start bucket, rule) met: (runs, failures, errors, forbidden).
+        self.cells: dict[tuple[int, str | None], tuple[str, str, str, str]] = {}
 
     def add(self, trace: Trace, verdict: TraceVerdict, reported_at: float | None = None) -> None:
         """Add one trace's fields, its report arriving at `reported_at` (None: at its end)."""
         ones = self.ones
         # Every arriving run, judged or not, counts as reported in the time bucket it
         # started in (`gatekeeper.stats.reports` compares these with the assignments).
-        ones += reported_names(trace)
+        report = report_bucket(trace)
+        if report is not None:
+            self.reports.append(report)
+            if id_minted(trace):
+                self.minted.append(report)
         if not verdict.judged:
             ones.append("unjudged")
             return
@@ -145,14 +157,20 @@ class Increments:
             start = trace.time - latency_s
             # A run is born at its start: a slow arm meets an outage in the other's cells.
             arrived = start + latency_s if reported_at is None else reported_at
-            cell = f"{bucket_of(start)}:{trace.rule or ''}"
-            ones += (f"{LAG}{lag_bucket(arrived - start)}", CELL_N + cell)  # one C call
+            self.lags.append(lag_bucket(arrived - start))
+            where = (bucket_of(start), trace.rule)
+            names = self.cells.get(where)
+            if names is None:
+                cell = f"{where[0]}:{where[1] or ''}"
+                names = self.cells[where] = (CELL_N + cell, "cf:" + cell, "ce:" + cell,
+                                             "cx:" + cell)
+            ones.append(names[0])
             if not verdict.passed:
-                ones.append("cf:" + cell)
+                ones.append(names[1])
             if tool_errors:
-                ones.append("ce:" + cell)
+                ones.append(names[2])
             if verdict.forbidden:
-                ones.append("cx:" + cell)
+                ones.append(names[3])
 
     def totals(self) -> dict[str, int]:
         """{field: sum} of every trace added (non-zero fields only)."""
@@ -161,6 +179,10 @@ class Increments:
         for shape, count in self.shapes.items():
             for name in shape:  # a tool called twice is in it twice, and counts so
                 out[name] = get(name, 0) + count
+        for prefix, buckets in ((REPORTED, self.reports), (ID_REPORTED, self.minted),
+                                (LAG, self.lags)):
+            for bucket, count in Counter(buckets).items():
+                out[f"{prefix}{bucket}"] = count
         for name, value in zip(VALUED, self.sums):
             if value:
                 out[name] = value

@@ -50,12 +50,24 @@ def reported_names(trace: Trace) -> tuple[str, ...]:
     """The window fields saying `trace`'s run arrived, each adding 1
     (`gatekeeper.window_fields`): its start's report bucket, under ID_REPORTED too when
     its run id was minted at assignment; none without a time."""
-    if trace.time is None:
+    bucket = report_bucket(trace)
+    if bucket is None:
         return ()
-    bucket = int((trace.time - trace.latency_s) // REPORT_BUCKET_S)
-    if trace.run_id.startswith(PREFIX) and is_minted(trace.run_id):
+    if id_minted(trace):
         return f"{REPORTED}{bucket}", f"{ID_REPORTED}{bucket}"
     return (f"{REPORTED}{bucket}",)
+
+
+def report_bucket(trace: Trace) -> int | None:
+    """The report bucket of `trace`'s start (None without a time): `reported_names`'s number."""
+    if trace.time is None:
+        return None
+    return int((trace.time - trace.latency_s) // REPORT_BUCKET_S)
+
+
+def id_minted(trace: Trace) -> bool:
+    """Whether `trace`'s run id was minted at assignment (it counts under ID_REPORTED too)."""
+    return trace.run_id.startswith(PREFIX) and is_minted(trace.run_id)
 
 
 @dataclass(frozen=True)
