@@ -264,11 +264,15 @@ class IngestGroup:
                 results: list[Stored | Moved | None]) -> None:
         """Fill `results` from the script's per-trace answers."""
         start = 1 + len(self.prefix)
+        config, arm, epoch = self.config, self.arm, self.epoch
+        # The two NamedTuples of every trace built by tuple.__new__, every field given:
+        # their generated __new__ is a Python frame each (about 150 against 70 ns).
+        new = tuple.__new__
         for index, text in zip(self.indices, answers):
             if text[0] == "N":
                 # Stored just now under this group's location: only the id is new.
-                where = Location(self.config, self.arm, self.epoch, text[start:-2])
-                results[index] = Stored(items[index].trace.run_id, False, where)
+                where = new(Location, (config, arm, epoch, text[start:-2]))
+                results[index] = new(Stored, (items[index].trace.run_id, False, where, ()))
             elif text[0] == "C":
                 stored, *others = text.split("\n")
                 where = Location(self.config, self.arm, self.epoch, stored[start:-2])

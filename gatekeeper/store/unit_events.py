@@ -178,8 +178,10 @@ class UnitRules:
             # current's cross the limit itself, so the coin stays fair (or favours it).
             latency /= self.latency_scale
             cost /= 1.0 + COST_TOLERANCE
-        return UnitFacts(rollout, unit, math.floor(start), lag_bucket(now - start),
-                         round(latency * 1000), round(cost * 1_000_000), tuple(metrics))
+        # Every field in order, by tuple.__new__: the NamedTuple's __new__ is a Python frame.
+        return tuple.__new__(UnitFacts, (rollout, unit, math.floor(start), lag_bucket(now - start),
+                                         round(latency * 1000), round(cost * 1_000_000),
+                                         tuple(metrics)))
 
     def _failed_gated(self, trace: Trace) -> tuple[str, ...]:
         """The gated criterion keys the run failed; its config's criteria read once here."""
