@@ -137,9 +137,11 @@ def launchdarkly_load(config: bytes) -> tuple[Any, Call]:
     from ldclient.feature_store import InMemoryFeatureStore
     from ldclient.versioned_data_kind import FEATURES, SEGMENTS
 
-    # The SDK leaves these two unannotated (its store's __init__ and init take no types).
-    store = InMemoryFeatureStore()  # type: ignore[no-untyped-call]
-    store.init({FEATURES: json.loads(config), SEGMENTS: {}})  # type: ignore[no-untyped-call]
+    # The SDK leaves these two unannotated (its store's __init__ and init take no types);
+    # without the bench extra installed they are Any, and the ignores go unused.
+    store = InMemoryFeatureStore()  # type: ignore[no-untyped-call, unused-ignore]
+    store.init({FEATURES: json.loads(config),  # type: ignore[no-untyped-call, unused-ignore]
+                SEGMENTS: {}})
     # Daemon mode: the SDK reads its store and never connects; no events are sent.
     client = LDClient(config=Config("bench-sdk-key", feature_store=store, use_ldd=True,
                                     send_events=False, diagnostic_opt_out=True))
@@ -256,7 +258,8 @@ def eppo_load(config: bytes) -> tuple[Any, Call]:
     import eppo_client
     from eppo_client import AssignmentLogger, ClientConfig, Configuration
 
-    class Silent(AssignmentLogger):
+    # Without the bench extra installed, AssignmentLogger is Any (pyproject's override).
+    class Silent(AssignmentLogger):  # type: ignore[misc, unused-ignore]
         def log_assignment(self, event: dict[str, Any]) -> None:
             pass
 

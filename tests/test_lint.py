@@ -14,6 +14,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("bindings", "gatekeeper", "router", "rolegate")
+#: Checked with them: bench's scripts (a namespace package, so named as packages with -p:
+#: as paths mypy would find bench/load.py both as `load` and `bench.load`). A cold run
+#: took 24.4 s of CPU against 23.0 s for the four packages alone (issue 39).
+CHECKED = (*PACKAGES, "bench")
 RUFF = [sys.executable, "-m", "ruff", "check", "--no-cache"]
 
 
@@ -35,8 +39,10 @@ def test_ruff_fails_on_a_violation(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_mypy_strict_passes_on_the_packages() -> None:
-    """`mypy --strict bindings gatekeeper router rolegate` reports no error (unused ignores too)."""
-    result = subprocess.run([sys.executable, "-m", "mypy", "--strict", *PACKAGES], cwd=ROOT,
+    """`mypy --strict -p bindings -p gatekeeper -p router -p rolegate -p bench` reports no
+    error (unused ignores too)."""
+    packages = [arg for package in CHECKED for arg in ("-p", package)]
+    result = subprocess.run([sys.executable, "-m", "mypy", "--strict", *packages], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Success: no issues found" in result.stdout
