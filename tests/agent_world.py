@@ -120,6 +120,8 @@ class World:
         self.first_candidate: dict[str, float] = {}
         #: When each candidate run started, per role (the runs a rollback came after).
         self.candidate_starts: dict[str, list[float]] = {}
+        #: When each current run started, per role.
+        self.current_starts: dict[str, list[float]] = {}
         self.errors: list[str] = []
         self._bindings: dict[str, tuple[Binding, int]] = {}
         self._queue: list[tuple[float, int, Callable[[], None]]] = []
@@ -193,6 +195,8 @@ class World:
         if arm == "candidate":
             self.first_candidate.setdefault(scenario.role, start)
             self.candidate_starts.setdefault(scenario.role, []).append(start)
+        else:
+            self.current_starts.setdefault(scenario.role, []).append(start)
         self.runs[scenario.role][arm] += 1
         logit = math.log(behaviour.pass_rate / (1.0 - behaviour.pass_rate)) - difficulty
         passed = self.random.random() < 1.0 / (1.0 + math.exp(-logit))
