@@ -162,3 +162,33 @@ def test_the_schema_and_the_router_refuse_details_the_model_does_not_make(
         assert _errors(validator, {**answer, "entries": [entry]}), decision
         assert client.post("/v1/bindings/r/resume", headers=auth(OPERATOR), json={
             "reason": "r", "details": {"gatekeeper": decision}}).status_code == 200
+
+
+#: A newer gatekeeper's decision: figures this router's sections do not know, in a section
+#: it does (`response`, `units`, a `criteria` key: they ignore unknown keys) and beside them.
+NEWER_DECISION = {
+    "verdict": "fail", "n": 30, "newer_figure": {"a": 1},
+    "response": {"rule": "units", "applied": "rollback", "policy": "p", "escalated_to": "oncall"},
+    "criteria": [{"key": "answered", "passed": 3, "newer_count": 2}],
+    "units": {"log_e": 3.5, "threshold": 3.0, "alpha": 0.05, "reject": True, "horizon": None,
+              "leading": "cost", "metrics": [], "repeats": False, "repeats_why": "",
+              "newer_metric_count": 4}}
+
+
+def test_a_moves_details_are_stored_whole(client: FlaskClient) -> None:
+    """What the router acknowledges it stores whole: a figure inside a known section that
+    this version's model does not know is kept, not dropped, beside the writer's own keys;
+    a whole number sent for a count is kept as the count the schema gives."""
+    assert client.put("/v1/bindings/r", headers=auth(OPERATOR), json={
+        "current": "cfg-a", "candidate": "cfg-b", "stage": "canary", "share": 0.5,
+        "steps": [0.5, 1.0]}).status_code == 201
+    sent = {**NEWER_DECISION, "passes": 29.0}
+    assert client.post("/v1/bindings/r/rollback", headers=auth(OPERATOR), json={
+        "reason": "gatekeeper: units", "details": {"gatekeeper": sent,
+                                                   "ticket": "OPS-2"}}).status_code == 200
+    history = client.get("/v1/bindings/r/history", headers=auth(CALLER)).json
+    details = history["entries"][0]["details"]
+    assert details == {"summary": details["summary"], "ticket": "OPS-2",
+                       "gatekeeper": {**NEWER_DECISION, "passes": 29}}
+    assert isinstance(details["gatekeeper"]["passes"], int)
+    assert _errors(_validator(client.get("/openapi.json").json, HISTORY_PATH), history) == []

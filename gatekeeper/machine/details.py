@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ModelWrapValidatorHandler, PrivateAttr, model_validator
 
 from gatekeeper.view_model.criteria import CriterionKeyView
 from gatekeeper.view_model.next import ResponseView
@@ -121,7 +121,36 @@ class EntryDetails(BaseModel):
 
     #: The gatekeeper's decision that made the move.
     gatekeeper: DecisionDetails | None = None
+    #: The JSON its writer sent, when it was validated from JSON (`_kept_as_sent`).
+    _sent: dict[str, Any] | None = PrivateAttr(None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _kept_as_sent(cls, value: Any, handler: ModelWrapValidatorHandler[EntryDetails]
+                      ) -> EntryDetails:
+        """Validated from JSON (a move's body): the JSON is kept for `as_json`."""
+        details = handler(value)
+        if isinstance(value, dict):
+            details._sent = value
+        return details
 
     def as_json(self) -> dict[str, Any]:
-        """JSON-ready: the keys given, as the history entry keeps them."""
-        return self.model_dump(mode="json", exclude_unset=True)
+        """JSON-ready: the keys given, as the history entry keeps them.
+
+        Sent over the wire, each figure the model reads is kept as it read it (a count
+        sent as 30.0 is kept as 30, as the schema gives it), and every key it does not
+        know is kept as it came: the decision's sections ignore unknown keys (a newer
+        gatekeeper adds some), and the router must not drop what it acknowledged.
+        """
+        read = self.model_dump(mode="json", exclude_unset=True)
+        kept: dict[str, Any] = read if self._sent is None else _beside(self._sent, read)
+        return kept
+
+
+def _beside(sent: Any, read: Any) -> Any:
+    """`read` (a model's dump of `sent`), with the keys of `sent` it does not hold added."""
+    if isinstance(sent, dict) and isinstance(read, dict):
+        return {**sent, **{key: _beside(sent.get(key), value) for key, value in read.items()}}
+    if isinstance(sent, list) and isinstance(read, list) and len(sent) == len(read):
+        return [_beside(one, value) for one, value in zip(sent, read)]
+    return read
