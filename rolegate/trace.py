@@ -206,7 +206,7 @@ class Trace(BaseModel):
             if values["time"] is None:
                 values["time"] = stamp["time"]
                 given.add("time")
-        steps = self.steps
+        steps = values["steps"]
         if steps is not None:
             if "tools" not in given:
                 values["tools"] = tuple([step.tool for step in steps])
@@ -221,13 +221,14 @@ class Trace(BaseModel):
                 given.add("tool_errors")
         elif "tools" in given and "step_count" not in given:
             # Only tool names were given: each call is a step.
-            if len(self.tools) > MAX_STEPS:
+            calls = len(values["tools"])
+            if calls > MAX_STEPS:
                 raise ValueError(f"step_count: at most {MAX_STEPS} steps per trace")
-            values["step_count"] = len(self.tools)
+            values["step_count"] = calls
             given.add("step_count")
-        if "tokens" not in given and (self.tokens_in is not None
-                                      or self.tokens_out is not None):
-            tokens = (self.tokens_in or 0) + (self.tokens_out or 0)
+        tokens_in, tokens_out = values["tokens_in"], values["tokens_out"]
+        if "tokens" not in given and (tokens_in is not None or tokens_out is not None):
+            tokens = (tokens_in or 0) + (tokens_out or 0)
             if tokens > MAX_TOKENS:
                 raise ValueError(f"tokens: tokens_in + tokens_out ({tokens}) is over "
                                  f"{MAX_TOKENS}")
@@ -237,8 +238,11 @@ class Trace(BaseModel):
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Trace:
         self._fill(info)
+        # Fields read from the instance dict, as _fill writes them: an attribute of the
+        # model costs about twice a dict lookup, and this runs for every reported trace.
+        values = self.__dict__
         # Each name's length and line breaks were checked by its type (ToolName).
-        tools = self.tools
+        tools = values["tools"]
         calls = len(tools)
         if calls > MAX_STEPS:
             raise ValueError(f"tools: at most {MAX_STEPS} calls per trace")
@@ -247,22 +251,22 @@ class Trace(BaseModel):
         if distinct > MAX_DISTINCT_TOOLS:
             raise ValueError(f"tools: at most {MAX_DISTINCT_TOOLS} distinct tool names per trace, "
                              f"got {distinct}")
-        steps = self.steps
+        steps = values["steps"]
+        step_count, tool_errors = values["step_count"], values["tool_errors"]
         if steps is not None:
             # List comprehensions, not generators: this runs for every reported trace.
             names = tuple([step.tool for step in steps])
             if tools != names:
                 raise ValueError(f"tools: {list(tools)} contradicts the steps {list(names)}")
-            if self.step_count != len(steps):
+            if step_count != len(steps):
                 raise ValueError(
-                    f"step_count: {self.step_count} contradicts {len(steps)} steps"
+                    f"step_count: {step_count} contradicts {len(steps)} steps"
                 )
             errors = len([step for step in steps if step.error])
-            if self.tool_errors != errors:
+            if tool_errors != errors:
                 raise ValueError(
-                    f"tool_errors: {self.tool_errors} contradicts {errors} failed steps"
+                    f"tool_errors: {tool_errors} contradicts {errors} failed steps"
                 )
-        step_count, tool_errors = self.step_count, self.tool_errors
         if step_count < calls:
             raise ValueError(
                 f"step_count: {step_count} is fewer than the {calls} tools called"
@@ -271,13 +275,14 @@ class Trace(BaseModel):
             raise ValueError(
                 f"tool_errors: {tool_errors} exceeds step_count {step_count}"
             )
-        tokens_in, tokens_out = self.tokens_in, self.tokens_out
+        tokens_in, tokens_out = values["tokens_in"], values["tokens_out"]
         if tokens_in is not None or tokens_out is not None:  # else no split to exceed
             split = (tokens_in or 0) + (tokens_out or 0)
-            if split > self.tokens:
-                raise ValueError(f"tokens: {self.tokens} is fewer than tokens_in + tokens_out "
+            tokens = values["tokens"]
+            if split > tokens:
+                raise ValueError(f"tokens: {tokens} is fewer than tokens_in + tokens_out "
                                  f"({split})")
-        if self.steps is not None or self.input or self.feedback:
+        if steps is not None or values["input"] or values["feedback"]:
             # Most reported runs carry no free-form values: nothing to walk.
             self._free_form_finite()
         return self
