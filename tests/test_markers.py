@@ -10,7 +10,10 @@ import re
 import shlex
 import subprocess
 import tomllib
+from typing import Any
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import LONGEST_FIRST
 
@@ -83,3 +86,31 @@ def test_each_longest_first_entry_names_a_test_that_exists() -> None:
         if not source or f"def {name.partition('[')[0]}" not in source:
             missing.append(prefix)
     assert missing == []
+
+
+#: (test command's status, walk-through command's, .ci/run's): the first failure's status,
+#: pytest's 5 (no tests collected) counted as a failure (1), 0 only when both passed.
+CI_STATUSES = ((0, 0, 0), (1, 0, 1), (0, 1, 1), (5, 0, 1), (0, 5, 1), (2, 3, 2), (124, 0, 124))
+
+
+@pytest.mark.skipif(not Path("/usr/bin/chromium").is_file(),
+                    reason=".ci/run would install chromium first (CI does; the tests never do)")
+@pytest.mark.parametrize(("first", "second", "expected"), CI_STATUSES)
+def test_ci_runs_both_commands_and_exits_with_the_first_failure(
+        tmp_path: Path, first: int, second: int, expected: int) -> None:
+    """.ci/run (under set -euo pipefail) runs the walk-through command even when the test
+    command failed, and exits 0 only when both passed; shown on a copy of it beside a
+    README whose two commands only print and exit with the given statuses."""
+    (tmp_path / ".ci").mkdir()
+    (tmp_path / ".ci" / "run").write_text((ROOT / ".ci" / "run").read_text())
+    (tmp_path / "README.md").write_text(
+        "# x\n\n## Quickstart\n\n```sh\necho setup\n```\n\n"
+        f"```sh\necho first-ran; exit {first}\n```\n\n```sh\necho second-ran; exit {second}\n```\n"
+        "\n## Next\n\n```sh\necho never\n```\n")
+    env: dict[str, Any] = {"PATH": "/usr/bin:/bin", "CI": "true", "ROLEGATE_CHECKOV": "-"}
+    ci = subprocess.run(["bash", str(tmp_path / ".ci" / "run")], capture_output=True, text=True,
+                        timeout=30, env=env, stdin=subprocess.DEVNULL)
+    ran = [line for line in ci.stdout.splitlines() if line.endswith("-ran")]
+    assert ran == ["first-ran", "second-ran"], ci.stdout + ci.stderr
+    assert ci.returncode == expected, ci.stdout + ci.stderr
+    assert ("pytest collected no tests" in ci.stderr) == (5 in (first, second)), ci.stderr
