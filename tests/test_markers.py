@@ -10,8 +10,8 @@ import re
 import shlex
 import subprocess
 import tomllib
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pytest
 
