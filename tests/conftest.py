@@ -70,9 +70,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(home, ignore_errors=True)
 
 
-#: The longest tests (node id prefixes), longest first: a minute or two each on an idle
-#: 2-core machine under -n 4, most of it real time (a simulated world runs for 90 s) or
-#: a cold mypy. Started first, they run beside everything else; started in collection
+#: The longest tests (node id prefixes), longest first: half a minute or more each on an
+#: idle 2-core machine under -n 4, most of it real time (a simulated world runs for 20-35 s)
+#: or CPU (a cold mypy, schemathesis). Started first, they run beside everything else; started in collection
 #: order among the slow tests, the last of them began minutes in and ran on alone.
 #: A renamed test only loses its place.
 LONGEST_FIRST = (
