@@ -13,6 +13,7 @@ releases the lease.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
@@ -173,8 +174,7 @@ def _act(api: ApiClient, decision: Decision, *, dry_run: bool,
     body = {"reason": f"gatekeeper: {decision.reason}"[:2000],
             "details": {"gatekeeper": decision.details.as_json()}}
     try:
-        written = api.post(f"/v1/bindings/{_path(decision.role)}/{verb}", body,
-                           version=decision.version)
+        written = _post_move(api, decision, verb, body)
     except ApiError as exc:
         if exc.status not in REFUSALS:
             raise
@@ -197,6 +197,26 @@ def _act(api: ApiClient, decision: Decision, *, dry_run: bool,
                       details=decision.details.as_json())
     return dataclasses.replace(decision, details=decision.details.with_(
         outcome="applied", new_version=written.get("version")))
+
+
+def _post_move(api: ApiClient, decision: Decision, verb: str,
+               body: dict[str, Any]) -> dict[str, Any]:
+    """POST the move; a rollback or a pause whose details the router refuses (422: a router
+    of another version reading another shape) is sent again with them as text. A move
+    that makes the role safer is never held over how its figures are recorded; a
+    promotion is (it stays refused, and the role waits)."""
+    path = f"/v1/bindings/{_path(decision.role)}/{verb}"
+    try:
+        written: dict[str, Any] = api.post(path, body, version=decision.version)
+    except ApiError as exc:
+        if exc.status != 422 or verb == "promote":
+            raise
+        log.error("the router refused the details of %s's %s (%s): sent as text",
+                  decision.role, verb, exc.message)
+        text = {"gatekeeper_details_refused": exc.message[:2000],
+                "gatekeeper_json": json.dumps(body["details"]["gatekeeper"])[:20000]}
+        written = api.post(path, {**body, "details": text}, version=decision.version)
+    return written
 
 
 def _alert(decision: Decision, view: GateView, notifier: Notifier | None,

@@ -15,6 +15,7 @@ from flask import Flask
 from gatekeeper import loop
 from gatekeeper.loop import Gatekeeper, _act, tick
 from gatekeeper.machine.decide import Action, Decision
+from gatekeeper.machine.details import DecisionDetails
 from gatekeeper.webhooks import Notifier
 from rolegate.http import ApiClient
 from router.cli import main
@@ -281,3 +282,43 @@ def test_once_exits_non_zero_when_a_role_could_not_be_judged(live: str, app: Fla
     assert "could not judge 1 role(s)" in result.stderr and "broken" in result.stderr
     connection.delete("rolegate:config:{cfg-broken}")
     assert CliRunner().invoke(main, args).exit_code == 0
+
+
+class _OtherShape(DecisionDetails):
+    """Details as a gatekeeper of another version might send them: a count as a word."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {**super().as_json(), "n": "many"}
+
+    def with_(self, **figures: Any) -> DecisionDetails:
+        return DecisionDetails.model_validate({**super().as_json(), **figures})
+
+
+@pytest.mark.parametrize("verb", ["rollback", "promote"])
+def test_a_rollback_is_never_held_over_details_the_router_refuses(live: str, api: ApiClient,
+                                                                  verb: str) -> None:
+    """A 422 on a rollback's details (version skew) sends the rollback again with the details
+    as text, so the role is rolled back; a promotion stays refused and the role waits."""
+    _create(live, "r", "cfg-b")
+    with requests.post(f"{live}/v1/bindings/r/rollback", headers=auth(GATEKEEPER), timeout=5,
+                       json={"reason": "x", "details": {"gatekeeper": {"n": "many"}}}) as refused:
+        assert refused.status_code == 422 and "n" in refused.text  # what the router says
+    version = api.get("/v1/bindings/r")["version"]
+    action = Action.ROLLBACK if verb == "rollback" else Action.ADVANCE
+    decision = Decision("r", action, version, "shadow", "too many failures",
+                        details=_OtherShape(verdict="fail"))
+    if verb == "promote":
+        with pytest.raises(loop.ApiError) as caught:
+            _act(api, decision, dry_run=False, notifier=None)
+        assert caught.value.status == 422
+        assert api.get("/v1/bindings/r")["binding"]["stage"] == "shadow"
+        return
+    acted = _act(api, decision, dry_run=False, notifier=None)
+    assert acted.details["outcome"] == "applied"
+    record = api.get("/v1/bindings/r")
+    assert record["binding"]["stage"] == "rolled_back" and record["version"] == version + 1
+    entry = api.get("/v1/bindings/r/history")["entries"][0]  # newest first
+    assert entry["action"] == "rollback" and entry["reason"] == "gatekeeper: too many failures"
+    assert "gatekeeper" not in entry["details"]
+    assert json.loads(entry["details"]["gatekeeper_json"]) == {"verdict": "fail", "n": "many"}
+    assert "n" in entry["details"]["gatekeeper_details_refused"]
