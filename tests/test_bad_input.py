@@ -60,7 +60,10 @@ def _nothing_stored(client: FlaskClient, redis_conn: redis.Redis) -> None:
 @pytest.mark.parametrize("body", ["[" * 100_000 + "]" * 100_000,
                                   '{"a":' * 50_000 + "1" + "}" * 50_000,
                                   '{"current": "cfg_a", "description": ' + "[" * 100 + "]" * 100
-                                  + "}"])
+                                  + "}"],
+                         # Named: a 200 KB id would be PYTEST_CURRENT_TEST, past what execve
+                         # takes, and the first server this test starts could not start.
+                         ids=["arrays-100000", "objects-50000", "description-100"])
 def test_deeply_nested_body_is_a_400(client: FlaskClient, path: str, body: str) -> None:
     """A body nested past the depth limit is a 400, not a RecursionError 500."""
     method = client.post if path in ("/v1/traces", "/v1/gatekeeper/lease") else client.put
