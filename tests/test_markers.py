@@ -117,8 +117,9 @@ def test_ci_runs_both_commands_and_exits_with_the_first_failure(
 
 
 def test_no_test_id_is_longer_than_a_kilobyte(request: pytest.FixtureRequest) -> None:
-    """Of the tests collected with it (all of them in the README's run). pytest puts the running test's id in PYTEST_CURRENT_TEST, and every server a test starts
-    inherits it: a parameter used as its own id (a 200 KB body) made execve refuse the first
-    Redis such a test started ("Argument list too long"), whenever it started one."""
+    """Of the tests collected with it (all of them in the README's run): pytest puts the
+    running test's id in PYTEST_CURRENT_TEST, and every server a test starts inherits it. A
+    parameter used as its own id (a 200 KB body) made execve refuse the first Redis such a
+    test started ("Argument list too long")."""
     long = [item.nodeid[:80] for item in request.session.items if len(item.nodeid) > 1024]
     assert long == []
