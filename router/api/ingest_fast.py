@@ -1,26 +1,33 @@
-"""The single-trace ingest hot path as a thin WSGI layer in front of Flask.
+"""The trace ingest hot path as a thin WSGI layer in front of Flask.
 
-Every agent run ends in one `POST /v1/traces` of one trace. Through Flask it
-paid a request context, URL matching, five request hooks, the auth decorator,
-the OTLP sniffing and a Response object around the work itself; measured
-against a bare Flask app that parses the same body and makes one Redis round
-trip (bench/serving.py, figure 4) it reached under half the baseline's rate.
+Every agent run ends in one `POST /v1/traces` of one trace, and the SDK's
+reporter sends batches. Through Flask a request paid a request context, URL
+matching, five request hooks, the auth decorator (and this layer's auth again
+when it handed the request on), the OTLP sniffing and a Response object around
+the work itself; measured against a bare Flask app that parses the same body
+and makes one Redis round trip (bench/serving.py, figure 4; bench/ingest_batch.py
+for batches) it reached under half the baseline's rate.
 
-This layer stores the plain case itself, with the same checks, the same one
-script call (quota counted inside it), the same answer, headers, log line and
-counters as the Flask view (tests/test_ingest_fast.py holds the two side by
-side), and hands everything else to Flask: a batch, OTLP, a compressed or
-chunked body, a browser's request (Origin, Sec-Fetch-Site), a missing or
-unknown token, a trace that fails validation, a role the token may not report
-for, a role or config this worker's copy does not know, a breach that would
-trip the wire. Each of those is decided before anything is written, and the
-body read here is handed on intact.
+This layer stores the plain single trace itself, with the same checks, the same
+one script call (quota counted inside it), the same answer, headers, log line
+and counters as the Flask view (tests/test_ingest_fast.py holds the two side by
+side). A batch (`{"traces": [...]}` or a bare list), or one trace sent with a
+`Prefer` header, whose every trace is valid, it stores through the view's own
+`router.api.traces.store_batch` and answers with the view's text
+(`trace_answers.answer_text`: 200 or 207, compact or full; tests/test_ingest_fast_batch.py).
+It hands everything else to Flask: OTLP, a compressed or chunked body, a
+browser's request (Origin, Sec-Fetch-Site), a missing or unknown token, a trace
+that fails validation, a body big enough to be validated off the loop; for a
+single trace also a role the token may not report for, a role or config this
+worker's copy does not know, a breach that would trip the wire. Each of those is
+decided before anything is written, and the body read here is handed on intact.
 
-After the script has run, two outcomes still go to Flask, told what happened
-through the environ (`router.api.answers.QUOTA_COUNTED`): over the quota (the
-view answers the 429 at once) and a binding that moved under the trace or a
-Redis error (the view checks and stores again, without counting the quota
-twice; storing is idempotent on the run id).
+After the store has run, some outcomes still go to Flask, told what happened
+through the environ (`router.api.trace_answers.QUOTA_COUNTED`): over the quota (the
+view answers the 429 at once), every trace of a batch refused (the view's 403 or
+422, without counting the quota twice), and a binding that moved under a single
+trace or a Redis error (the view checks and stores again, without counting the
+quota twice; storing is idempotent on the run id).
 
 Like the resolve fast path it runs only while the app's request hooks are the
 ones it knows to reproduce (`router.api.resolve_fast.KNOWN_HOOKS`).
@@ -48,9 +55,10 @@ from rolegate.trace import Trace
 from router.api import trace_answers as answers
 from router.api.judge_sampling import offer_sampled
 from router.api.resolve_fast import ResolveFastPath, hook_support
-from router.api.trace_limits import body_prefix, refuse_deep
+from router.api.trace_limits import OFF_LOOP_BYTES, body_prefix, refuse_deep
+from router.api.trace_parse import parse_all_valid
 from router.server import access, hosts, logs, metrics
-from router.server.errors import BadRequest
+from router.server.errors import BadRequest, QuotaExceeded
 from router.server.quota import refusal, script_charge
 from router.server.services import services_of
 from router.server.tokens import Principal
@@ -63,14 +71,17 @@ _FLASK_HEADERS = ("HTTP_ORIGIN", "HTTP_SEC_FETCH_SITE", "HTTP_CONTENT_ENCODING",
                   "HTTP_TRANSFER_ENCODING")
 
 WSGIApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+#: router.api.traces.store_batch: the view's check, store and trip, given to this layer.
+StoreBatch = Callable[..., tuple[int, list[dict[str, Any]], list[tuple[str, str]]]]
 
 
 class IngestFastPath:
-    """WSGI middleware: stores plain single-trace POSTs, passes the rest to `inner`."""
+    """WSGI middleware: stores plain trace JSON POSTs, passes the rest to `inner`."""
 
-    def __init__(self, app: Flask, inner: WSGIApp) -> None:
+    def __init__(self, app: Flask, inner: WSGIApp, store_batch: StoreBatch) -> None:
         self.app = app
         self.inner = inner
+        self.store_batch = store_batch
         self._enabled: bool | None = None
         self._logs = self._metrics = False
         self._hosts: tuple[str, ...] | None = None
@@ -84,7 +95,7 @@ class IngestFastPath:
 
     def __call__(self, environ: dict[str, Any],
                  start_response: Callable[..., Any]) -> Iterable[bytes]:
-        """Store a plain single trace here; hand anything else to Flask."""
+        """Store plain trace JSON here; hand anything else to Flask."""
         if (environ.get("PATH_INFO") == PATH and environ.get("REQUEST_METHOD") == "POST"
                 and self.enabled()):
             answered = self._ingest(environ, start_response)
@@ -125,13 +136,18 @@ class IngestFastPath:
         if caller is None:
             return None
         raw = self._body(environ, self.app.config.get("MAX_CONTENT_LENGTH"))
-        # One trace object only: a batch or OTLP JSON goes to Flask, and so does a request
-        # with a Prefer header (return=minimal: the view's compact answer), read here all
-        # the same: the view then reads it from memory, where werkzeug's reading of the
-        # server's stream was 2% of a compact 100-trace POST's worker time (py-spy).
-        if (raw is None or "HTTP_PREFER" in environ or body_prefix(raw) != 0
-                or b'"resourceSpans"' in raw):
+        if raw is None:
             return None
+        if body_prefix(raw) != 0:
+            # A batch (or a bare list): the view's own store_batch, here. It is never OTLP
+            # (a list, or `{"traces"}` with nothing beside it), so its body is not scanned.
+            return self._batch(environ, start_response, raw, caller, started)
+        # One object: OTLP JSON goes to Flask. A trace with a Prefer header (return=minimal:
+        # the compact answer) is answered as a batch of one, as the view answers it.
+        if b'"resourceSpans"' in raw:
+            return None
+        if "HTTP_PREFER" in environ:
+            return self._batch(environ, start_response, raw, caller, started)
         trace = _valid(raw, caller)
         if trace is None:
             return None
@@ -182,6 +198,59 @@ class IngestFastPath:
                              (time.perf_counter() - started) * 1e3, caller.name)
         return [body]
 
+    def _batch(self, environ: dict[str, Any], start_response: Callable[..., Any], raw: bytes,
+               caller: Principal, started: float) -> list[bytes] | None:
+        """Store a batch whose every trace is valid as the view does; None to hand it on.
+
+        What the view answers with an error (a bad trace, a body too big for the loop,
+        every trace refused, over the quota, a Redis failure) it answers itself: handed
+        on before anything is stored, or after with the quota marked counted (storing
+        again is idempotent on the run id).
+        """
+        store = self.app.extensions[answers.EXTENSION]
+        if len(raw) > OFF_LOOP_BYTES or not store.takes_charge:
+            return None  # the view validates big bodies off the loop; a Cluster charges apart
+        now = time.time()
+        traces = parse_all_valid(raw, {"reporter": caller.name, "time": now})
+        if traces is None:
+            return None  # the view names each refused trace
+        try:
+            refuse_deep(traces, raw)
+        except BadRequest:
+            return None
+        results: list[dict[str, Any] | str | None] = [None] * len(traces)
+        minimal = answers.wants_minimal(environ.get("HTTP_PREFER"))
+        try:
+            duplicates, trips, ingested = self.store_batch(
+                self.app, environ, caller, len(raw), list(enumerate(traces)), results, now,
+                minimal=minimal)
+        except QuotaExceeded as over:
+            environ[answers.QUOTA_COUNTED] = over  # the view answers this 429
+            return None
+        except (RolegateError, redis.RedisError) as exc:
+            environ[answers.QUOTA_COUNTED] = True  # the view tries again (idempotent)
+            if isinstance(exc, OutcomeUnknown):
+                environ[answers.MAY_BE_APPLIED] = True
+            return None
+        answer = answers.answer_text(results, duplicates, trips, minimal)
+        if answer is None:
+            environ[answers.QUOTA_COUNTED] = True  # all refused, nothing stored: the view says why
+            return None
+        status, text = answer
+        body = text.encode()
+        request_id = logs.request_id_from(environ.get("HTTP_X_REQUEST_ID"))
+        headers = [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+        if minimal:
+            headers.append(("Preference-Applied", answers.MINIMAL))
+        headers.append((logs.REQUEST_ID_HEADER, request_id))
+        start_response("200 OK" if status == 200 else "207 MULTI-STATUS", headers)
+        if self._metrics:
+            metrics.count_batch(status, ingested, trips)
+        if self._logs:
+            logs.log_ingest(request_id, PATH, status, (time.perf_counter() - started) * 1e3,
+                            caller.name, trips)
+        return [body]
+
 
 def _valid(raw: bytes, caller: Principal) -> Trace | None:
     """The body's one trace if the view would store it as it is; None to hand it on."""
@@ -196,13 +265,14 @@ def _valid(raw: bytes, caller: Principal) -> Trace | None:
     return trace
 
 
-def init_app(app: Flask) -> None:
+def init_app(app: Flask, store_batch: StoreBatch) -> None:
     """Put the fast path in front of Flask, behind the resolve fast path if there is one.
 
-    Resolves are the hotter call: they keep being looked at first.
+    Resolves are the hotter call: they keep being looked at first. `store_batch`:
+    the view's (router.api.traces), which batches are stored through.
     """
     outer = app.wsgi_app
     if isinstance(outer, ResolveFastPath):
-        outer.inner = IngestFastPath(app, outer.inner)
+        outer.inner = IngestFastPath(app, outer.inner, store_batch)
     else:
-        app.wsgi_app = IngestFastPath(app, outer)  # type: ignore[method-assign]
+        app.wsgi_app = IngestFastPath(app, outer, store_batch)  # type: ignore[method-assign]

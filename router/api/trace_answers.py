@@ -21,7 +21,8 @@ from router.server import logs, metrics
 #: Where router.api.traces.init_app keeps the app's TraceStore (beside the core Services).
 EXTENSION = "rolegate.traces"
 #: WSGI environ key: this request's quota was counted already (True) or refused (a
-#: router.server.quota.Refusal) by the fast path, which then handed the request on.
+#: router.server.quota.Refusal, or the QuotaExceeded a batch met) by the fast path, which
+#: then handed the request on.
 QUOTA_COUNTED = "rolegate.quota_counted"
 #: WSGI environ key: part of this request may be in Redis already (a send whose answer
 #: never came, on the fast path or the view's; traces stored before a later step failed).
@@ -103,3 +104,28 @@ def compact(results: list[dict[str, Any] | str],
     tripped = {f'"run_id":{json.dumps(trip["run_id"])},' for trip in trips}
     return [r for r in results if isinstance(r, dict)
             or (tripped and any(mark in r for mark in tripped))]
+
+
+def answer_text(results: list[dict[str, Any] | str | None], duplicates: int,
+                trips: list[dict[str, Any]], minimal: bool) -> tuple[int, str] | None:
+    """The 200 or 207 answer of a stored trace-JSON request: (status, body text).
+
+    None when every trace was refused (the view's 403 or 422). `results` are
+    refusals (dicts) and stored outcomes (JSON text); `minimal` (the request said
+    `Prefer: return=minimal`): the counts, and results only for the traces refused
+    or that tripped the wire (`compact`). The view and the ingest fast path both
+    answer with this text.
+    """
+    if len(results) == 1 and isinstance(results[0], str) and not trips and not minimal:
+        # One trace stored (every single-trace POST): its answer without the batch walk.
+        return 200, single_answer(results[0], duplicates)
+    given = [r for r in results if r is not None]
+    refused = sum(isinstance(r, dict) for r in given)
+    if refused and refused == len(given):
+        return None
+    kept = compact(given, trips) if minimal else given
+    parts = [r if isinstance(r, str) else json.dumps(r, separators=(",", ":")) for r in kept]
+    text = (f'{{"accepted":{len(given) - refused - duplicates},'
+            f'"duplicates":{duplicates},"refused":{refused},'
+            f'"results":[{",".join(parts)}],"tripwire":{json.dumps(trips)}}}\n')
+    return 207 if refused else 200, text

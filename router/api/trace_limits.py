@@ -21,6 +21,9 @@ from router.server.errors import BadRequest, QuotaExceeded
 from router.server.quota import Quota, Refusal, charge
 from router.server.tokens import Principal
 
+#: Bodies larger than this are validated off the worker's loop (router.server.offload).
+OFF_LOOP_BYTES = 256 * 1024
+
 
 def body_prefix(raw: bytes) -> int:
     """How many levels sit above each trace in this body."""

@@ -1,10 +1,11 @@
 """POST /v1/traces: report agent runs; each is checked, stored once, and may trip the wire.
 
 An OTLP body (protobuf, or JSON with `resourceSpans`) is OpenTelemetry spans
-instead, handled by router.api.otlp; what follows is about trace JSON. The
-plain single trace (the POST every agent run ends with) is stored in front of
-Flask by router.api.ingest_fast, with the same checks and answer; whatever it
-does not store itself it hands to this view.
+instead, handled by router.api.otlp; what follows is about trace JSON. Plain
+trace JSON (the POST every agent run ends with, the SDK's batches) is stored in
+front of Flask by router.api.ingest_fast, with the same checks and answer (a
+batch through this module's `store_batch`); whatever it does not store itself it
+hands to this view.
 
 The body is one trace, or `{"traces": [...]}` (a bare JSON list is taken too).
 Each trace is validated on its own: a bad one is refused with its index and the
@@ -40,7 +41,6 @@ rolled-back binding at once (other workers within their refresh interval).
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -65,16 +65,21 @@ from router.api.trace_answers import (
     MAY_BE_APPLIED,
     MINIMAL,
     QUOTA_COUNTED,
+    answer_text,
     bound,
-    compact,
     honest_outcome,
     note_clash,
-    single_answer,
     stored_result,
     wants_minimal,
 )
 from router.api.trace_bindings import NOT_BOUND, RequestBindings, not_bound
-from router.api.trace_limits import charge_quota, in_scope, quota_exceeded, refuse_deep
+from router.api.trace_limits import (
+    OFF_LOOP_BYTES,
+    charge_quota,
+    in_scope,
+    quota_exceeded,
+    refuse_deep,
+)
 from router.api.trace_parse import (
     batch_items,
     item_refusal,
@@ -83,18 +88,16 @@ from router.api.trace_parse import (
 )
 from router.app import Services
 from router.server.auth import principal, require
+from router.server.errors import QuotaExceeded
 from router.server.offload import off_loop
 from router.server.quota import Refusal, refusal, script_charge
 from router.server.services import services_of
+from router.server.tokens import Principal
 
 bp = Blueprint("traces", __name__)
 
 #: Reads of a role's binding per request when it keeps moving while traces are stored.
 MOVE_ATTEMPTS = 4
-
-
-#: Bodies larger than this are validated off the worker's loop (router.server.offload).
-OFF_LOOP_BYTES = 256 * 1024
 
 
 def init_app(app: Flask) -> None:
@@ -107,8 +110,9 @@ def init_app(app: Flask) -> None:
                                            run_ttl_s=services.settings.run_id_ttl_s,
                                            before_command=guard.before if guard else None)
     app.extensions[otlp.EXTENSION] = PendingSpans(services.redis)
-    # In front of Flask (behind the resolve fast path): a plain single trace is stored there.
-    ingest_fast.init_app(app)
+    # In front of Flask (behind the resolve fast path): plain trace JSON is stored there,
+    # through the view's own store_batch.
+    ingest_fast.init_app(app, store_batch)
 
 
 def trace_store(app: Flask | None = None) -> TraceStore:
@@ -151,32 +155,49 @@ def _ingest_json() -> ResponseReturnValue:
                            check_values=SURROGATE_ESCAPE.search(raw) is not None, stamp=stamp)
     minimal = wants_minimal(request.headers.get("Prefer"))
     duplicates, trips = store_traces(valid, results, now, minimal=minimal)
-    if len(results) == 1 and isinstance(results[0], str) and not trips and not minimal:
-        # One trace stored (every single-trace POST): its answer without the batch walk.
-        return current_app.response_class(single_answer(results[0], duplicates),
-                                          mimetype="application/json")
-    return _answer([r for r in results if r is not None], duplicates, trips, minimal)
+    answer = answer_text(results, duplicates, trips, minimal)
+    if answer is None:
+        return _all_refused([r for r in results if isinstance(r, dict)], trips)
+    status, text = answer
+    response = current_app.response_class(text, status=status, mimetype="application/json")
+    if minimal:
+        response.headers["Preference-Applied"] = MINIMAL
+    return response
 
 
 def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],
                  now: float, *, minimal: bool = False) -> tuple[int, list[dict[str, Any]]]:
+    """`store_batch` for this Flask request; leaves what was stored and tripped on `g`
+    for the metrics and log hooks. The OTLP path (router.api.otlp) sends its
+    assembled runs through here too."""
+    ctx = g._get_current_object()  # one proxy lookup for both attributes
+    duplicates, trips, ctx.ingested = store_batch(
+        current_app, request.environ, principal(), len(request.get_data(cache=True)),
+        valid, results, now, minimal=minimal)
+    ctx.tripwire = trips
+    return duplicates, trips
+
+
+def store_batch(app: Flask, environ: dict[str, Any], reporter: Principal, size: int,
+                valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],
+                now: float, *, minimal: bool = False,
+                ) -> tuple[int, list[dict[str, Any]], list[tuple[str, str]]]:
     """Check, store and trip each (request index, trace) of `valid`, filling `results` by index.
 
-    Returns the duplicates (retried run_ids) and the rollbacks the traces caused;
-    leaves what was stored and tripped on `g` for the metrics and log hooks. The
-    OTLP path (router.api.otlp) sends its assembled runs through here too.
+    The view and the ingest fast path (router.api.ingest_fast) both store through
+    here. `size`: the body's bytes as received (trace JSON or OTLP spans), counted
+    before anything is stored. Returns the duplicates (retried run_ids), the
+    rollbacks the traces caused and the (role, arm) of each trace newly stored.
     `minimal` (the compact answer): a stored trace that tripped nothing gets ""
     (counted, never shown) instead of its result's JSON text.
     """
-    extensions = current_app.extensions
-    services = services_of(current_app)
-    store: TraceStore = extensions[EXTENSION]
-    reporter = principal()
-    # Counted on the body as received (trace JSON or OTLP spans), before anything is stored.
-    size = len(request.get_data(cache=True))
-    counted = request.environ.get(QUOTA_COUNTED)
+    services = services_of(app)
+    store: TraceStore = app.extensions[EXTENSION]
+    counted = environ.get(QUOTA_COUNTED)
     if isinstance(counted, Refusal):
         raise quota_exceeded(counted)  # the fast path's script call went over the quota
+    if isinstance(counted, QuotaExceeded):
+        raise counted  # the fast path's batch went over the quota
     # Counted by the store's first script (one round trip for the whole POST, whatever
     # its groups: `gatekeeper.store.ingest_quota`); on a Redis Cluster, a round trip first.
     charge = (script_charge(services.quota, reporter.name, len(results), size, now)
@@ -185,16 +206,12 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
         charge_quota(services.redis, services.quota, reporter.name, len(results), size)
     valid = in_scope(valid, results, reporter, now)
     checked, stored, positions, charge = _check_and_store(valid, results, RequestBindings(services),
-                                                          store, now, charge)
+                                                          store, now, charge, environ)
     if charge is not None:
         # No trace reached the store (all refused): the request still counts.
         charge_quota(services.redis, services.quota, reporter.name, len(results), size)
-    # For the metrics hook: what was newly stored, by role and arm.
-    ctx = g._get_current_object()  # one proxy lookup for both attributes
-    ctx.ingested = [(c.trace.role, c.trace.arm) for c, o in zip(checked, stored)
-                    if not o.duplicate]
+    ingested: list[tuple[str, str]] = [(c.trace.role, c.trace.arm) for c, o in zip(checked, stored) if not o.duplicate]
     trips = _tripwire(checked, stored, now, services)
-    ctx.tripwire = trips  # for the metrics hook, which would otherwise re-parse the answer
     duplicates = 0
     tripped = {trip["run_id"] for trip in trips}
     for index, item, outcome in zip(positions, checked, stored):
@@ -208,8 +225,8 @@ def store_traces(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | 
                           else stored_result(index, item, outcome))
     fresh = [(c.trace, c.epoch) for c, o in zip(checked, stored) if not o.duplicate]
     if fresh:
-        offer_sampled(current_app, fresh, now)
-    return duplicates, trips
+        offer_sampled(app, fresh, now)
+    return duplicates, trips, ingested
 
 
 def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | None],
@@ -278,7 +295,7 @@ def _check(valid: list[tuple[int, Trace]], results: list[dict[str, Any] | str | 
 def _check_and_store(valid: list[tuple[int, Trace]],
                      results: list[dict[str, Any] | str | None], bindings: RequestBindings,
                      store: TraceStore, now: float, charge: Charge | None,
-                     ) -> tuple[list[Checked], list[Stored], list[int], Charge | None]:
+                     environ: dict[str, Any]) -> tuple[list[Checked], list[Stored], list[int], Charge | None]:
     """Check and store every trace: (stored traces, their outcomes, their request indices,
     `charge` if it was never counted).
 
@@ -299,7 +316,7 @@ def _check_and_store(valid: list[tuple[int, Trace]],
         except OverQuota as over:
             raise quota_exceeded(refusal(over.what, over.used, over.limit, now)) from None
         if any(not isinstance(outcome, Moved) for outcome in answers):
-            request.environ[MAY_BE_APPLIED] = True  # a later failure is no "nothing applied"
+            environ[MAY_BE_APPLIED] = True  # a later failure is no "nothing applied"
         charge = None if checked else charge
         for index, item, outcome in zip(where, checked, answers):
             if isinstance(outcome, Moved):
@@ -354,33 +371,17 @@ def _tripwire(checked: list[Checked], stored: list[Any], now: float,
     return fired
 
 
-def _answer(results: list[dict[str, Any] | str], duplicates: int,
-            trips: list[dict[str, Any]], minimal: bool = False) -> ResponseReturnValue:
-    """Answer 200, 207 or 422; `results` are refusals (dicts) and stored outcomes (JSON text).
-
-    `minimal` (the request said `Prefer: return=minimal`): the counts, and results
-    only for the traces refused or that tripped the wire (`trace_answers.compact`).
-    """
-    refused = [r for r in results if isinstance(r, dict)]
-    if refused and len(refused) == len(results):
-        one = len(refused) == 1
-        # Every trace outside the token's roles: the request as a whole is forbidden.
-        forbidden = all(r["error"]["code"] == "forbidden" for r in refused)
-        summary = refused[0]["error"]["message"] if one else \
-            f"all {len(refused)} traces were refused"
-        code = "forbidden" if forbidden else refused[0]["error"]["code"] if one else "invalid"
-        body = {"accepted": 0, "duplicates": 0, "refused": len(refused), "results": refused,
-                "tripwire": trips,
-                "error": {"code": code, "message": summary, "details": {"refused": [
-                    {"index": r["index"], "reason": r["error"]["message"]} for r in refused]}}}
-        return jsonify(body), 403 if forbidden else 422
-    kept = compact(results, trips) if minimal else results
-    parts = [r if isinstance(r, str) else json.dumps(r, separators=(",", ":")) for r in kept]
-    text = (f'{{"accepted":{len(results) - len(refused) - duplicates},'
-            f'"duplicates":{duplicates},"refused":{len(refused)},'
-            f'"results":[{",".join(parts)}],"tripwire":{json.dumps(trips)}}}\n')
-    response = current_app.response_class(text, status=207 if refused else 200,
-                                          mimetype="application/json")
-    if minimal:
-        response.headers["Preference-Applied"] = MINIMAL
-    return response
+def _all_refused(refused: list[dict[str, Any]],
+                 trips: list[dict[str, Any]]) -> ResponseReturnValue:
+    """Answer 403 or 422: every trace was refused (`refused`, their results)."""
+    one = len(refused) == 1
+    # Every trace outside the token's roles: the request as a whole is forbidden.
+    forbidden = all(r["error"]["code"] == "forbidden" for r in refused)
+    summary = refused[0]["error"]["message"] if one else \
+        f"all {len(refused)} traces were refused"
+    code = "forbidden" if forbidden else refused[0]["error"]["code"] if one else "invalid"
+    body = {"accepted": 0, "duplicates": 0, "refused": len(refused), "results": refused,
+            "tripwire": trips,
+            "error": {"code": code, "message": summary, "details": {"refused": [
+                {"index": r["index"], "reason": r["error"]["message"]} for r in refused]}}}
+    return jsonify(body), 403 if forbidden else 422

@@ -146,6 +146,28 @@ def log_request(request_id: str, method: str, path: str, status: int, duration_m
             "duration_ms": round(duration_ms, 3), "actor": actor}))
 
 
+def log_ingest(request_id: str, path: str, status: int, duration_ms: float, actor: str,
+               trips: list[dict[str, Any]]) -> None:
+    """Log an answered trace POST as `_after` logs the view's (for the ingest fast path)."""
+    if not trips:
+        log_request(request_id, "POST", path, status, duration_ms, actor)
+        return
+    lines = [*_trip_lines(request_id, trips), line("request", request_id, {
+        "method": "POST", "path": path, "status": status,
+        "duration_ms": round(duration_ms, 3), "actor": actor})]
+    if log.isEnabledFor(logging.WARNING):  # a state change: always written
+        log.log(logging.WARNING, "\n".join(lines))
+
+
+def _trip_lines(request_id: str | None, trips: Any) -> list[str]:
+    """A decision line per rollback a trace POST's breaching traces caused."""
+    return [line("decision", request_id, {
+        "decision": "rollback", "actor": "tripwire", "role": trip.get("role"),
+        "version": trip.get("version"), "stage": trip.get("stage"),
+        "run_id": trip.get("run_id"), "tools": trip.get("tools"),
+        "required_lost": trip.get("required_lost")}) for trip in trips]
+
+
 def flush() -> None:
     """Write the queued resolve lines now (tests, and before a worker exits)."""
     resolve_lines.flush()
@@ -198,12 +220,7 @@ def _after(response: Response) -> Response:
             trips = ctx.get("tripwire")
             if trips is None:
                 trips = (response.get_json(silent=True) or {}).get("tripwire") or ()
-            for trip in trips:
-                lines.append(line("decision", request_id, {
-                    "decision": "rollback", "actor": "tripwire", "role": trip.get("role"),
-                    "version": trip.get("version"), "stage": trip.get("stage"),
-                    "run_id": trip.get("run_id"), "tools": trip.get("tools"),
-                    "required_lost": trip.get("required_lost")}))
+            lines.extend(_trip_lines(request_id, trips))
         elif endpoint == "offline.post_verdict":
             stored = response.get_json(silent=True) or {}
             verdict = stored.get("verdict") or {}
