@@ -24,7 +24,7 @@ from gatekeeper.store.traces import TraceStore
 from router import create_app
 from router.api.ingest_fast import IngestFastPath
 from router.api.resolve_fast import ResolveFastPath
-from router.server import logs, metrics
+from router.server import access, logs, metrics
 from tests.conftest import CALLER, OPERATOR, TOKENS, auth
 from tests.test_ingest_fast import CANARY, SCOPED, _trace
 from tests.test_resolve_fast import CountingInner
@@ -288,3 +288,26 @@ def test_a_redis_failure_on_the_fast_path_is_retried_by_the_view(
     assert (r.json["accepted"], r.json["duplicates"]) == (0, 3)  # stored by the first send
     counters = redis_conn.keys("rolegate:quota:{caller-*}:traces:*")
     assert sum(int(redis_conn.get(k)) for k in counters) == 3  # counted once, not per attempt
+
+
+@pytest.mark.parametrize("content_type", ["application/x-protobuf", "application/json"])
+def test_a_trace_post_is_authenticated_once(app: Flask, monkeypatch: pytest.MonkeyPatch,
+                                            content_type: str) -> None:
+    """OTLP protobuf goes to Flask unauthenticated here; a batch is stored here: one check each."""
+    client = app.test_client()
+    assert client.put("/v1/bindings/summarizer", json=CANARY,
+                      headers=auth(OPERATOR)).status_code == 201
+    calls: list[str] = []
+    real = access.identify
+
+    def counting(*args: Any) -> Any:
+        calls.append("identify")
+        return real(*args)
+
+    monkeypatch.setattr(access, "identify", counting)
+    data = (json.dumps(_batch(*_good("once"))) if content_type == "application/json"
+            else b"\x0a\x00")  # one empty ResourceSpans
+    r = client.post("/v1/traces", data=data,
+                    headers={**auth(CALLER), "Content-Type": content_type})
+    assert r.status_code == 200, r.get_data(as_text=True)
+    assert calls == ["identify"]
