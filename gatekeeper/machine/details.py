@@ -12,9 +12,18 @@ fields. Figures a caller adds beyond these (`Evidence.figures`) stay, as extras.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ModelWrapValidatorHandler, PrivateAttr, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from gatekeeper.view_model.criteria import CriterionKeyView
 from gatekeeper.view_model.next import ResponseView
@@ -128,7 +137,14 @@ class EntryDetails(BaseModel):
     @classmethod
     def _kept_as_sent(cls, value: Any, handler: ModelWrapValidatorHandler[EntryDetails]
                       ) -> EntryDetails:
-        """Validated from JSON (a move's body): the JSON is kept for `as_json`."""
+        """Validated from JSON (a move's body): the JSON is kept for `as_json`. A figure
+        given as true/false or as text ("0.5") is refused naming it, as in every body."""
+        if isinstance(value, dict) and isinstance(value.get("gatekeeper"), dict):
+            refused = not_json_numbers(DecisionDetails, value["gatekeeper"])
+            if refused:
+                raise ValidationError.from_exception_data(cls.__name__, [
+                    InitErrorDetails(type=not_a_number(given), loc=("gatekeeper", *loc),
+                                     input=given) for loc, given in refused])
         details = handler(value)
         if isinstance(value, dict):
             details._sent = value
@@ -145,6 +161,33 @@ class EntryDetails(BaseModel):
         read = self.model_dump(mode="json", exclude_unset=True)
         kept: dict[str, Any] = read if self._sent is None else _beside(self._sent, read)
         return kept
+
+
+def not_a_number(given: Any) -> PydanticCustomError:
+    """The error a figure sent as true/false or as text gets, quoting it as JSON."""
+    return PydanticCustomError("json_number", "expected a number, got {given}",
+                               {"given": json.dumps(given)})
+
+
+def not_json_numbers(model: type[BaseModel], value: dict[str, Any]
+                     ) -> list[tuple[tuple[int | str, ...], Any]]:
+    """Where `value` gives a number field of `model` as true/false or as text: (loc, value).
+
+    Pydantic's lax mode, which the details are read in (a count sent as 30.0 is 30, as
+    JSON Schema says), would take true as 1 and "0.5" as 0.5; strict mode names them. Its
+    other complaints (30.0 for an integer, a missing key) are lax mode's to judge.
+    """
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return []  # not JSON: lax validation names what is wrong
+    try:
+        model.model_validate_json(text, strict=True)
+    except ValidationError as exc:
+        return [(error["loc"], error["input"]) for error in exc.errors()
+                if error["type"] in ("int_type", "float_type")
+                and isinstance(error["input"], bool | str)]
+    return []
 
 
 def _beside(sent: Any, read: Any) -> Any:
