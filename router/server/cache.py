@@ -64,6 +64,8 @@ class BindingCache:
         self.snapshot_path = snapshot_path
         self.full_reload_interval = full_reload_interval
         self._last_full = time.monotonic()
+        #: This worker wrote since its last reload (`put`): the next poll reloads.
+        self._reload_next = False
         self.bindings: dict[str, VersionedBinding] = {}
         #: The version each archived role was archived at (as Redis said, or as held when
         #: Redis lost it): a backup from before an archive must not bring the role back.
@@ -116,11 +118,18 @@ class BindingCache:
         return table.generation, kept_table(held, table.bindings, lost), lost
 
     def put(self, record: VersionedBinding) -> None:
-        """Take a record this worker just wrote, so it serves it before the next poll."""
+        """Take a record this worker just wrote, so it serves it before the next poll.
+
+        The next poll reloads whatever the change hint says: the hint moved past the one
+        held, and a Redis that lost its data before that poll shows a hint that may
+        equal the held one again (flushed to 0 right after the first writes), which
+        would leave this record served fresh from a Redis that no longer has it.
+        """
         with self._lock:
             known = self.bindings.get(record.role)
             if known is None or known.version < record.version:
                 self.bindings = {**self.bindings, record.role: record}
+            self._reload_next = True
 
     def drop(self, role: str, version: int) -> None:
         """Forget a role this worker just archived (at `version`), so it stops serving it now.
@@ -141,7 +150,7 @@ class BindingCache:
             # After an outage reload whatever the counter says: a Redis that came
             # back without its data may show a counter equal to the one we hold.
             if (generation != self.generation or not self.loaded or self.stale or self.lost
-                    or full):
+                    or full or self._reload_next):
                 self._reload()
         except (StoreUnavailable, redis.RedisError) as exc:
             for listener in self.error_listeners:
@@ -172,6 +181,7 @@ class BindingCache:
         else:
             # A worker starting afresh guards the table its router kept on disk.
             held, held_archived, held_generation = self._saved_here()
+        self._reload_next = False  # before the read: a write racing it asks again
         table = read_table(self.store, held.keys())
         self._last_full = time.monotonic()
         lost = lost_roles(held, table.bindings, table.archived, held_archived)
