@@ -192,3 +192,25 @@ def test_a_moves_details_are_stored_whole(client: FlaskClient) -> None:
                        "gatekeeper": {**NEWER_DECISION, "passes": 29}}
     assert isinstance(details["gatekeeper"]["passes"], int)
     assert _errors(_validator(client.get("/openapi.json").json, HISTORY_PATH), history) == []
+
+
+@pytest.mark.parametrize("figure, value, says", [
+    ("n", True, "expected a number, got true"),
+    ("passes", "30", 'expected a number, got "30"'),
+    ("deadline", "yes", 'expected true or false, got "yes"'),
+    ("deadline", 1, "expected true or false, got 1"),
+])
+def test_a_figure_of_another_json_type_is_a_422_naming_it(client: FlaskClient, figure: str,
+                                                          value: Any, says: str) -> None:
+    """A move's details hold the gatekeeper's figures to their JSON types (lax reading would
+    take true as 1, "30" as 30, "yes" or 1 as true); nothing is written."""
+    created = client.put("/v1/bindings/r", headers=auth(OPERATOR), json={
+        "current": "cfg_a", "candidate": "cfg_b", "stage": "canary", "share": 0.1})
+    assert created.status_code == 201, created.json
+    before = created.json["version"]
+    answer = client.post("/v1/bindings/r/rollback", headers=auth(OPERATOR),
+                         json={"reason": "x", "details": {"gatekeeper": {figure: value}}})
+    assert answer.status_code == 422, answer.json
+    errors = answer.json["error"]["details"]["errors"]
+    assert {"field": f"details.gatekeeper.{figure}", "message": says} in errors
+    assert client.get("/v1/bindings/r", headers=auth(OPERATOR)).json["version"] == before

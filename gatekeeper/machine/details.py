@@ -138,13 +138,15 @@ class EntryDetails(BaseModel):
     def _kept_as_sent(cls, value: Any, handler: ModelWrapValidatorHandler[EntryDetails]
                       ) -> EntryDetails:
         """Validated from JSON (a move's body): the JSON is kept for `as_json`. A figure
-        given as true/false or as text ("0.5") is refused naming it, as in every body."""
+        given as another JSON type (true for a count, "0.5" for a rate, "yes" for a flag) is
+        refused naming it, as in every body."""
         if isinstance(value, dict) and isinstance(value.get("gatekeeper"), dict):
-            refused = not_json_numbers(DecisionDetails, value["gatekeeper"])
+            refused = not_json_types(DecisionDetails, value["gatekeeper"])
             if refused:
                 raise ValidationError.from_exception_data(cls.__name__, [
-                    InitErrorDetails(type=not_a_number(given), loc=("gatekeeper", *loc),
-                                     input=given) for loc, given in refused])
+                    InitErrorDetails(type=wrong_json_type(expected, given),
+                                     loc=("gatekeeper", *loc), input=given)
+                    for loc, given, expected in refused])
         details = handler(value)
         if isinstance(value, dict):
             details._sent = value
@@ -163,19 +165,33 @@ class EntryDetails(BaseModel):
         return kept
 
 
-def not_a_number(given: Any) -> PydanticCustomError:
-    """The error a figure sent as true/false or as text gets, quoting it as JSON."""
-    return PydanticCustomError("json_number", "expected a number, got {given}",
-                               {"given": json.dumps(given)})
+def wrong_json_type(expected: str, given: Any) -> PydanticCustomError:
+    """The error a figure sent as another JSON type gets, quoting it as JSON."""
+    return PydanticCustomError("json_type", "expected {expected}, got {given}",
+                               {"expected": expected, "given": json.dumps(given)})
 
 
-def not_json_numbers(model: type[BaseModel], value: dict[str, Any]
-                     ) -> list[tuple[tuple[int | str, ...], Any]]:
-    """Where `value` gives a number field of `model` as true/false or as text: (loc, value).
+#: The strict-mode errors of a scalar given as another JSON scalar, and what was expected.
+_EXPECTED = {"int_type": "a number", "float_type": "a number", "bool_type": "true or false"}
+
+
+def _another_scalar(kind: str, given: Any) -> bool:
+    """Whether strict mode's `kind` error is about a JSON scalar of another type: true/false
+    or text for a number, text or a number for true/false (not 30.0 for an integer)."""
+    if kind in ("int_type", "float_type"):
+        return isinstance(given, bool | str)
+    return kind == "bool_type" and isinstance(given, str | int | float)
+
+
+def not_json_types(model: type[BaseModel], value: dict[str, Any]
+                   ) -> list[tuple[tuple[int | str, ...], Any, str]]:
+    """Where `value` gives a number field of `model` as true/false or as text, or a boolean
+    field as text or a number: (loc, value).
 
     Pydantic's lax mode, which the details are read in (a count sent as 30.0 is 30, as
-    JSON Schema says), would take true as 1 and "0.5" as 0.5; strict mode names them. Its
-    other complaints (30.0 for an integer, a missing key) are lax mode's to judge.
+    JSON Schema says), would take true as 1, "0.5" as 0.5 and "yes" or 1 as true; strict
+    mode names them. Its other complaints (30.0 for an integer, a missing key) are lax
+    mode's to judge.
     """
     try:
         text = json.dumps(value, allow_nan=False)
@@ -184,9 +200,8 @@ def not_json_numbers(model: type[BaseModel], value: dict[str, Any]
     try:
         model.model_validate_json(text, strict=True)
     except ValidationError as exc:
-        return [(error["loc"], error["input"]) for error in exc.errors()
-                if error["type"] in ("int_type", "float_type")
-                and isinstance(error["input"], bool | str)]
+        return [(error["loc"], error["input"], _EXPECTED[error["type"]])
+                for error in exc.errors() if _another_scalar(error["type"], error["input"])]
     return []
 
 
