@@ -98,6 +98,42 @@ class OwnCluster:
             for client in clients:
                 client.close()
 
+    def add_replica(self, of: int) -> int:
+        """Start one more node as a replica of master `of`, in sync; its index in `ports`."""
+        port = cluster_ports(1)[0]
+        node_dir = Path(self.dir.name) / str(port)
+        node_dir.mkdir()
+        self.procs.append(subprocess.Popen(
+            [self.executable, "--port", str(port), "--bind", "127.0.0.1",
+             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+             "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+             "--dir", str(node_dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL))
+        self.ports.append(port)
+        replica, master = self.node(len(self.ports) - 1), self.node(of)
+        try:
+            wait_for(partial(_pings, replica), 10, f"cluster node on {port}")
+            replica.execute_command(  # type: ignore[no-untyped-call]
+                "CLUSTER MEET", "127.0.0.1", self.ports[of])
+            master_id = master.execute_command("CLUSTER MYID")  # type: ignore[no-untyped-call]
+            master_id = master_id.decode() if isinstance(master_id, bytes) else master_id
+
+            def replicating() -> bool | None:
+                try:
+                    replica.execute_command(  # type: ignore[no-untyped-call]
+                        "CLUSTER REPLICATE", master_id)
+                except redis.ResponseError:
+                    return None  # the replica does not know the master yet
+                return True
+
+            wait_for(replicating, 20, f"node {port} to replicate master {of}", interval=0.05)
+            wait_for(lambda: replica.info("replication").get("master_link_status") == "up"
+                     or None, 20, f"replica {port} in sync", interval=0.05)
+        finally:
+            replica.close()
+            master.close()
+        return len(self.ports) - 1
+
     def flush(self) -> None:
         """Empty every master (a cluster we started ourselves, never someone else's)."""
         for index in range(len(self.ports)):

@@ -342,6 +342,40 @@ def test_healthz_fails_when_one_master_is_down() -> None:
         own.close()
 
 
+def test_healthz_after_a_failover_reads_the_slot_map_again() -> None:
+    """A master dies and its replica takes over: /healthz pings the masters as the cluster
+    now has them (not the dead one the client last knew) and answers 200 at once; before
+    the failover it answers 503 at once, not after the cluster client's retries."""
+    own = started_cluster()
+    app = create_app({"redis_url": own.url, "tokens": TOKENS, "testing": True})
+    try:
+        own.add_replica(of=2)
+        c = app.test_client()
+        assert c.get("/healthz").status_code == 200
+        own.procs[2].kill()
+        own.procs[2].wait(10)
+        started = time.monotonic()
+        assert c.get("/healthz").status_code == 503
+        assert time.monotonic() - started < 3  # the cluster client's own PING took 4-10 s
+        dead, seed = own.ports[2], own.node(0)
+        try:
+            # The node rolegate was told about serves the new map once it has heard.
+            # Each entry: [first slot, last slot, [host, port, id, ...], replicas...].
+            wait_for(lambda: all(entry[2][1] != dead
+                                 for entry in seed.execute_command("CLUSTER SLOTS"))
+                     or None, 30, "the replica to take over", interval=0.1)
+        finally:
+            seed.close()
+        started = time.monotonic()
+        health = c.get("/healthz", headers=auth(CALLER))
+        assert health.status_code == 200, health.json
+        assert time.monotonic() - started < 3
+    finally:
+        app.extensions["rolegate"].cache.stop()
+        close_client(app.extensions["rolegate"].redis)
+        own.close()
+
+
 def test_a_lost_archive_hint_is_repaired_too(cluster_conn: RedisCluster) -> None:
     """A role archived while its hint failed leaves every router's table after a full reload."""
     store = BindingStore(cluster_conn)

@@ -39,6 +39,7 @@ import redis
 from flask import Blueprint, Flask, Response, current_app, g, jsonify
 from flask.typing import ResponseReturnValue
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException
 
 from bindings.errors import RolegateError
 from bindings.redis_errors import refusal_condition
@@ -114,6 +115,31 @@ def init_app(app: Flask) -> None:
     app.after_request(_note_refusal)
 
 
+def ping_every_master(cluster: RedisCluster) -> None:
+    """PING each master of `cluster` on its own connection; one that does not answer raises.
+
+    The cluster client's own PING to every primary retries a dead master for seconds
+    (4-10 s here) before it raises, and a probe or an operator waits on it. A master
+    that does not answer here is asked about once more after the slot map is read
+    again, so a master a failover replaced is not blamed for the one that died.
+    """
+    try:
+        _ping_primaries(cluster)
+    except (redis.ConnectionError, redis.TimeoutError):
+        try:
+            cluster.nodes_manager.initialize()
+        except RedisClusterException as exc:  # not a RedisError: no node gave a slot map
+            raise redis.ConnectionError(f"no cluster node answered with its slots: {exc}"
+                                        ) from exc
+        _ping_primaries(cluster)
+
+
+def _ping_primaries(cluster: RedisCluster) -> None:
+    for node in cluster.get_primaries():  # type: ignore[no-untyped-call]
+        connection = node.redis_connection or cluster.get_redis_connection(node)
+        connection.ping()
+
+
 @bp.get("/healthz")
 def healthz() -> ResponseReturnValue:
     """Ping Redis (every master of a Cluster), make one small write; with a token, details."""
@@ -124,7 +150,7 @@ def healthz() -> ResponseReturnValue:
         if isinstance(services.redis, RedisCluster):
             # Each master holds some roles' keys: one that does not answer is an
             # outage for those roles, so every master must answer.
-            services.redis.ping(target_nodes=RedisCluster.PRIMARIES)
+            ping_every_master(services.redis)
         else:
             services.redis.ping()
         services.redis.set(PROBE_KEY, repr(time.time()), px=PROBE_TTL_MS)
