@@ -70,17 +70,21 @@ class OwnCluster:
         """A plain (non-cluster) client on one node, for setup and inspection."""
         return redis.Redis(port=self.ports[index], socket_connect_timeout=1.0)
 
+    def _start_node(self, port: int) -> None:
+        """Start one cluster-mode node on `port`, in a directory of its own."""
+        node_dir = Path(self.dir.name) / str(port)
+        node_dir.mkdir()
+        self.procs.append(subprocess.Popen(
+            [self.executable, "--port", str(port), "--bind", "127.0.0.1",
+             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+             "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
+             "--dir", str(node_dir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL))
+
     def start(self) -> None:
         """Start every node, assign the slots, introduce the nodes, wait for state ok."""
         for port in self.ports:
-            node_dir = Path(self.dir.name) / str(port)
-            node_dir.mkdir()
-            self.procs.append(subprocess.Popen(
-                [self.executable, "--port", str(port), "--bind", "127.0.0.1",
-                 "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                 "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
-                 "--dir", str(node_dir)],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL))
+            self._start_node(port)
         clients = [self.node(i) for i in range(len(self.ports))]
         try:
             for port, client in zip(self.ports, clients):
@@ -101,14 +105,7 @@ class OwnCluster:
     def add_replica(self, of: int) -> int:
         """Start one more node as a replica of master `of`, in sync; its index in `ports`."""
         port = cluster_ports(1)[0]
-        node_dir = Path(self.dir.name) / str(port)
-        node_dir.mkdir()
-        self.procs.append(subprocess.Popen(
-            [self.executable, "--port", str(port), "--bind", "127.0.0.1",
-             "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-             "--cluster-node-timeout", "2000", "--save", "", "--appendonly", "no",
-             "--dir", str(node_dir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL))
+        self._start_node(port)
         self.ports.append(port)
         replica, master = self.node(len(self.ports) - 1), self.node(of)
         try:
